@@ -1,0 +1,43 @@
+# Finds every dependency once, for all components. Two builds share this file:
+#  - CPU: Debian's libtorch-dev 1.13 (Gloo inside libtorch_cpu), Debian's Boost/fmt/GTest/benchmark.
+#  - CUDA: the PyTorch wheel's libtorch 2.x (NCCL + Gloo), found through CMAKE_PREFIX_PATH.
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# Does this libtorch carry CUDA (and so NCCL)? The wheel's TorchConfig exposes torch_cuda.
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(COLO_WITH_CUDA ON)
+else()
+  set(COLO_WITH_CUDA OFF)
+endif()
+message(STATUS "colo: Torch ${Torch_VERSION}, CUDA: ${COLO_WITH_CUDA}")
+
+# Torch's imported target does not say which c10d backends were compiled in; the headers hide
+# ProcessGroupGloo/NCCL behind these macros. Both builds we support have Gloo; CUDA adds NCCL.
+add_library(colo_torch INTERFACE)
+target_link_libraries(colo_torch INTERFACE ${TORCH_LIBRARIES})
+target_compile_definitions(colo_torch INTERFACE USE_C10D_GLOO USE_DISTRIBUTED)
+if(COLO_WITH_CUDA)
+  target_compile_definitions(colo_torch INTERFACE USE_C10D_NCCL COLO_WITH_CUDA=1)
+endif()
+
+# PyTorch's wheel ships fmt headers (v12) ahead of the system's in its include directory: the
+# header-only target avoids linking against a libfmt of another major version.
+add_library(colo_fmt INTERFACE)
+if(TARGET fmt::fmt-header-only)
+  target_link_libraries(colo_fmt INTERFACE fmt::fmt-header-only)
+else()
+  target_link_libraries(colo_fmt INTERFACE fmt::fmt)
+endif()
+
+if(COLO_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_package(Python3 COMPONENTS Interpreter)
+endif()
+if(COLO_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()

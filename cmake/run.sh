@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# colo's set-up and entry points, used by the README's two commands and by .ci/run.
+#   bash cmake/run.sh main         install what is missing, build, train a ViT on Fashion-MNIST
+#   bash cmake/run.sh test         install what is missing, build, run every test
+#   bash cmake/run.sh cuda-compile compile the CUDA build against PyTorch's wheel (CI; no GPU needed)
+# Every install step is idempotent: it checks first and installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+shift || true
+jobs=${COLO_JOBS:-2}
+build=${COLO_BUILD_DIR:-build}
+
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Debian packages for the CPU build (LibTorch 1.13 with Gloo, OpenBLAS: without it LibTorch
+# uses the reference BLAS, ~30x slower), the dataset, and the build tools.
+apt_packages=(build-essential cmake ninja-build pkg-config libtorch-dev libgloo-dev libopenblas0-pthread
+  libboost-dev libboost-program-options-dev libfmt-dev nlohmann-json3-dev zlib1g-dev libgtest-dev
+  libbenchmark-dev dataset-fashion-mnist python3)
+
+install_apt() {
+  local missing=()
+  for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "colo: installing Debian packages: ${missing[*]}"
+    sudo_if_needed apt-get update -qq
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# Test oracles only (colo never imports Python): PyTorch + timm + safetensors from PyPI. The same
+# wheel's libtorch is what the CI-only CUDA compile check builds against.
+install_oracles() {
+  if ! python3 -c 'import torch, timm, safetensors' 2>/dev/null; then
+    echo "colo: installing the Python test oracles (torch, timm, safetensors) from PyPI"
+    python3 -m pip install --quiet torch timm safetensors 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages torch timm safetensors
+  fi
+}
+
+configure_and_build() {
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_WERROR=${COLO_WERROR:-OFF} "$@" >/dev/null
+  cmake --build "$build" -j "$jobs"
+}
+
+case "$mode" in
+  main)
+    install_apt
+    configure_and_build -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=OFF
+    if [ -x "$build/bin/train_vit" ]; then
+      exec "$build/bin/colo-run" --nproc-per-node 2 "$build/bin/train_vit" --plugin torch_ddp "$@"
+    fi
+    exec "$build/bin/colo-run" --nproc-per-node 2 --check
+    ;;
+  test)
+    install_apt
+    install_oracles
+    configure_and_build
+    cd "$build"
+    ctest --output-on-failure -j 1 --timeout 900 "$@"
+    ;;
+  cuda-compile)
+    install_apt
+    install_oracles
+    torch_root=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+    # The torch root comes first so that its lib/ wins over Debian's libtorch in /usr/lib.
+    TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
+      cmake -S . -B "${COLO_CUDA_BUILD_DIR:-build-cuda}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_WERROR=ON \
+      -DCMAKE_PREFIX_PATH="$torch_root;$torch_root/share/cmake" >/dev/null
+    cmake --build "${COLO_CUDA_BUILD_DIR:-build-cuda}" -j "$jobs"
+    echo "colo: the CUDA build compiled against PyTorch $(python3 -c 'import torch; print(torch.__version__)')"
+    ;;
+  *)
+    echo "usage: bash cmake/run.sh main|test|cuda-compile [args...]" >&2
+    exit 2
+    ;;
+esac

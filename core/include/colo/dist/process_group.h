@@ -1,0 +1,119 @@
+#pragma once
+
+#include <torch/types.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace colo::dist {
+
+struct Environment;
+class ProcessGroup;
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
+enum class Backend { kGloo, kNccl };
+
+// Handle of an asynchronous operation. wait() blocks until it completes, runs the operation's
+// completion step (e.g. the division of an average), and turns any c10d failure or timeout
+// into a DistError naming the operation and the group. Waiting twice is harmless.
+class Work {
+ public:
+  Work() = default;
+  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
+       std::function<void()> on_complete = {});
+  void wait();
+  bool is_completed();
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::string op_;
+  const ProcessGroup* group_ = nullptr;
+  std::function<void()> on_complete_;
+  bool done_ = false;
+};
+
+// One point-to-point operation of a batch (see ProcessGroup::batch_send_recv).
+struct P2POp {
+  enum class Kind { kSend, kRecv } kind;
+  torch::Tensor tensor;
+  int peer;  // rank within the group
+  int tag = 0;
+};
+
+// A group of ranks and the collectives over it, a thin wrapper over one c10d backend (Gloo or
+// NCCL). Ranks passed to and returned by methods are ranks within this group unless the
+// name says global. Every operation has the group's timeout. Groups are created only through
+// init_world() and new_subgroup(), never as globals.
+class ProcessGroup {
+ public:
+  struct Options {
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+    std::optional<Backend> backend;  // default: NCCL for CUDA devices, Gloo otherwise
+  };
+
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  int global_rank(int group_rank) const { return global_ranks_.at(group_rank); }
+  const std::string& name() const { return name_; }
+  Backend backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // "dp[1] (global ranks 1,3)": what error messages call this group.
+  std::string describe() const;
+
+  // In place over all ranks. kAvg is exact for floating tensors.
+  Work all_reduce(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum);
+  // output = concatenation along dim 0 of every rank's input (output.size(0) = size * input.size(0)).
+  Work all_gather(torch::Tensor output, torch::Tensor input);
+  // output = this rank's slice (dim 0) of the reduction of every rank's input. Emulated with an
+  // all-reduce where the backend has no reduce-scatter (Gloo in LibTorch 1.13).
+  Work reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op = ReduceOp::kSum);
+  Work broadcast(torch::Tensor tensor, int src);
+  Work send(torch::Tensor tensor, int dst, int tag = 0);
+  Work recv(torch::Tensor tensor, int src, int tag = 0);
+  // Posts all sends and receives together so that neighbours never deadlock, one handle for all.
+  Work batch_send_recv(const std::vector<P2POp>& ops);
+  Work barrier();
+
+  // Creates the subgroup of the given global ranks. Called by every member (non-members must not
+  // call it); members must create their groups in the same order.
+  // `timeout` defaults to this group's.
+  std::shared_ptr<ProcessGroup> new_subgroup(const std::vector<int>& global_ranks, const std::string& name,
+                                             std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  // Shared key-value store of the job (rendezvous, small exchanges in tests).
+  c10d::Store& store() const { return *store_; }
+
+ private:
+  friend std::shared_ptr<ProcessGroup> init_world(const Environment&, const Options&);
+  struct Impl;
+  ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::Store> store, std::string name,
+               std::vector<int> global_ranks, int rank, Backend backend, std::chrono::milliseconds timeout);
+
+  std::unique_ptr<Impl> impl_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string name_;
+  std::vector<int> global_ranks_;
+  int rank_;
+  Backend backend_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Rendezvous (a FileStore when env.rdzv_file is set, else a TCPStore served by rank 0 at
+// master_addr:master_port) and the group of all ranks. The timeout also bounds the rendezvous:
+// a rank that never arrives ends it with a DistError naming who is missing.
+std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options = {});
+
+// Milliseconds from COLO_TIMEOUT_MS when set, else the fallback.
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback);
+
+}  // namespace colo::dist

@@ -1,0 +1,29 @@
+// Entry point of colo_dist_tests, started once per rank by colo-run. Every rank runs every test
+// and asserts; a failure on any rank makes that rank exit non-zero, which makes colo-run fail.
+// Tests must call collectives in the same order on every rank, so none may be skipped on a
+// subset of ranks.
+#include "dist_test_env.h"
+
+#include <colo/dist/environment.h>
+
+#include <gtest/gtest.h>
+
+namespace colo::test {
+namespace {
+std::shared_ptr<dist::ProcessGroup> g_world;
+}
+std::shared_ptr<dist::ProcessGroup> world() { return g_world; }
+}  // namespace colo::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  torch::set_num_threads(1);  // several ranks share two cores
+  const auto env = colo::dist::Environment::from_env();
+  colo::dist::ProcessGroup::Options options;
+  options.timeout = colo::dist::timeout_from_env(std::chrono::seconds(60));
+  colo::test::g_world = colo::dist::init_world(env, options);
+  const int result = RUN_ALL_TESTS();
+  // A rank that failed must not leave the others waiting in a final collective: exit now.
+  colo::test::g_world.reset();
+  return result;
+}

@@ -1,0 +1,169 @@
+// Every collective on every mesh axis, for every mesh shape the world size allows.
+#include "dist_test_env.h"
+
+#include <colo/dist/errors.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace colo::dist {
+namespace {
+
+using test::world;
+
+std::vector<MeshShape> shapes_for(int n) {
+  std::vector<MeshShape> shapes;
+  for (int pp = 1; pp <= n; ++pp) {
+    for (int tp = 1; pp * tp <= n; ++tp) {
+      if (n % (pp * tp) == 0) shapes.push_back({n / (pp * tp), pp, tp});
+    }
+  }
+  return shapes;
+}
+
+// Checks all collectives on one group whose members' global ranks are `g.global_ranks()`.
+void check_collectives(ProcessGroup& g) {
+  const int n = g.size();
+  const int me = g.rank();
+  const auto& ranks = g.global_ranks();
+  double rank_sum = 0;
+  for (int r : ranks) rank_sum += r;
+
+  auto t = torch::full({3}, static_cast<double>(ranks[me]), torch::kFloat64);
+  g.all_reduce(t).wait();
+  EXPECT_TRUE(torch::allclose(t, torch::full({3}, rank_sum, torch::kFloat64))) << g.describe();
+
+  t = torch::full({2}, static_cast<double>(ranks[me]), torch::kFloat64);
+  g.all_reduce(t, ReduceOp::kAvg).wait();
+  EXPECT_NEAR(t[0].item<double>(), rank_sum / n, 1e-12) << g.describe();
+
+  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64);
+  g.all_reduce(t, ReduceOp::kMax).wait();
+  EXPECT_EQ(t.item<double>(), *std::max_element(ranks.begin(), ranks.end()));
+  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64);
+  g.all_reduce(t, ReduceOp::kMin).wait();
+  EXPECT_EQ(t.item<double>(), *std::min_element(ranks.begin(), ranks.end()));
+
+  // all_gather: rows [2r, 2r+1] hold rank r's input.
+  auto in = torch::tensor({ranks[me] * 10.0, ranks[me] * 10.0 + 1}, torch::kFloat32);
+  auto out = torch::zeros({2 * n}, torch::kFloat32);
+  g.all_gather(out, in).wait();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(out[2 * r].item<float>(), ranks[r] * 10.0f) << g.describe();
+    EXPECT_EQ(out[2 * r + 1].item<float>(), ranks[r] * 10.0f + 1) << g.describe();
+  }
+
+  // reduce_scatter: input row i = i + global rank; this rank keeps rows [2me, 2me+1].
+  auto rs_in = torch::arange(2 * n, torch::kFloat64) + ranks[me];
+  auto rs_out = torch::zeros({2}, torch::kFloat64);
+  g.reduce_scatter(rs_out, rs_in).wait();
+  EXPECT_EQ(rs_out[0].item<double>(), n * (2.0 * me) + rank_sum);
+  EXPECT_EQ(rs_out[1].item<double>(), n * (2.0 * me + 1) + rank_sum);
+  g.reduce_scatter(rs_out, rs_in.clone(), ReduceOp::kAvg).wait();
+  EXPECT_NEAR(rs_out[0].item<double>(), 2.0 * me + rank_sum / n, 1e-12);
+
+  for (int src = 0; src < n; ++src) {
+    auto b = torch::full({4}, me == src ? 7.0 + src : -1.0, torch::kFloat32);
+    g.broadcast(b, src).wait();
+    EXPECT_TRUE(torch::equal(b, torch::full({4}, 7.0 + src, torch::kFloat32))) << "broadcast from " << src;
+  }
+
+  if (n > 1) {
+    // A ring where every rank sends and receives at once: deadlocks unless batched.
+    auto send = torch::full({5}, static_cast<float>(ranks[me]));
+    auto recv = torch::zeros({5});
+    const int next = (me + 1) % n;
+    const int prev = (me + n - 1) % n;
+    g.batch_send_recv({{P2POp::Kind::kSend, send, next}, {P2POp::Kind::kRecv, recv, prev}}).wait();
+    EXPECT_TRUE(torch::equal(recv, torch::full({5}, static_cast<float>(ranks[prev]))));
+    // Plain send/recv, lower rank sends first.
+    if (me == 0) {
+      g.send(torch::full({2}, 42.0f), 1).wait();
+    } else if (me == 1) {
+      auto x = torch::zeros({2});
+      g.recv(x, 0).wait();
+      EXPECT_EQ(x[1].item<float>(), 42.0f);
+    }
+  }
+  g.barrier().wait();
+}
+
+TEST(ProcessGroup, WorldCollectives) { check_collectives(*world()); }
+
+TEST(ProcessGroup, EveryAxisOfEveryMeshShape) {
+  for (const auto& shape : shapes_for(world()->size())) {
+    SCOPED_TRACE(fmt::format("mesh dp={} pp={} tp={}", shape.dp, shape.pp, shape.tp));
+    ProcessGroupMesh mesh(world(), shape);
+    const auto& g = mesh.groups();
+    EXPECT_EQ(g.dp->size() * g.pp->size() * g.tp->size(), world()->size());
+    // tp is innermost: a tp group is a run of consecutive global ranks.
+    const auto& tp_ranks = g.tp->global_ranks();
+    for (size_t i = 1; i < tp_ranks.size(); ++i) EXPECT_EQ(tp_ranks[i], tp_ranks[i - 1] + 1);
+    // The coordinate this rank computes is the one every other rank computes for it.
+    auto coords = torch::zeros({world()->size() * 3}, torch::kInt64);
+    const auto c = mesh.coordinate();
+    world()->all_gather(coords, torch::tensor({int64_t{c.dp}, int64_t{c.pp}, int64_t{c.tp}})).wait();
+    for (int r = 0; r < world()->size(); ++r) {
+      const auto expected = mesh.coordinate_of(r);
+      EXPECT_EQ(coords[3 * r].item<int64_t>(), expected.dp);
+      EXPECT_EQ(coords[3 * r + 1].item<int64_t>(), expected.pp);
+      EXPECT_EQ(coords[3 * r + 2].item<int64_t>(), expected.tp);
+    }
+    check_collectives(*g.dp);
+    check_collectives(*g.pp);
+    check_collectives(*g.tp);
+  }
+}
+
+// Rank 0 enters an all-reduce on a {0, 1} group that rank 1 never joins. With rank 1 alive but
+// absent the operation must time out; with rank 1's group gone it must fail at once. Either way
+// the error names the operation and the group.
+void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds timeout) {
+  const bool member = world()->rank() < 2;
+  std::shared_ptr<ProcessGroup> pair;
+  if (member) pair = world()->new_subgroup({0, 1}, "lonely_pair", timeout);
+  if (member && !peer_stays && pair->rank() == 1) pair.reset();
+  if (member && pair && pair->rank() == 0) {
+    auto t = torch::ones({1});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pair->all_reduce(t).wait();
+      ADD_FAILURE() << "all_reduce with an absent peer returned";
+    } catch (const DistError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("all_reduce"), std::string::npos) << what;
+      EXPECT_NE(what.find("lonely_pair"), std::string::npos) << what;
+      EXPECT_NE(what.find("global ranks 0,1"), std::string::npos) << what;
+      if (peer_stays) EXPECT_NE(what.find("imed out"), std::string::npos) << what;
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (peer_stays) EXPECT_GE(elapsed, timeout * 9 / 10);
+    EXPECT_LT(elapsed, timeout + std::chrono::seconds(10));
+  }
+  world()->barrier().wait();
+}
+
+TEST(ProcessGroup, TimeoutNamesOperationAndGroup) {
+  expect_lonely_all_reduce_fails(/*peer_stays=*/true, std::chrono::milliseconds(1500));
+}
+
+TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
+  expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
+}
+
+TEST(ProcessGroup, ShapeErrorsSayWhatFits) {
+  const int n = world()->size();
+  try {
+    ProcessGroupMesh::resolve({0, 3, 1}, n);
+    ADD_FAILURE() << "pp=3 accepted for world size " << n;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not divisible"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ProcessGroupMesh::resolve({n + 1, 1, 1}, n), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace colo::dist
