@@ -1,0 +1,71 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+// colo-run: starts the ranks of one node with the environment torchrun sets, prefixes their
+// output, and stops the whole job when any rank fails. Linux only (process groups, signalfd,
+// PR_SET_PDEATHSIG). The logic lives here rather than in main.cpp so that parsing and the rank
+// environment can be reasoned about (and tested through the binary) on their own.
+namespace colo::launcher {
+
+// Bad command line. main() prints the message and exits with status 2, the shell's convention
+// for usage errors, so scripts can tell "wrong invocation" from "a rank failed".
+class UsageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct LaunchConfig {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  // 0 until resolved: run() picks a free port on a single node; many nodes must agree on one,
+  // so parse_args() requires --master-port there.
+  int master_port = 0;
+  // "" (none), "auto" (run() creates a fresh path and removes it afterwards) or a path.
+  std::string rdzv_file;
+  double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the ranks
+  bool prefix_output = true;
+  bool self_check = false;  // --check: run the launcher's own self-check instead of a program
+  bool show_help = false;
+  std::vector<std::string> command;  // the program and its arguments, passed through untouched
+};
+
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// Parses the arguments after argv[0]. Options end at the first token that is not an option or
+// an option's value (or after "--"): everything from there on is the program and its own
+// arguments, so `colo-run --nproc-per-node 2 prog --nproc-per-node 9` passes the second flag to
+// prog. Throws UsageError naming the bad option and what to change.
+LaunchConfig parse_args(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage();
+
+// The variables colo-run sets for local rank `local_rank` (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER and, with a rendezvous
+// file, COLO_RDZV_FILE). `config` must be resolved (master_port set, rdzv_file not "auto");
+// throws std::invalid_argument otherwise.
+EnvVars make_rank_env(const LaunchConfig& config, int local_rank);
+
+// A port that was free on `addr` a moment ago (bind to port 0, read it back, close). Another
+// process may take it before rank 0 binds it; on one node --rdzv-file avoids ports altogether.
+int pick_free_port(const std::string& addr);
+
+// Runs the job described by `config` (or the self-check with config.self_check) and returns
+// colo-run's exit status: 0 when every rank exits 0; the first failing rank's exit code, or
+// 128 + signal when it was killed; 128 + signal when colo-run was interrupted (130 for SIGINT);
+// 127 when the program cannot be executed.
+int run(LaunchConfig config);
+
+// The hidden child mode of --check: the first argument main() looks for, and the function a
+// self-check rank runs. It verifies the variables colo-run set and the process properties the
+// launcher relies on, and returns 0 when all hold.
+inline constexpr const char* kCheckRankFlag = "--internal-check-rank";
+int check_rank_main(const std::string& check_dir);
+
+}  // namespace colo::launcher

@@ -1,0 +1,445 @@
+// Tests of the colo-run launcher, run as a black box: each test starts the built binary and
+// checks its exit status, its output, and (through pid files the ranks write) that no process
+// of the job survives it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
+
+struct Result {
+  int exit_code = -1;  // -1 when colo-run itself was killed by a signal
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// colo-run as a child of the test, with its stdout and stderr captured.
+class ColoRunProcess {
+ public:
+  explicit ColoRunProcess(const std::vector<std::string>& args,
+                          const std::map<std::string, std::string>& extra_env = {}) {
+    std::vector<std::string> argv_strings = {kColoRun};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string item = *e;
+      if (extra_env.count(item.substr(0, item.find('='))) == 0) env_strings.push_back(item);
+    }
+    for (const auto& [name, value] : extra_env) env_strings.push_back(name + "=" + value);
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe2 failed");
+    }
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::dup2(err_pipe[1], STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(126);
+    }
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    out_fd_ = out_pipe[0];
+    err_fd_ = err_pipe[0];
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Collects the output until colo-run exits; past `timeout_s` it is killed and the test fails.
+  Result wait(double timeout_s = 15) {
+    Result result;
+    const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(timeout_s));
+    bool killed = false;
+    while (out_fd_ >= 0 || err_fd_ >= 0) {
+      std::vector<pollfd> fds;
+      if (out_fd_ >= 0) fds.push_back({out_fd_, POLLIN, 0});
+      if (err_fd_ >= 0) fds.push_back({err_fd_, POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 100);
+      for (const pollfd& p : fds) {
+        if (p.revents == 0) continue;
+        char buffer[4096];
+        ssize_t n = ::read(p.fd, buffer, sizeof buffer);
+        std::string& sink = p.fd == out_fd_ ? result.out : result.err;
+        int& fd = p.fd == out_fd_ ? out_fd_ : err_fd_;
+        if (n > 0) {
+          sink.append(buffer, static_cast<std::size_t>(n));
+        } else if (n == 0 || errno != EINTR) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+      if (!killed && Clock::now() > deadline) {
+        ADD_FAILURE() << "colo-run did not finish within " << timeout_s << " s; killing it";
+        ::kill(pid_, SIGKILL);
+        killed = true;
+      }
+    }
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    result.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  Clock::time_point start_;
+};
+
+Result run_colo(const std::vector<std::string>& args,
+                const std::map<std::string, std::string>& extra_env = {}) {
+  return ColoRunProcess(args, extra_env).wait();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Gone entirely: colo-run (or init) reaped it.
+bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Dead, possibly a zombie waiting for a parent that is not colo-run's to reap it.
+bool process_dead(pid_t pid) {
+  if (process_gone(pid)) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, comm, state;
+  stat >> pid_field >> comm >> state;
+  return state == "Z";
+}
+
+class ColoRunJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "colo-run-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    // Whatever a failed test left running must not outlive it.
+    for (pid_t pid : all_pids()) ::kill(pid, SIGKILL);
+    fs::remove_all(dir_);
+  }
+
+  // Shell code that records the rank's pid as pid.<RANK> and starts a background `sleep` (a
+  // grandchild of colo-run, recorded as child.<RANK>). Files are renamed into place so that a
+  // reader never sees them half written.
+  std::string record_pids() const {
+    const std::string d = dir_.string();
+    return "echo $$ > " + d + "/pid.$RANK.tmp && mv " + d + "/pid.$RANK.tmp " + d +
+           "/pid.$RANK; sleep 30 & echo $! > " + d + "/child.$RANK.tmp && mv " + d +
+           "/child.$RANK.tmp " + d + "/child.$RANK; ";
+  }
+  // Shell code that waits until the given ranks have recorded their pids.
+  std::string wait_for_ranks(const std::vector<int>& ranks) const {
+    std::string condition;
+    for (int r : ranks) {
+      if (!condition.empty()) condition += " || ";
+      condition += "[ ! -e " + (dir_ / ("child." + std::to_string(r))).string() + " ]";
+    }
+    return "while " + condition + "; do sleep 0.02; done; ";
+  }
+
+  pid_t read_pid(const std::string& name) const {
+    std::ifstream in(dir_ / name);
+    pid_t pid = -1;
+    in >> pid;
+    return pid;
+  }
+  std::vector<pid_t> all_pids() const {
+    std::vector<pid_t> pids;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find(".tmp") != std::string::npos) continue;
+      if (name.rfind("pid.", 0) == 0 || name.rfind("child.", 0) == 0) {
+        pid_t pid = read_pid(name);
+        if (pid > 0) pids.push_back(pid);
+      }
+    }
+    return pids;
+  }
+  // Waits (bounded) until every rank has written its pid files.
+  bool wait_for_pid_files(int nranks, double timeout_s = 5) const {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
+    while (Clock::now() < deadline) {
+      bool all = true;
+      for (int r = 0; r < nranks; ++r)
+        all = all && fs::exists(dir_ / ("child." + std::to_string(r)));
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  void expect_all_gone(int nranks) const {
+    ASSERT_EQ(all_pids().size(), static_cast<std::size_t>(2 * nranks))
+        << "every rank records 2 pids";
+    for (pid_t pid : all_pids()) EXPECT_TRUE(process_gone(pid)) << "pid " << pid << " survived";
+  }
+
+  fs::path dir_;
+};
+
+TEST(ColoRun, AllRanksSucceedAndEveryLineIsPrefixed) {
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c",
+                       "echo \"out $RANK a\"; echo \"err $RANK\" >&2; echo \"out $RANK b\"; "
+                       "printf \"tail $RANK\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Lines of different ranks may interleave, but each line is whole and each rank's lines
+  // keep their order; the unterminated tail comes last, completed with a newline.
+  std::vector<std::string> out = lines_of(r.out);
+  EXPECT_EQ(r.out.back(), '\n');
+  ASSERT_EQ(out.size(), 9u) << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    const std::string s = std::to_string(rank);
+    std::vector<std::string> mine;
+    std::copy_if(out.begin(), out.end(), std::back_inserter(mine),
+                 [&](const std::string& l) { return l.rfind(p, 0) == 0; });
+    EXPECT_EQ(mine, (std::vector<std::string>{p + "out " + s + " a", p + "out " + s + " b",
+                                              p + "tail " + s}));
+  }
+  std::vector<std::string> err = lines_of(r.err);
+  std::sort(err.begin(), err.end());
+  EXPECT_EQ(err, (std::vector<std::string>{"[rank 0] err 0", "[rank 1] err 1", "[rank 2] err 2"}));
+}
+
+TEST(ColoRun, NoPrefixPassesOutputThroughUntouched) {
+  Result r = run_colo({"--no-prefix", "--nproc-per-node", "1", "sh", "-c",
+                       "printf 'raw line\\npartial'; printf 'e\\n' >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "raw line\npartial");
+  EXPECT_EQ(r.err, "e\n");
+}
+
+TEST(ColoRun, ProgramArgumentsAreNotParsedAsOptions) {
+  Result r = run_colo(
+      {"--nproc-per-node", "1", "sh", "-c", "echo \"$@\"", "sh", "--foo", "--nproc-per-node", "9"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] --foo --nproc-per-node 9\n");
+  // "--" ends colo-run's options explicitly.
+  r = run_colo({"--", "sh", "-c", "echo $WORLD_SIZE"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] 1\n");
+}
+
+TEST(ColoRun, SetsTheTorchrunEnvironmentAndARendezvousFile) {
+  // Values inherited from colo-run's own environment must not leak into the ranks.
+  Result r = run_colo({"--nproc-per-node", "2", "--rdzv-file", "auto", "sh", "-c",
+                       "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
+                       "$MASTER_ADDR $MASTER_PORT $COLO_LAUNCHER $COLO_RDZV_FILE\""},
+                      {{"RANK", "99"}, {"MASTER_PORT", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> out = lines_of(r.out);
+  std::sort(out.begin(), out.end());
+  ASSERT_EQ(out.size(), 2u) << r.out;
+  std::vector<std::string> ports, rdzv_files;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::istringstream fields(out[static_cast<std::size_t>(rank)]);
+    std::string tag, tag_rank, rank_var, local, world, local_world, group, addr, port, launcher,
+        rdzv;
+    fields >> tag >> tag_rank >> rank_var >> local >> world >> local_world >> group >> addr >>
+        port >> launcher >> rdzv;
+    EXPECT_EQ(tag + " " + tag_rank, "[rank " + std::to_string(rank) + "]");
+    EXPECT_EQ(rank_var, std::to_string(rank));
+    EXPECT_EQ(local, std::to_string(rank));
+    EXPECT_EQ(world, "2");
+    EXPECT_EQ(local_world, "2");
+    EXPECT_EQ(group, "0");
+    EXPECT_EQ(addr, "127.0.0.1");
+    ASSERT_FALSE(port.empty());
+    EXPECT_TRUE(std::all_of(port.begin(), port.end(), ::isdigit)) << port;
+    const int port_number = std::atoi(port.c_str());
+    EXPECT_GT(port_number, 1);
+    EXPECT_LE(port_number, 65535);
+    EXPECT_EQ(launcher, "colo-run");
+    EXPECT_EQ(rdzv.front(), '/') << rdzv;
+    ports.push_back(port);
+    rdzv_files.push_back(rdzv);
+  }
+  EXPECT_EQ(ports[0], ports[1]);
+  EXPECT_EQ(rdzv_files[0], rdzv_files[1]);
+  EXPECT_FALSE(fs::exists(rdzv_files[0]));
+  EXPECT_FALSE(fs::exists(fs::path(rdzv_files[0]).parent_path())) << "auto directory removed";
+}
+
+TEST(ColoRun, RanksOfALaterNodeStartAtNodeRankTimesNproc) {
+  Result r = run_colo({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
+                       "--master-addr", "127.0.0.1", "--master-port", "29555", "sh", "-c",
+                       "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_PORT "
+                       "${COLO_RDZV_FILE-unset}\""},
+                      {{"COLO_RDZV_FILE", "/stale/from/outside"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> out = lines_of(r.out);
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[rank 2] 2 0 4 1 29555 unset",
+                                           "[rank 3] 3 1 4 1 29555 unset"}));
+}
+
+TEST_F(ColoRunJob, FailingRankStopsTheOthersAndIsReportedByRank) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " +
+                             wait_for_ranks({0, 2}) + "echo dying >&2; exit 3; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+  const std::string pid1 = std::to_string(read_pid("pid.1"));
+  const std::string report =
+      "colo-run: rank 1 (pid " + pid1 + ") exited with code 3; stopped the other ranks\n";
+  EXPECT_NE(r.err.find(report), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[rank 1] dying\n"), std::string::npos) << "the rank's last words";
+  expect_all_gone(3);
+}
+
+TEST_F(ColoRunJob, RankKilledBySignalStopsTheOthers) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " +
+                             wait_for_ranks({0, 2}) + "kill -9 $$; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+  const std::string pid1 = std::to_string(read_pid("pid.1"));
+  EXPECT_NE(r.err.find("rank 1 (pid " + pid1 + ") was killed by signal 9 (SIGKILL)"),
+            std::string::npos)
+      << r.err;
+  expect_all_gone(3);
+}
+
+TEST_F(ColoRunJob, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  // Rank 0 and its sleep ignore SIGTERM (dispositions are inherited), so only the SIGKILL
+  // after --grace-period ends them.
+  const std::string script = "if [ \"$RANK\" = 0 ]; then trap '' TERM; fi; " + record_pids() +
+                             "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0}) +
+                             "exit 5; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "2", "--grace-period", "1", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_GE(r.seconds, 1.0) << "SIGKILL came before the grace period ended";
+  EXPECT_LT(r.seconds, 8.0);
+  expect_all_gone(2);
+}
+
+TEST_F(ColoRunJob, SigintStopsAllRanks) {
+  ColoRunProcess job({"--nproc-per-node", "3", "sh", "-c", record_pids() + "wait"});
+  ASSERT_TRUE(wait_for_pid_files(3)) << "the ranks did not start";
+  ::kill(job.pid(), SIGINT);
+  Result r = job.wait();
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("received SIGINT"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+  expect_all_gone(3);
+}
+
+TEST_F(ColoRunJob, RanksDieWithTheLauncher) {
+  // PR_SET_PDEATHSIG: even a SIGKILLed colo-run, which can clean nothing up, takes its ranks
+  // along. (Not their own children: that is what colo-run's process-group kill is for.)
+  const std::string d = dir_.string();
+  ColoRunProcess job({"--nproc-per-node", "2", "sh", "-c",
+                      "echo $$ > " + d + "/rank.$RANK.tmp && mv " + d + "/rank.$RANK.tmp " + d +
+                          "/rank.$RANK; exec sleep 30"});
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!(fs::exists(dir_ / "rank.0") && fs::exists(dir_ / "rank.1")) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t rank0 = read_pid("rank.0"), rank1 = read_pid("rank.1");
+  ASSERT_GT(rank0, 0);
+  ASSERT_GT(rank1, 0);
+  ::kill(job.pid(), SIGKILL);
+  job.wait();
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  while (!(process_dead(rank0) && process_dead(rank1)) && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(process_dead(rank0));
+  EXPECT_TRUE(process_dead(rank1));
+  ::kill(rank0, SIGKILL);  // no-ops when the test passes
+  ::kill(rank1, SIGKILL);
+}
+
+TEST(ColoRun, BadUsageIsRejectedWithAClearMessage) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no program given"},
+      {{"--nproc-per-node", "0", "sh", "-c", "echo ran"}, "--nproc-per-node must be at least 1"},
+      {{"--nproc-per-node", "x", "sh", "-c", "echo ran"}, "is invalid"},
+      {{"--nnodes", "2", "--node-rank", "2", "--master-port", "29500", "sh", "-c", "echo ran"},
+       "--node-rank 2 is out of range for --nnodes 2"},
+      {{"--nnodes", "2", "sh", "-c", "echo ran"}, "needs --master-port"},
+      {{"--nnodes", "2", "--master-port", "29500", "--rdzv-file", "auto", "sh", "-c", "echo ran"},
+       "--rdzv-file works on one node only"},
+      {{"--bogus", "sh", "-c", "echo ran"}, "unrecognised option '--bogus'"},
+      {{"--nproc", "2", "sh", "-c", "echo ran"}, "unrecognised option '--nproc'"},
+      {{"--check", "sh"}, "--check runs colo-run's self-check and takes no program"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run_colo(args);
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_NE(r.err.find("colo-run: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << "no rank may start on bad usage";
+  }
+}
+
+TEST(ColoRun, MissingProgramIsReportedOnce) {
+  Result r = run_colo({"--nproc-per-node", "2", "colo-no-such-program"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("cannot execute 'colo-no-such-program' for rank 0: No such file or "
+                       "directory (not found on PATH)"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(ColoRunJob, ExistingRendezvousFileIsRefused) {
+  const fs::path stale = dir_ / "store";
+  std::ofstream(stale) << "old keys";
+  Result r = run_colo({"--rdzv-file", stale.string(), "sh", "-c", "echo ran"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(fs::exists(stale)) << "colo-run must not delete a file it refused to use";
+}
+
+TEST(ColoRun, SelfCheckPasses) {
+  Result r = run_colo({"--nproc-per-node", "3", "--check"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("colo-run --check: OK"), std::string::npos) << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string s = std::to_string(rank);
+    EXPECT_NE(r.out.find("[rank " + s + "] environment ok: rank " + s + " of 3"), std::string::npos)
+        << r.out;
+  }
+}
+
+}  // namespace
