@@ -3,6 +3,10 @@
 #  - CUDA: the PyTorch wheel's libtorch 2.x (NCCL + Gloo), found through CMAKE_PREFIX_PATH.
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
+# LibTorch 2.10 and later refuse to compile below C++20; 1.13 is happy with C++17.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.10)
+  set(CMAKE_CXX_STANDARD 20)
+endif()
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)

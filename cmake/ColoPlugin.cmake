@@ -6,6 +6,7 @@ function(colo_add_plugin name)
   set(target colo_plugin_${name})
   add_library(${target} MODULE ${ARG_SOURCES})
   target_link_libraries(${target} PRIVATE colo::booster ${ARG_LIBRARIES})
+  target_compile_features(${target} PRIVATE cxx_std_17)
   set_target_properties(${target} PROPERTIES PREFIX "lib" OUTPUT_NAME "colo_plugin_${name}")
   if(DEFINED COLO_PLUGIN_BUILD_DIR)  # inside the colo tree
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${COLO_PLUGIN_BUILD_DIR}"

@@ -7,17 +7,31 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+// PyTorch's wheel ships ProcessGroupGloo.hpp but not the gloo headers it includes; Debian's
+// libtorch-dev has both (through libgloo-dev). Without them colo uses NCCL only.
+#if __has_include(<gloo/algorithm.h>)
+#define COLO_HAS_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#else
+#define COLO_HAS_GLOO 0
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #ifdef COLO_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -51,9 +65,16 @@ inline std::string torch_version_string() { return TORCH_VERSION; }
 
 inline CommBackendPtr make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                         std::chrono::milliseconds timeout) {
+#if COLO_HAS_GLOO
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+#else
+  (void)store, (void)rank, (void)size, (void)timeout;
+  throw std::invalid_argument(
+      "this colo was built without Gloo headers, so CPU collectives are unavailable; use CUDA tensors (NCCL) or "
+      "build against a LibTorch that ships gloo/");
+#endif
 }
 
 #ifdef USE_C10D_NCCL
@@ -72,6 +93,26 @@ inline void set_current_cuda_device(int index) {
 #else
   (void)index;
   throw std::logic_error("a CUDA device was requested but colo was built without CUDA");
+#endif
+}
+
+// The random state of a GPU's default generator (dropout on that GPU draws from it).
+inline torch::Tensor cuda_rng_state(const c10::Device& device) {
+#ifdef COLO_WITH_CUDA
+  return at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state();
+#else
+  (void)device;
+  throw std::logic_error("a CUDA random state was requested but colo was built without CUDA");
+#endif
+}
+inline void set_cuda_rng_state(const c10::Device& device, const torch::Tensor& state) {
+#ifdef COLO_WITH_CUDA
+  auto generator = at::cuda::detail::getDefaultCUDAGenerator(device.index());  // a handle; copies share state
+  generator.set_state(state);
+#else
+  (void)device;
+  (void)state;
+  throw std::logic_error("a CUDA random state was given but colo was built without CUDA");
 #endif
 }
 
@@ -131,12 +172,18 @@ Key optimizer_state_key(const at::Tensor& param) {
 // Adam (decoupled_weight_decay = false: L2 added to the gradient) or AdamW over tensors of one
 // CUDA device and dtype in a single fused kernel, with bias correction; `step` is the step
 // number of this update (1 for the first). Returns false without touching anything where
-// LibTorch has no such kernel (1.13, or CPU tensors): callers then use multi-tensor ops.
+// LibTorch has no such kernel (1.13, CPU tensors) or the kernel cannot take the tensors (it
+// needs every tensor contiguous): callers then use multi-tensor ops.
 inline bool fused_adam_step(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                             at::TensorList exp_avg_sqs, int64_t step, double lr, double beta1, double beta2,
                             double weight_decay, double eps, bool decoupled_weight_decay) {
 #if COLO_TORCH_AT_LEAST(2, 1)
   if (params.empty() || !params[0].is_cuda()) return false;
+  for (const auto list : {params, grads, exp_avgs, exp_avg_sqs}) {
+    for (const auto& t : list) {
+      if (!t.is_contiguous()) return false;
+    }
+  }
   // The kernel only reads the step counts, so one tensor can serve every parameter.
   const auto step_tensor = at::full({}, static_cast<double>(step), params[0].options().dtype(at::kFloat));
   const std::vector<at::Tensor> steps(params.size(), step_tensor);
@@ -154,6 +201,56 @@ inline bool fused_adam_step(at::TensorList params, at::TensorList grads, at::Ten
       (void)weight_decay, (void)eps, (void)decoupled_weight_decay;
   return false;
 #endif
+}
+
+// A post hook on a leaf tensor's AccumulateGrad node runs right after autograd has accumulated a
+// gradient into tensor.grad(): the mechanism c10d's Reducer uses to start all-reduces during
+// backward. The FunctionPostHook signature is the same in 1.13 and 2.x; what differs is the
+// node's handle (std::shared_ptr<Node> in 1.13, c10::intrusive_ptr<Node> from 2.x).
+using GradAccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+
+struct GradAccumulatedHook {
+  // A tensor holds its accumulator only weakly: whoever registers a hook keeps the node alive,
+  // or the hook disappears with it before the next backward.
+  GradAccumulatorPtr accumulator;
+  uintptr_t key = 0;
+};
+
+namespace detail {
+class CallbackPostHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit CallbackPostHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+}  // namespace detail
+
+// Runs `fn` (on the autograd thread) each time a backward pass has accumulated into leaf.grad().
+// `leaf` must require grad. Remove the hook before whatever `fn` refers to goes away.
+inline GradAccumulatedHook add_grad_accumulated_hook(const at::Tensor& leaf, std::function<void()> fn) {
+  GradAccumulatedHook hook;
+  hook.accumulator = torch::autograd::impl::grad_accumulator(leaf);
+  if (!hook.accumulator) {
+    throw std::invalid_argument("add_grad_accumulated_hook: the tensor is not a leaf that requires grad");
+  }
+  hook.key = hook.accumulator->add_post_hook(std::make_unique<detail::CallbackPostHook>(std::move(fn)));
+  return hook;
+}
+
+inline void remove_grad_accumulated_hook(const GradAccumulatedHook& hook) {
+  if (hook.accumulator) hook.accumulator->del_post_hook(hook.key);
+}
+
+// Queues `fn` to run once the backward pass being executed has finished (after every gradient
+// has been accumulated). Only valid from inside that pass (e.g. from an autograd hook).
+inline void queue_end_of_backward_callback(std::function<void()> fn) {
+  torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
 }
 
 }  // namespace colo::compat

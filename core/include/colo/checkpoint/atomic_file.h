@@ -1,0 +1,19 @@
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+
+namespace colo::checkpoint {
+
+// Replaces `path` with what `write` produces, all or nothing: the bytes go to a temporary file
+// in the same directory, which is flushed to disk (fsync) and renamed over `path`; the
+// directory is then fsynced so the rename itself survives a crash. A reader therefore sees
+// either the old file or the complete new one, never a torn write. If `write` throws or any
+// step fails, the temporary file is removed, `path` is left as it was, and the error
+// propagates (I/O failures as CheckpointError naming the file and the failing step).
+void atomic_write_file(const std::string& path, const std::function<void(std::ostream&)>& write);
+void atomic_write_file(const std::string& path, std::string_view bytes);
+
+}  // namespace colo::checkpoint

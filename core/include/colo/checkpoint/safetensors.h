@@ -1,0 +1,47 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "colo/checkpoint/checkpoint_error.h"
+
+namespace colo::checkpoint {
+
+// Name → tensor pairs in a meaningful order (file order, or a model's canonical order).
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The contents of one safetensors file (https://github.com/huggingface/safetensors):
+// tensors in the order the header lists them, plus the free-form "__metadata__" strings.
+struct SafetensorsFile {
+  NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+
+  // The tensor called `name`; throws std::out_of_range naming it when the file has none.
+  const torch::Tensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+};
+
+// Reads a whole safetensors file into CPU tensors. Everything is validated before it is
+// trusted: the file's size, the 8-byte little-endian header length, the header's JSON, each
+// entry's dtype (F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL), shape and data_offsets (length ==
+// numel × itemsize, inside the data region, no two tensors overlapping) and the metadata
+// (a string → string map). Any violation throws CheckpointError naming the file, the tensor
+// and what is wrong.
+SafetensorsFile read_safetensors(const std::string& path);
+
+// Writes `tensors` (any device and layout: each is copied to contiguous CPU memory as it is
+// written) in the given order, atomically (see atomic_write_file). The header is padded with
+// spaces to a multiple of 8 bytes, as the format recommends. Throws CheckpointError for an
+// unsupported dtype, a duplicate or reserved name, or an I/O failure.
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// The safetensors name of a dtype ("F32", "BF16", ...); throws CheckpointError for dtypes the
+// format (as colo supports it) cannot hold.
+std::string safetensors_dtype_name(torch::ScalarType dtype);
+
+}  // namespace colo::checkpoint

@@ -1,0 +1,158 @@
+#pragma once
+
+#include <colo/data/batch.h>
+#include <colo/data/dataset.h>
+#include <colo/data/distributed_sampler.h>
+#include <colo/data/image_transform.h>
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+
+namespace colo::data {
+
+namespace detail {
+class BatchProducer;
+class Prefetcher;
+}  // namespace detail
+
+struct DataLoaderOptions {
+  /* implicit */ DataLoaderOptions(int64_t batch_size) : batch_size_(batch_size) {}
+
+  // Images per batch on this replica (the global batch is batch_size × num_replicas).
+  TORCH_ARG(int64_t, batch_size);
+  // Reshuffle every epoch (see DistributedSampler); off, the order is 0, 1, 2, … as PyTorch's
+  // DataLoader defaults to. Training loaders turn it on.
+  TORCH_ARG(bool, shuffle) = false;
+  // Drop what does not fill a whole batch: the sampler drops the samples that do not divide over
+  // the replicas and the loader the last, incomplete batch. With it, the replicas' batch k
+  // together are exactly single-process batch k at batch size batch_size × num_replicas; without
+  // it, shards are padded by wrapping around (a few samples repeat) and the last batch is short.
+  TORCH_ARG(bool, drop_last) = false;
+  // Seeds the shuffle and the augmentation.
+  TORCH_ARG(uint64_t, seed) = 0;
+  // The DATA-PARALLEL size and rank (see DistributedSampler): ranks of one tensor/pipeline
+  // group pass the same rank. The Booster sets them with reshard().
+  TORCH_ARG(int64_t, num_replicas) = 1;
+  TORCH_ARG(int64_t, rank) = 0;
+  // Where batches are delivered. For CUDA, batches are copied from pinned memory without
+  // blocking, on a side stream when prefetching, and next() makes the caller's current stream
+  // wait for the copy.
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
+  TORCH_ARG(bool, pin_memory) = true;  // only read when the device is CUDA
+  // Batches a background thread prepares ahead of the caller (read, augment, copy to the
+  // device). 0 prepares each batch in next(), in the caller's thread.
+  TORCH_ARG(int64_t, prefetch) = 2;
+  // Random crop and flip, for training. The augmentation is the data set's default unless given.
+  TORCH_ARG(bool, augment) = false;
+  TORCH_ARG(std::optional<Augmentation>, augmentation) = std::nullopt;
+  // Per-channel normalisation, with the data set's statistics unless given.
+  TORCH_ARG(bool, normalize) = true;
+  TORCH_ARG(std::optional<Normalization>, normalization) = std::nullopt;
+  // Resize to image_size × image_size; 0 keeps the data set's size.
+  TORCH_ARG(int64_t, image_size) = 0;
+  // Repeat a grayscale channel into this many (3 for models built for RGB); 0 keeps the data
+  // set's channels.
+  TORCH_ARG(int64_t, channels) = 0;
+};
+
+// Where a loader is: the epoch and the index of the batch next() returns next. Saving it with a
+// checkpoint and loading it into a loader built with the same data set and options resumes the
+// exact sequence of batches (augmentation included).
+struct DataLoaderState {
+  int64_t epoch = 0;
+  int64_t next_batch = 0;
+
+  bool operator==(const DataLoaderState& other) const { return epoch == other.epoch && next_batch == other.next_batch; }
+  bool operator!=(const DataLoaderState& other) const { return !(*this == other); }
+};
+
+// Iterates this replica's batches of one epoch at a time:
+//
+//   for (int64_t epoch = loader.epoch(); epoch < num_epochs; ++epoch) {
+//     if (epoch != loader.epoch()) loader.set_epoch(epoch);   // keeps a resumed position
+//     while (auto batch = loader.next()) train_step(batch->images, batch->labels);
+//   }
+//
+// or, equivalently, `for (Batch& batch : loader)` over the rest of the current epoch. Everything
+// random (shuffle, crop offsets, flips) is a function of (seed, epoch, sample index), so batches
+// are the same with or without prefetching, and state()/load_state() resume mid-epoch exactly.
+// A loader is movable, not copyable; it is used from one thread.
+class DataLoader {
+ public:
+  // Throws std::invalid_argument listing every option that is invalid or does not fit the data
+  // set (batch size, ranks, normalisation channels, …).
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch of the current epoch, or nullopt when the epoch is over. An exception while
+  // preparing a batch (in the prefetch thread too) is rethrown here, and the same batch is
+  // attempted again by the next call.
+  std::optional<Batch> next();
+
+  // Positions the loader at the first batch of an epoch (reshuffling for it).
+  void set_epoch(int64_t epoch);
+  // Back to the first batch of the current epoch.
+  void reset();
+  // Splits the data set over other data-parallel replicas (keeps the epoch, restarts it at batch 0).
+  void reshard(int64_t num_replicas, int64_t rank);
+
+  DataLoaderState state() const { return {epoch(), next_batch_}; }
+  // Throws std::invalid_argument for a negative epoch or a batch index beyond num_batches().
+  void load_state(const DataLoaderState& state);
+
+  int64_t epoch() const { return sampler_.epoch(); }
+  // Batches per epoch on this replica (the same on every replica).
+  int64_t num_batches() const;
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+  const std::shared_ptr<const Dataset>& dataset_ptr() const { return dataset_; }
+  const DistributedSampler& sampler() const { return sampler_; }
+  // The shape of the images in the batches (after resizing and channel expansion).
+  ImageShape image_shape() const { return transform_.output_shape(); }
+
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Batch*;
+    using reference = Batch&;
+
+    Iterator() = default;
+    Batch& operator*() { return *batch_; }
+    Batch* operator->() { return &*batch_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& other) const { return batch_.has_value() == other.batch_.has_value(); }
+    bool operator!=(const Iterator& other) const { return !(*this == other); }
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(DataLoader* loader);
+    DataLoader* loader_ = nullptr;
+    std::optional<Batch> batch_;
+  };
+  // Continues from the current position (begin() takes the next batch; it does not rewind).
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
+
+ private:
+  void restart(int64_t next_batch);
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  DistributedSampler sampler_;
+  ImageTransform transform_;
+  std::shared_ptr<const detail::BatchProducer> producer_;  // this epoch's shard, immutable
+  std::unique_ptr<detail::Prefetcher> prefetcher_;
+  int64_t next_batch_ = 0;
+};
+
+}  // namespace colo::data

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <colo/data/batch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace colo::data {
+
+enum class Split { kTrain, kTest };
+
+struct ImageShape {
+  int64_t channels = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+
+  bool operator==(const ImageShape& other) const {
+    return channels == other.channels && height == other.height && width == other.width;
+  }
+  bool operator!=(const ImageShape& other) const { return !(*this == other); }
+};
+
+// Per-channel statistics that map pixel values in [0, 1] to roughly zero mean and unit variance:
+// x' = (x - mean[c]) / std[c].
+struct Normalization {
+  std::vector<double> mean;
+  std::vector<double> std;
+};
+
+// The augmentations small-image training uses (torchvision's RandomCrop(size, padding) and
+// RandomHorizontalFlip): pad every side with crop_padding black pixels, crop back to the
+// original size at a random offset, and mirror left-right with probability 1/2.
+struct Augmentation {
+  int64_t crop_padding = 0;
+  bool horizontal_flip = false;
+
+  bool enabled() const { return crop_padding > 0 || horizontal_flip; }
+};
+
+// An image classification data set with random access. Implementations are immutable after
+// construction, so get_batch may be called from the loader's prefetch thread while the caller
+// uses the same object.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  virtual std::string name() const = 0;
+  virtual int64_t size() const = 0;
+  virtual int64_t num_classes() const = 0;
+  virtual ImageShape image_shape() const = 0;
+
+  // Images float [B, C, H, W] with values in [0, 1] (not normalised: the DataLoader normalises
+  // after augmenting, so that crop padding is black as in torchvision) and labels int64 [B] on
+  // the CPU, in the order of indices. Throws std::out_of_range for an index outside [0, size()).
+  virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+
+  // The statistics the DataLoader normalises with unless told otherwise (those of the training
+  // split, as customary, so that train and test images are mapped alike).
+  virtual Normalization default_normalization() const = 0;
+  // The augmentation the DataLoader applies when augmentation is on and none is given.
+  virtual Augmentation default_augmentation() const { return {}; }
+};
+
+// Where data sets live unless a directory is given: $COLO_DATA_DIR when set, else
+// /usr/share/datasets (where Debian's dataset-* packages install).
+std::filesystem::path default_data_root();
+
+const char* to_string(Split split);
+
+}  // namespace colo::data

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "colo/nn/attention.h"
+#include "colo/nn/layer.h"
+#include "colo/nn/mlp.h"
+#include "colo/nn/vit_config.h"
+
+namespace colo::nn {
+
+// A pre-norm transformer block, tokens → tokens (timm's Block):
+//   x = x + drop_path(attn(norm1(x)));  x = x + drop_path(mlp(norm2(x)))
+// Canonical names: "blocks.{index}." + norm1.*, attn.qkv.*, attn.proj.*, norm2.*, mlp.fc1.*,
+// mlp.fc2.*. Its stochastic-depth rate is config.drop_path_rate_of_block(index).
+class EncoderBlock : public Layer {
+ public:
+  EncoderBlock(const ViTConfig& config, int64_t index);
+
+  torch::Tensor forward(const torch::Tensor& x) override;
+  std::string canonical_prefix() const override;
+
+  int64_t index() const { return index_; }
+  double drop_path_rate() const { return drop_path_; }
+  const std::shared_ptr<Attention>& attn() const { return attn_; }
+  const std::shared_ptr<Mlp>& mlp() const { return mlp_; }
+
+  // The sub-modules a tensor-parallel policy may swap: "attn.qkv", "attn.proj", "mlp.fc1",
+  // "mlp.fc2".
+  static const std::vector<std::string>& replaceable_submodules();
+  // Swaps one of them (path as above); throws std::invalid_argument listing the valid paths
+  // for any other.
+  void replace_submodule(const std::string& path, torch::nn::AnyModule module);
+
+ private:
+  int64_t index_;
+  double drop_path_;
+  torch::nn::LayerNorm norm1_{nullptr};
+  std::shared_ptr<Attention> attn_;
+  torch::nn::LayerNorm norm2_{nullptr};
+  std::shared_ptr<Mlp> mlp_;
+};
+
+}  // namespace colo::nn

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include "colo/nn/vit_config.h"
+
+namespace colo::nn {
+
+// The transformer MLP: fc1 → GELU (exact, erf) → dropout → fc2 → dropout.
+//
+// fc1 and fc2 are held through torch::nn::AnyModule and registered under those names so that a
+// tensor-parallel policy can swap them (replace_fc1 / replace_fc2) for a column- and a
+// row-parallel linear; any module with `Tensor forward(const Tensor&)` fits.
+class Mlp : public torch::nn::Module {
+ public:
+  explicit Mlp(const ViTConfig& config);
+
+  torch::Tensor forward(const torch::Tensor& x);
+
+  const torch::nn::AnyModule& fc1() const { return fc1_; }
+  const torch::nn::AnyModule& fc2() const { return fc2_; }
+  void replace_fc1(torch::nn::AnyModule module);
+  void replace_fc2(torch::nn::AnyModule module);
+
+ private:
+  double drop_;
+  torch::nn::AnyModule fc1_;
+  torch::nn::AnyModule fc2_;
+};
+
+}  // namespace colo::nn

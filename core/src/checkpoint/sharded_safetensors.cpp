@@ -1,0 +1,108 @@
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/sharded_safetensors.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace colo::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+std::string index_path(const std::string& dir, const std::string& base) {
+  return (fs::path(dir) / (base + ".safetensors.index.json")).string();
+}
+
+}  // namespace
+
+void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
+                          int64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+  fs::create_directories(dir);
+  // Greedy packing in the given order keeps a layer's tensors together in one shard.
+  std::vector<NamedTensors> shards(1);
+  int64_t current = 0;
+  for (const auto& entry : tensors) {
+    const int64_t size = nbytes(entry.second);
+    if (max_shard_bytes > 0 && current > 0 && current + size > max_shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(entry);
+    current += size;
+  }
+  if (shards.size() == 1) {
+    write_safetensors((fs::path(dir) / (base + ".safetensors")).string(), shards[0], metadata);
+    fs::remove(index_path(dir, base));  // a stale index would shadow the single file
+    return;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  int64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, i + 1, shards.size());
+    write_safetensors((fs::path(dir) / file).string(), shards[i], metadata);
+    for (const auto& [name, tensor] : shards[i]) {
+      weight_map[name] = file;
+      total += nbytes(tensor);
+    }
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  atomic_write_file(index_path(dir, base), index.dump(2));
+  fs::remove(fs::path(dir) / (base + ".safetensors"));
+}
+
+bool has_safetensors_set(const std::string& dir, const std::string& base) {
+  return fs::exists(index_path(dir, base)) || fs::exists(fs::path(dir) / (base + ".safetensors"));
+}
+
+NamedTensors load_safetensors_set(const std::string& dir, const std::string& base) {
+  const std::string index_file = index_path(dir, base);
+  if (!fs::exists(index_file)) {
+    const auto single = fs::path(dir) / (base + ".safetensors");
+    if (!fs::exists(single)) {
+      throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo "
+                                        "checkpoint directory?",
+                                        dir, base, base));
+    }
+    return read_safetensors(single.string()).tensors;
+  }
+  nlohmann::json index;
+  try {
+    std::ifstream in(index_file);
+    index = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: not a valid JSON index ({})", index_file, e.what()));
+  }
+  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw CheckpointError(fmt::format("{}: the index has no \"weight_map\" object", index_file));
+  }
+  std::map<std::string, std::set<std::string>> names_by_file;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) throw CheckpointError(fmt::format("{}: weight_map['{}'] is not a file name", index_file, name));
+    names_by_file[file.get<std::string>()].insert(name);
+  }
+  NamedTensors result;
+  for (const auto& [file, names] : names_by_file) {
+    const auto path = fs::path(dir) / file;
+    if (!fs::exists(path)) {
+      throw CheckpointError(fmt::format("{}: names {} (and {} other tensors) but the file is missing", index_file,
+                                        file, names.size() - 1));
+    }
+    auto shard = read_safetensors(path.string());
+    for (const auto& name : names) {
+      if (!shard.contains(name)) {
+        throw CheckpointError(fmt::format("{}: the index places '{}' in {} but that file does not hold it",
+                                          index_file, name, file));
+      }
+      result.emplace_back(name, shard.at(name));
+    }
+  }
+  return result;
+}
+
+}  // namespace colo::checkpoint

@@ -1,0 +1,101 @@
+#include <colo/data/image_transform.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "seed_mix.h"
+
+namespace colo::data {
+
+ImageTransform::ImageTransform(Options options, ImageShape input_shape)
+    : options_(std::move(options)), input_shape_(input_shape), output_shape_(input_shape) {
+  std::vector<std::string> errors;
+  const auto channels = static_cast<size_t>(input_shape.channels);
+  if (options_.augmentation.crop_padding < 0) {
+    errors.push_back(fmt::format("crop_padding must be >= 0, got {}", options_.augmentation.crop_padding));
+  }
+  if (options_.image_size < 0) {
+    errors.push_back(fmt::format("image_size must be >= 0 (0 keeps the size), got {}", options_.image_size));
+  }
+  if (options_.channels < 0 ||
+      (options_.channels > 0 && options_.channels != input_shape.channels && input_shape.channels != 1)) {
+    errors.push_back(
+        fmt::format("channels = {} does not fit {}-channel images: only a single channel can be "
+                    "repeated into several; use 0 to keep the images' channels",
+                    options_.channels, input_shape.channels));
+  }
+  if (const auto& n = options_.normalization) {
+    if (n->mean.size() != channels || n->std.size() != channels) {
+      errors.push_back(fmt::format("normalisation needs one mean and one std per image channel ({}), got {} and {}",
+                                   channels, n->mean.size(), n->std.size()));
+    }
+    if (!std::all_of(n->std.begin(), n->std.end(), [](double s) { return s > 0.0; })) {
+      errors.push_back(fmt::format("normalisation std must be positive, got [{}]", fmt::join(n->std, ", ")));
+    }
+  }
+  if (!errors.empty()) {
+    throw std::invalid_argument(fmt::format("ImageTransform for {}x{}x{} images: {}", input_shape.channels,
+                                            input_shape.height, input_shape.width, fmt::join(errors, "; ")));
+  }
+  if (options_.image_size > 0) output_shape_.height = output_shape_.width = options_.image_size;
+  if (options_.channels > 0) output_shape_.channels = options_.channels;
+  if (const auto& n = options_.normalization) {
+    const auto c = input_shape.channels;
+    mean_ = torch::tensor(n->mean, torch::kDouble).to(torch::kFloat).view({1, c, 1, 1});
+    std_ = torch::tensor(n->std, torch::kDouble).to(torch::kFloat).view({1, c, 1, 1});
+  }
+}
+
+torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std::vector<uint64_t>& sample_seeds) const {
+  if (images.dim() != 4 || images.size(1) != input_shape_.channels || images.size(2) != input_shape_.height ||
+      images.size(3) != input_shape_.width) {
+    throw std::invalid_argument(fmt::format("ImageTransform: expected images [B, {}, {}, {}], got {}",
+                                            input_shape_.channels, input_shape_.height, input_shape_.width,
+                                            c10::str(images.sizes())));
+  }
+  torch::Tensor out = images;
+  if (options_.augmentation.enabled()) out = augment(out, sample_seeds);
+  if (output_shape_.height != input_shape_.height || output_shape_.width != input_shape_.width) {
+    namespace F = torch::nn::functional;
+    out = F::interpolate(out, F::InterpolateFuncOptions()
+                                  .size(std::vector<int64_t>{output_shape_.height, output_shape_.width})
+                                  .mode(torch::kBilinear)
+                                  .align_corners(false));
+  }
+  if (mean_.defined()) out = (out - mean_) / std_;
+  if (output_shape_.channels != input_shape_.channels) out = out.expand({-1, output_shape_.channels, -1, -1});
+  // A fresh, contiguous tensor either way: the caller may pin it or write to it.
+  return out.is_same(images) ? images.clone() : out.contiguous();
+}
+
+torch::Tensor ImageTransform::augment(const torch::Tensor& images, const std::vector<uint64_t>& sample_seeds) const {
+  const int64_t count = images.size(0);
+  if (static_cast<int64_t>(sample_seeds.size()) != count) {
+    throw std::invalid_argument(
+        fmt::format("ImageTransform: {} images but {} sample seeds", count, sample_seeds.size()));
+  }
+  const int64_t padding = options_.augmentation.crop_padding;
+  const int64_t height = images.size(2);
+  const int64_t width = images.size(3);
+  const auto offsets = static_cast<uint64_t>(2 * padding + 1);
+  const torch::Tensor padded =
+      padding > 0 ? torch::constant_pad_nd(images, {padding, padding, padding, padding}, 0.0) : images;
+  auto out = torch::empty_like(images);
+  for (int64_t i = 0; i < count; ++i) {
+    // Three draws from the image's seed: row offset, column offset, flip. The modulo bias is
+    // below 2^-50 for any padding in use.
+    const uint64_t seed = sample_seeds[static_cast<size_t>(i)];
+    const auto top = static_cast<int64_t>(detail::mix64(seed) % offsets);
+    const auto left = static_cast<int64_t>(detail::mix64(seed + 1) % offsets);
+    const bool flip = options_.augmentation.horizontal_flip && (detail::mix64(seed + 2) & 1) != 0;
+    auto crop = padded[i].narrow(1, top, height).narrow(2, left, width);
+    out[i].copy_(flip ? crop.flip({2}) : crop);
+  }
+  return out;
+}
+
+}  // namespace colo::data

@@ -1,0 +1,52 @@
+#include "colo/nn/attention.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "colo/compat/torch_compat.h"
+#include "colo/nn/init.h"
+
+namespace colo::nn {
+
+Attention::Attention(const ViTConfig& config)
+    : head_dim_(config.head_dim()), attn_drop_(config.attn_drop_rate()), proj_drop_(config.drop_rate()) {
+  const int64_t dim = config.embed_dim();
+  torch::nn::Linear qkv(torch::nn::LinearOptions(dim, 3 * dim).bias(config.qkv_bias()));
+  torch::nn::Linear proj(torch::nn::LinearOptions(dim, dim));
+  init::timm_linear_init_(qkv);
+  init::timm_linear_init_(proj);
+  qkv_ = torch::nn::AnyModule(qkv);
+  proj_ = torch::nn::AnyModule(proj);
+  register_module("qkv", qkv_.ptr());
+  register_module("proj", proj_.ptr());
+}
+
+void Attention::replace_qkv(torch::nn::AnyModule module) {
+  replace_module("qkv", module.ptr());
+  qkv_ = std::move(module);
+}
+
+void Attention::replace_proj(torch::nn::AnyModule module) {
+  replace_module("proj", module.ptr());
+  proj_ = std::move(module);
+}
+
+torch::Tensor Attention::forward(const torch::Tensor& x) {
+  const int64_t batch = x.size(0);
+  const int64_t tokens = x.size(1);
+  auto qkv = qkv_.forward(x);
+  if (qkv.size(-1) % (3 * head_dim_) != 0) {
+    throw std::logic_error(fmt::format("Attention: qkv produced {} features, not a multiple of 3 × head_dim ({}); a "
+                                       "replacement qkv module must keep whole heads",
+                                       qkv.size(-1), 3 * head_dim_));
+  }
+  // [B, T, 3, heads, head_dim] → [3, B, heads, T, head_dim]
+  qkv = qkv.reshape({batch, tokens, 3, -1, head_dim_}).permute({2, 0, 3, 1, 4});
+  auto out = compat::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_training() ? attn_drop_ : 0.0);
+  out = out.transpose(1, 2).reshape({batch, tokens, -1});
+  out = proj_.forward(out);
+  return torch::dropout(out, proj_drop_, is_training());
+}
+
+}  // namespace colo::nn

@@ -1,0 +1,55 @@
+#include "colo/nn/encoder_block.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "colo/nn/drop_path.h"
+
+namespace colo::nn {
+
+EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
+    : index_(index), drop_path_(config.drop_path_rate_of_block(index)) {
+  config.validate();
+  if (index < 0 || index >= config.depth()) {
+    throw std::invalid_argument(
+        fmt::format("EncoderBlock: index {} is outside [0, depth = {})", index, config.depth()));
+  }
+  const auto norm_options = torch::nn::LayerNormOptions({config.embed_dim()}).eps(config.norm_eps());
+  // Registration order is timm's state_dict order.
+  norm1_ = register_module("norm1", torch::nn::LayerNorm(norm_options));
+  attn_ = register_module("attn", std::make_shared<Attention>(config));
+  norm2_ = register_module("norm2", torch::nn::LayerNorm(norm_options));
+  mlp_ = register_module("mlp", std::make_shared<Mlp>(config));
+}
+
+std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }
+
+torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
+  auto h = x + drop_path(attn_->forward(norm1_->forward(x)), drop_path_, is_training());
+  return h + drop_path(mlp_->forward(norm2_->forward(h)), drop_path_, is_training());
+}
+
+const std::vector<std::string>& EncoderBlock::replaceable_submodules() {
+  static const std::vector<std::string> paths{"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
+  return paths;
+}
+
+void EncoderBlock::replace_submodule(const std::string& path, torch::nn::AnyModule module) {
+  if (module.is_empty()) throw std::invalid_argument("EncoderBlock::replace_submodule: the module for '" + path + "' is empty");
+  if (path == "attn.qkv") {
+    attn_->replace_qkv(std::move(module));
+  } else if (path == "attn.proj") {
+    attn_->replace_proj(std::move(module));
+  } else if (path == "mlp.fc1") {
+    mlp_->replace_fc1(std::move(module));
+  } else if (path == "mlp.fc2") {
+    mlp_->replace_fc2(std::move(module));
+  } else {
+    throw std::invalid_argument(fmt::format("EncoderBlock::replace_submodule: '{}' cannot be replaced; valid paths: {}",
+                                            path, fmt::join(replaceable_submodules(), ", ")));
+  }
+}
+
+}  // namespace colo::nn

@@ -1,0 +1,84 @@
+#include "colo/nn/layer_stack.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace colo::nn {
+namespace {
+
+using NamedTensorDict = torch::OrderedDict<std::string, torch::Tensor>;
+
+template <typename Getter>
+NamedTensorDict canonical_items(const std::vector<std::shared_ptr<Layer>>& layers, Getter get, const char* kind) {
+  NamedTensorDict out(kind);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::string prefix = layers[i]->canonical_prefix();
+    for (const auto& item : get(*layers[i])) {
+      std::string name = prefix + item.key();
+      if (out.contains(name)) {
+        throw std::logic_error(fmt::format("LayerStack: layer {} produces the canonical {} name '{}', which an earlier "
+                                           "layer already has; give the layers distinct canonical_prefix()es",
+                                           i, kind, name));
+      }
+      out.insert(std::move(name), item.value());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+LayerStack::LayerStack(std::vector<std::shared_ptr<Layer>> layers) {
+  for (auto& layer : layers) push_back(std::move(layer));
+}
+
+void LayerStack::push_back(std::shared_ptr<Layer> layer) {
+  if (!layer) throw std::invalid_argument("LayerStack::push_back: the layer is null");
+  register_module(std::to_string(layers_.size()), layer);
+  layers_.push_back(std::move(layer));
+}
+
+void LayerStack::replace_layer(std::size_t i, std::shared_ptr<Layer> layer) {
+  if (!layer) throw std::invalid_argument("LayerStack::replace_layer: the layer is null");
+  if (i >= layers_.size()) {
+    throw std::out_of_range(fmt::format("LayerStack::replace_layer: index {} is out of range (size {})", i, size()));
+  }
+  replace_module(std::to_string(i), layer);
+  layers_[i] = std::move(layer);
+}
+
+torch::Tensor LayerStack::forward(const torch::Tensor& x) {
+  torch::Tensor h = x;
+  for (const auto& layer : layers_) h = layer->forward(h);
+  return h;
+}
+
+const std::shared_ptr<Layer>& LayerStack::layer(std::size_t i) const {
+  if (i >= layers_.size()) {
+    throw std::out_of_range(fmt::format("LayerStack::layer: index {} is out of range (size {})", i, size()));
+  }
+  return layers_[i];
+}
+
+std::shared_ptr<LayerStack> LayerStack::slice(std::size_t begin, std::size_t end) const {
+  if (begin > end || end > layers_.size()) {
+    throw std::out_of_range(
+        fmt::format("LayerStack::slice: [{}, {}) is not a range of the stack's {} layers", begin, end, size()));
+  }
+  auto sub = std::make_shared<LayerStack>();
+  for (std::size_t i = begin; i < end; ++i) sub->push_back(layers_[i]);
+  return sub;
+}
+
+torch::OrderedDict<std::string, torch::Tensor> LayerStack::canonical_named_parameters() const {
+  return canonical_items(layers_, [](const Layer& l) { return l.named_parameters(/*recurse=*/true); }, "parameter");
+}
+
+torch::OrderedDict<std::string, torch::Tensor> LayerStack::canonical_named_buffers() const {
+  return canonical_items(layers_, [](const Layer& l) { return l.named_buffers(/*recurse=*/true); }, "buffer");
+}
+
+std::vector<std::string> LayerStack::canonical_parameter_names() const { return canonical_named_parameters().keys(); }
+
+}  // namespace colo::nn

@@ -1,0 +1,35 @@
+#include "colo/nn/mlp.h"
+
+#include "colo/nn/init.h"
+
+namespace colo::nn {
+
+Mlp::Mlp(const ViTConfig& config) : drop_(config.drop_rate()) {
+  torch::nn::Linear fc1(config.embed_dim(), config.mlp_hidden_dim());
+  torch::nn::Linear fc2(config.mlp_hidden_dim(), config.embed_dim());
+  init::timm_linear_init_(fc1);
+  init::timm_linear_init_(fc2);
+  fc1_ = torch::nn::AnyModule(fc1);
+  fc2_ = torch::nn::AnyModule(fc2);
+  register_module("fc1", fc1_.ptr());
+  register_module("fc2", fc2_.ptr());
+}
+
+void Mlp::replace_fc1(torch::nn::AnyModule module) {
+  replace_module("fc1", module.ptr());
+  fc1_ = std::move(module);
+}
+
+void Mlp::replace_fc2(torch::nn::AnyModule module) {
+  replace_module("fc2", module.ptr());
+  fc2_ = std::move(module);
+}
+
+torch::Tensor Mlp::forward(const torch::Tensor& x) {
+  auto h = torch::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
+  h = torch::dropout(h, drop_, is_training());
+  h = fc2_.forward(h);
+  return torch::dropout(h, drop_, is_training());
+}
+
+}  // namespace colo::nn

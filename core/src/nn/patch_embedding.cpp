@@ -1,0 +1,42 @@
+#include "colo/nn/patch_embedding.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "colo/nn/init.h"
+
+namespace colo::nn {
+
+PatchEmbedding::PatchEmbedding(const ViTConfig& config) : config_(config) {
+  config.validate();
+  const int64_t dim = config.embed_dim();
+  // Registration order is timm's state_dict order: cls_token, pos_embed, patch_embed.proj.*.
+  cls_token_ = register_parameter("cls_token", torch::zeros({1, 1, dim}));
+  pos_embed_ = register_parameter("pos_embed", torch::zeros({1, config.num_tokens(), dim}));
+  auto patch_embed = register_module("patch_embed", std::make_shared<torch::nn::Module>("PatchEmbed"));
+  proj_ = patch_embed->register_module(
+      "proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(config.in_channels(), dim, config.patch_size())
+                                    .stride(config.patch_size())));
+
+  init::trunc_normal_(pos_embed_, 0.0, 0.02);
+  torch::NoGradGuard no_grad;
+  cls_token_.normal_(0.0, 1e-6);
+}
+
+torch::Tensor PatchEmbedding::forward(const torch::Tensor& x) {
+  const int64_t size = config_.image_size();
+  if (x.dim() != 4 || x.size(1) != config_.in_channels() || x.size(2) != size || x.size(3) != size) {
+    throw std::invalid_argument(fmt::format(
+        "PatchEmbedding: expected images [batch, {}, {}, {}], got {}; resize the input or build the model with a "
+        "matching ViTConfig::image_size / in_channels",
+        config_.in_channels(), size, size, fmt::join(x.sizes(), ", ")));
+  }
+  auto tokens = proj_->forward(x).flatten(2).transpose(1, 2);  // [B, N, D]
+  auto cls = cls_token_.expand({x.size(0), -1, -1});
+  tokens = torch::cat({cls, tokens}, 1) + pos_embed_;
+  return torch::dropout(tokens, config_.drop_rate(), is_training());
+}
+
+}  // namespace colo::nn

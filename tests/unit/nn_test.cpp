@@ -1,0 +1,564 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "colo/checkpoint/safetensors.h"
+#include "colo/nn/classifier_head.h"
+#include "colo/nn/drop_path.h"
+#include "colo/nn/encoder_block.h"
+#include "colo/nn/init.h"
+#include "colo/nn/layer_stack.h"
+#include "colo/nn/patch_embedding.h"
+#include "colo/nn/pretrained.h"
+#include "colo/nn/vision_transformer.h"
+#include "colo/nn/vit_config.h"
+
+namespace {
+
+// A fresh directory for a test's files, removed with them afterwards. POSIX rather than
+// std::filesystem, which crashes against PyTorch's wheel (see core/src/checkpoint/atomic_file.cpp).
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/colo_test_XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern + " failed");
+    path_ = pattern;
+  }
+  ~TemporaryDirectory() {
+    for (const auto& name : entries()) ::unlink((path_ + "/" + name).c_str());
+    ::rmdir(path_.c_str());
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    if (DIR* dir = ::opendir(path_.c_str())) {
+      while (const dirent* entry = ::readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") names.push_back(name);
+      }
+      ::closedir(dir);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
+
+bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+using colo::nn::LayerStack;
+using colo::nn::NamedTensors;
+using colo::nn::ViTConfig;
+
+// image 32, patch 8 → 16 patches + class token; dim 32, 4 heads of 8; 10 classes.
+ViTConfig small_config() {
+  return ViTConfig().image_size(32).patch_size(8).embed_dim(32).depth(2).num_heads(4).num_classes(10);
+}
+
+NamedTensors timm_state(const LayerStack& model) {
+  NamedTensors state;
+  for (const auto& item : model.canonical_named_parameters()) state.emplace_back(item.key(), item.value().clone());
+  return state;
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
+double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
+  return ((actual - expected).norm() / expected.norm()).item<double>();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// ViTConfig
+
+TEST(ViTConfig, PresetsAreTimmsPatch16Models) {
+  struct Expected {
+    const char* name;
+    int64_t dim, depth, heads;
+  };
+  for (const auto& e : {Expected{"tiny", 192, 12, 3}, Expected{"small", 384, 12, 6}, Expected{"base", 768, 12, 12},
+                        Expected{"large", 1024, 24, 16}}) {
+    for (const auto& name : {std::string(e.name), "vit_" + std::string(e.name) + "_patch16_224"}) {
+      const auto c = ViTConfig::preset(name);
+      EXPECT_EQ(c.embed_dim(), e.dim) << name;
+      EXPECT_EQ(c.depth(), e.depth) << name;
+      EXPECT_EQ(c.num_heads(), e.heads) << name;
+      EXPECT_EQ(c.image_size(), 224);
+      EXPECT_EQ(c.patch_size(), 16);
+      EXPECT_EQ(c.num_classes(), 1000);
+      EXPECT_EQ(c.mlp_hidden_dim(), 4 * e.dim);
+      EXPECT_DOUBLE_EQ(c.norm_eps(), 1e-6);
+      EXPECT_NO_THROW(c.validate());
+    }
+  }
+}
+
+TEST(ViTConfig, UnknownPresetListsTheValidNames) {
+  const auto message = error_of([] { ViTConfig::preset("huge"); });
+  for (const char* fragment : {"'huge'", "tiny", "small", "base", "large"}) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+}
+
+TEST(ViTConfig, ValidationReportsEveryProblem) {
+  const auto config = ViTConfig().image_size(30).patch_size(8).embed_dim(100).num_heads(3).drop_path_rate(1.5);
+  const auto message = error_of([&] { config.validate(); });
+  EXPECT_NE(message.find("image_size = 30 is not divisible by patch_size = 8"), std::string::npos) << message;
+  EXPECT_NE(message.find("embed_dim = 100 is not divisible by num_heads = 3"), std::string::npos) << message;
+  EXPECT_NE(message.find("drop_path_rate = 1.5"), std::string::npos) << message;
+  EXPECT_THROW(colo::nn::make_vision_transformer(config), std::invalid_argument);
+  EXPECT_THROW(colo::nn::make_vision_transformer(small_config().depth(0)), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structure
+
+TEST(VisionTransformer, ParameterCountsMatchTimm) {
+  // sum(p.numel() for p in timm.create_model(name).parameters()), timm 1.0.31.
+  const std::vector<std::pair<std::string, int64_t>> expected{{"tiny", 5'717'416},
+                                                              {"small", 22'050'664},
+                                                              {"base", 86'567'656},
+                                                              {"large", 304'326'632}};
+  for (const auto& [name, count] : expected) {
+    // All blocks are alike, so a one-block model gives the whole count without allocating
+    // 300M parameters in CI: embedding + head + depth × block.
+    const auto full = ViTConfig::preset(name);
+    const auto one_block = colo::nn::make_vision_transformer(ViTConfig(full).depth(1));
+    ASSERT_EQ(one_block->size(), 3u);
+    const int64_t block = parameter_count(*one_block->layer(1));
+    const int64_t rest = parameter_count(*one_block) - block;
+    EXPECT_EQ(rest + full.depth() * block, count) << name;
+  }
+  const auto tiny = colo::nn::make_vision_transformer(ViTConfig::preset("tiny"));
+  EXPECT_EQ(tiny->size(), 14u);
+  EXPECT_EQ(parameter_count(*tiny), 5'717'416);
+}
+
+TEST(VisionTransformer, CanonicalNamesAndShapesAreTimms) {
+  const auto config = ViTConfig::preset("tiny").depth(1);
+  const auto model = colo::nn::make_vision_transformer(config);
+  // timm.create_model("vit_tiny_patch16_224", depth=1).state_dict(): names, order, shapes.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> expected{
+      {"cls_token", {1, 1, 192}},
+      {"pos_embed", {1, 197, 192}},
+      {"patch_embed.proj.weight", {192, 3, 16, 16}},
+      {"patch_embed.proj.bias", {192}},
+      {"blocks.0.norm1.weight", {192}},
+      {"blocks.0.norm1.bias", {192}},
+      {"blocks.0.attn.qkv.weight", {576, 192}},
+      {"blocks.0.attn.qkv.bias", {576}},
+      {"blocks.0.attn.proj.weight", {192, 192}},
+      {"blocks.0.attn.proj.bias", {192}},
+      {"blocks.0.norm2.weight", {192}},
+      {"blocks.0.norm2.bias", {192}},
+      {"blocks.0.mlp.fc1.weight", {768, 192}},
+      {"blocks.0.mlp.fc1.bias", {768}},
+      {"blocks.0.mlp.fc2.weight", {192, 768}},
+      {"blocks.0.mlp.fc2.bias", {192}},
+      {"norm.weight", {192}},
+      {"norm.bias", {192}},
+      {"head.weight", {1000, 192}},
+      {"head.bias", {1000}},
+  };
+  const auto params = model->canonical_named_parameters();
+  ASSERT_EQ(params.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(params[i].key(), expected[i].first);
+    EXPECT_EQ(params[i].value().sizes().vec(), expected[i].second) << expected[i].first;
+  }
+  EXPECT_EQ(model->canonical_parameter_names(), params.keys());
+  EXPECT_TRUE(model->canonical_named_buffers().is_empty());
+  EXPECT_EQ(model->layer(1)->canonical_prefix(), "blocks.0.");
+}
+
+TEST(VisionTransformer, ForwardShapes) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  ASSERT_EQ(model->size(), 4u);
+  const auto images = torch::randn({3, 3, 32, 32});
+  const auto tokens = model->layer(0)->forward(images);
+  EXPECT_EQ(tokens.sizes(), (std::vector<int64_t>{3, 17, 32}));
+  const auto block_out = model->layer(1)->forward(tokens);
+  EXPECT_EQ(block_out.sizes(), tokens.sizes());
+  EXPECT_EQ(model->forward(images).sizes(), (std::vector<int64_t>{3, 10}));
+
+  const auto message = error_of([&] { model->forward(torch::randn({1, 3, 64, 64})); });
+  EXPECT_NE(message.find("expected images [batch, 3, 32, 32], got 1, 3, 64, 64"), std::string::npos) << message;
+}
+
+TEST(VisionTransformer, InitialisationIsTimmsAndDeterministic) {
+  torch::manual_seed(7);
+  const auto a = colo::nn::make_vision_transformer(ViTConfig::preset("tiny").depth(2));
+  torch::manual_seed(7);
+  const auto b = colo::nn::make_vision_transformer(ViTConfig::preset("tiny").depth(2));
+  const auto pa = a->canonical_named_parameters();
+  const auto pb = b->canonical_named_parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i].value(), pb[i].value())) << pa[i].key();
+
+  const auto qkv = pa["blocks.1.attn.qkv.weight"];
+  EXPECT_NEAR(qkv.std().item<double>(), 0.02, 0.001);  // trunc_normal(std .02): ±2 is ±100σ
+  EXPECT_NEAR(qkv.mean().item<double>(), 0.0, 0.001);
+  EXPECT_NEAR(pa["head.weight"].std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(pa["pos_embed"].std().item<double>(), 0.02, 0.002);
+  EXPECT_LT(pa["cls_token"].abs().max().item<double>(), 1e-5);
+  EXPECT_GT(pa["cls_token"].abs().max().item<double>(), 0.0);
+  for (const char* zero : {"blocks.0.attn.qkv.bias", "blocks.0.mlp.fc2.bias", "head.bias", "norm.bias"}) {
+    EXPECT_EQ(pa[zero].abs().max().item<double>(), 0.0) << zero;
+  }
+  EXPECT_TRUE(torch::equal(pa["blocks.0.norm1.weight"], torch::ones({192})));
+  // PyTorch's Conv2d default: kaiming_uniform(a=√5) → U(-1/√fan_in, 1/√fan_in), fan_in = 3·16·16.
+  const double bound = 1.0 / std::sqrt(3.0 * 16 * 16);
+  EXPECT_LE(pa["patch_embed.proj.weight"].abs().max().item<double>(), bound);
+  EXPECT_GT(pa["patch_embed.proj.weight"].abs().max().item<double>(), 0.9 * bound);
+}
+
+TEST(VisionTransformer, TruncNormalStaysInsideItsBounds) {
+  torch::manual_seed(1);
+  auto t = colo::nn::init::trunc_normal_(torch::empty({100000}), 0.0, 1.0, -0.5, 1.0);
+  EXPECT_GE(t.min().item<double>(), -0.5);
+  EXPECT_LE(t.max().item<double>(), 1.0);
+  // Mean of N(0,1) truncated to [-0.5, 1]: (φ(-0.5) - φ(1)) / (Φ(1) - Φ(-0.5)) = 0.1101 / 0.5328 ≈ 0.2066.
+  EXPECT_NEAR(t.mean().item<double>(), 0.2066, 0.01);
+}
+
+TEST(VisionTransformer, DropoutAndDropPathAreInactiveInEval) {
+  torch::manual_seed(0);
+  const auto plain = colo::nn::make_vision_transformer(small_config());
+  const auto noisy =
+      colo::nn::make_vision_transformer(small_config().drop_rate(0.5).attn_drop_rate(0.5).drop_path_rate(0.5));
+  colo::nn::load_timm_state(*noisy, timm_state(*plain));
+  const auto images = torch::randn({4, 3, 32, 32});
+  plain->eval();
+  noisy->eval();
+  const auto reference = plain->forward(images);
+  EXPECT_TRUE(torch::equal(noisy->forward(images), reference));
+  EXPECT_TRUE(torch::equal(noisy->forward(images), reference));
+
+  noisy->train();  // the rates are wired: training outputs are random
+  EXPECT_FALSE(torch::allclose(noisy->forward(images), noisy->forward(images)));
+}
+
+TEST(VisionTransformer, DropPathRisesLinearlyOverTheBlocks) {
+  const auto model = colo::nn::make_vision_transformer(small_config().depth(5).drop_path_rate(0.2));
+  for (int i = 0; i < 5; ++i) {
+    const auto block = std::dynamic_pointer_cast<colo::nn::EncoderBlock>(model->layer(1 + i));
+    ASSERT_TRUE(block);
+    EXPECT_NEAR(block->drop_path_rate(), 0.05 * i, 1e-12) << i;  // torch.linspace(0, 0.2, 5)
+  }
+}
+
+TEST(VisionTransformer, DropPathDropsWholeSamples) {
+  torch::manual_seed(0);
+  const auto x = torch::ones({4000, 5, 3});
+  const auto y = colo::nn::drop_path(x, 0.25, /*training=*/true);
+  const auto per_sample = y.reshape({4000, -1});
+  const auto first = per_sample.select(1, 0).unsqueeze(1);
+  EXPECT_TRUE(torch::equal(per_sample, first.expand_as(per_sample))) << "one decision per sample";
+  const auto kept = (first > 0).to(torch::kFloat);
+  EXPECT_TRUE(torch::allclose(first.masked_select(first > 0), torch::full({1}, 1.0 / 0.75)));
+  EXPECT_NEAR(kept.mean().item<double>(), 0.75, 0.03);
+  EXPECT_TRUE(torch::equal(colo::nn::drop_path(x, 0.25, /*training=*/false), x));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The layer-stack contract
+
+TEST(LayerStack, SlicesKeepCanonicalNamesAndCompose) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  model->eval();
+  const auto head = model->slice(0, 2);
+  const auto tail = model->slice(2, 4);
+  EXPECT_EQ(head->size(), 2u);
+  EXPECT_EQ(tail->layer(0), model->layer(2)) << "slices share layers";
+
+  auto names = head->canonical_parameter_names();
+  const auto tail_names = tail->canonical_parameter_names();
+  names.insert(names.end(), tail_names.begin(), tail_names.end());
+  EXPECT_EQ(names, model->canonical_parameter_names());
+  EXPECT_EQ(tail_names.front(), "blocks.1.norm1.weight");
+  EXPECT_EQ(tail_names.back(), "head.bias");
+
+  const auto images = torch::randn({2, 3, 32, 32});
+  EXPECT_TRUE(torch::equal(tail->forward(head->forward(images)), model->forward(images)));
+  EXPECT_TRUE(model->slice(4, 4)->empty());
+  EXPECT_THROW(model->slice(3, 5), std::out_of_range);
+  EXPECT_THROW(model->layer(4), std::out_of_range);
+}
+
+TEST(LayerStack, DuplicateCanonicalNamesAreRejected) {
+  const auto config = small_config();
+  LayerStack stack({std::make_shared<colo::nn::EncoderBlock>(config, 0),
+                    std::make_shared<colo::nn::EncoderBlock>(config, 0)});
+  EXPECT_THROW(stack.canonical_named_parameters(), std::logic_error);
+}
+
+// A module with the Linear forward signature, standing in for a tensor-parallel linear.
+struct CountingLinearImpl : torch::nn::Module {
+  explicit CountingLinearImpl(torch::nn::Linear inner) : linear(register_module("linear", inner)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    ++calls;
+    return linear->forward(x);
+  }
+  torch::nn::Linear linear;
+  int calls = 0;
+};
+
+TEST(LayerStack, PolicySubmodulesCanBeReplaced) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  model->eval();
+  const auto images = torch::randn({2, 3, 32, 32});
+  const auto before = model->forward(images);
+
+  auto block = std::dynamic_pointer_cast<colo::nn::EncoderBlock>(model->layer(1));
+  ASSERT_TRUE(block);
+  auto original = block->attn()->qkv().ptr<torch::nn::LinearImpl>();
+  auto replacement = std::make_shared<CountingLinearImpl>(torch::nn::Linear(original));
+  block->replace_submodule("attn.qkv", torch::nn::AnyModule(replacement));
+
+  EXPECT_TRUE(torch::equal(model->forward(images), before));
+  EXPECT_EQ(replacement->calls, 1);
+  EXPECT_NE(std::find(model->canonical_parameter_names().begin(), model->canonical_parameter_names().end(),
+                      "blocks.0.attn.qkv.linear.weight"),
+            model->canonical_parameter_names().end())
+      << "the replacement's parameters are what the block now holds";
+  const auto message = error_of([&] { block->replace_submodule("attn.q", torch::nn::AnyModule(replacement)); });
+  EXPECT_NE(message.find("attn.qkv, attn.proj, mlp.fc1, mlp.fc2"), std::string::npos) << message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading weights
+
+TEST(Pretrained, StrictLoadListsEveryProblemAndChangesNothing) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  const auto before = timm_state(*model);
+
+  NamedTensors state;
+  for (const auto& [name, tensor] : before) {
+    if (name == "blocks.1.norm2.bias" || name == "head.bias") continue;  // missing
+    if (name == "blocks.0.mlp.fc1.weight") {
+      state.emplace_back(name, torch::zeros({64, 32}));  // wrong shape (is [128, 32])
+      continue;
+    }
+    state.emplace_back(name, torch::zeros_like(tensor));
+  }
+  state.emplace_back("fc_norm.weight", torch::zeros({32}));  // unexpected
+  state.emplace_back("blocks.0.norm1.weight", torch::zeros({32}));  // twice
+
+  const auto message = error_of([&] { colo::nn::load_timm_state(*model, state); });
+  for (const char* fragment :
+       {"missing from the checkpoint (2)", "blocks.1.norm2.bias", "head.bias", "not in the model (1)",
+        "fc_norm.weight", "shape mismatch (1)", "blocks.0.mlp.fc1.weight: checkpoint [64, 32] vs model [128, 32]",
+        "more than once in the checkpoint (1)", "blocks.0.norm1.weight"}) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << fragment << " not in:\n" << message;
+  }
+  const auto after = timm_state(*model);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(before[i].second, after[i].second)) << "a failed load changed " << before[i].first;
+  }
+}
+
+// HF ViTForImageClassification names for a timm-named state, written out by hand from
+// transformers' modeling_vit.py (an independent statement of the mapping under test).
+NamedTensors to_hf_names(const NamedTensors& timm, int64_t depth) {
+  std::map<std::string, torch::Tensor> t(timm.begin(), timm.end());
+  NamedTensors hf{
+      {"vit.embeddings.cls_token", t.at("cls_token")},
+      {"vit.embeddings.position_embeddings", t.at("pos_embed")},
+      {"vit.embeddings.patch_embeddings.projection.weight", t.at("patch_embed.proj.weight")},
+      {"vit.embeddings.patch_embeddings.projection.bias", t.at("patch_embed.proj.bias")},
+  };
+  for (int64_t i = 0; i < depth; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    const std::string l = "vit.encoder.layer." + std::to_string(i) + ".";
+    for (const std::string kind : {"weight", "bias"}) {
+      const auto qkv = t.at(b + "attn.qkv." + kind).chunk(3, 0);
+      hf.emplace_back(l + "attention.attention.query." + kind, qkv[0]);
+      hf.emplace_back(l + "attention.attention.key." + kind, qkv[1]);
+      hf.emplace_back(l + "attention.attention.value." + kind, qkv[2]);
+      hf.emplace_back(l + "attention.output.dense." + kind, t.at(b + "attn.proj." + kind));
+      hf.emplace_back(l + "intermediate.dense." + kind, t.at(b + "mlp.fc1." + kind));
+      hf.emplace_back(l + "output.dense." + kind, t.at(b + "mlp.fc2." + kind));
+      hf.emplace_back(l + "layernorm_before." + kind, t.at(b + "norm1." + kind));
+      hf.emplace_back(l + "layernorm_after." + kind, t.at(b + "norm2." + kind));
+    }
+  }
+  for (const std::string kind : {"weight", "bias"}) {
+    hf.emplace_back("vit.layernorm." + kind, t.at("norm." + kind));
+    hf.emplace_back("classifier." + kind, t.at("head." + kind));
+  }
+  return hf;
+}
+
+TEST(Pretrained, HuggingFaceNamesRoundTrip) {
+  torch::manual_seed(1);
+  const auto source = colo::nn::make_vision_transformer(small_config());
+  torch::manual_seed(2);
+  const auto target = colo::nn::make_vision_transformer(small_config());
+  const auto hf = to_hf_names(timm_state(*source), 2);
+  EXPECT_TRUE(colo::nn::is_hf_vit_state(hf));
+  EXPECT_FALSE(colo::nn::is_hf_vit_state(timm_state(*source)));
+
+  const auto renamed = colo::nn::hf_vit_to_timm_names(hf);
+  std::set<std::string> renamed_names;
+  for (const auto& [name, tensor] : renamed) renamed_names.insert(name);
+  const auto canonical = source->canonical_parameter_names();
+  EXPECT_EQ(renamed_names, std::set<std::string>(canonical.begin(), canonical.end()));
+
+  colo::nn::load_hf_vit_state(*target, hf);
+  const auto s = source->canonical_named_parameters();
+  const auto t = target->canonical_named_parameters();
+  for (const auto& item : s) EXPECT_TRUE(torch::equal(item.value(), t[item.key()])) << item.key();
+  source->eval();
+  target->eval();
+  const auto images = torch::randn({2, 3, 32, 32});
+  EXPECT_TRUE(torch::equal(source->forward(images), target->forward(images)));
+
+  // ViTModel checkpoints have no "vit." prefix.
+  NamedTensors bare;
+  for (const auto& [name, tensor] : hf) {
+    bare.emplace_back(name.rfind("vit.", 0) == 0 ? name.substr(4) : name, tensor);
+  }
+  EXPECT_NO_THROW(colo::nn::load_hf_vit_state(*target, bare));
+}
+
+TEST(Pretrained, HuggingFaceStateWithoutAllOfQueryKeyValueIsRejected) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  NamedTensors hf;
+  for (auto& entry : to_hf_names(timm_state(*model), 2)) {
+    if (entry.first != "vit.encoder.layer.1.attention.attention.key.bias") hf.push_back(entry);
+  }
+  const auto message = error_of([&] { colo::nn::load_hf_vit_state(*model, hf); });
+  EXPECT_NE(message.find("blocks.1.attn.qkv.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("lacks key."), std::string::npos) << message;
+}
+
+TEST(Pretrained, LoadPretrainedDetectsTheNaming) {
+  const TemporaryDirectory dir;
+  torch::manual_seed(1);
+  const auto source = colo::nn::make_vision_transformer(small_config());
+  const auto timm_file = dir.file("timm.safetensors");
+  const auto hf_file = dir.file("hf.safetensors");
+  colo::checkpoint::write_safetensors(timm_file, timm_state(*source));
+  colo::checkpoint::write_safetensors(hf_file, to_hf_names(timm_state(*source), 2));
+
+  for (const auto& file : {timm_file, hf_file}) {
+    torch::manual_seed(2);
+    const auto target = colo::nn::make_vision_transformer(small_config());
+    colo::nn::load_pretrained(*target, file);
+    const auto t = target->canonical_named_parameters();
+    for (const auto& item : source->canonical_named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), t[item.key()])) << file << ": " << item.key();
+    }
+  }
+
+  const auto wrong = colo::nn::make_vision_transformer(small_config().num_classes(7));
+  const auto message = error_of([&] { colo::nn::load_pretrained(*wrong, hf_file); });
+  EXPECT_NE(message.find(hf_file), std::string::npos) << message;
+  EXPECT_NE(message.find("Hugging Face"), std::string::npos) << message;
+  EXPECT_NE(message.find("head.weight: checkpoint [10, 32] vs model [7, 32]"), std::string::npos) << message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parity with timm (reference tensors from tests/oracle/export_timm_vit.py, the CTest fixture
+// oracle_timm_vit_tiny).
+
+struct TimmReference {
+  std::string weights;
+  colo::checkpoint::SafetensorsFile reference;
+};
+
+TimmReference read_timm_reference(const std::string& model) {
+  const std::string dir = COLO_BINARY_DIR "/oracle/";
+  TimmReference r{dir + model + ".safetensors", {}};
+  const std::string reference = dir + model + ".reference.safetensors";
+  for (const auto& file : {r.weights, reference}) {
+    if (!file_exists(file)) {
+      throw std::runtime_error(file + " is missing: run `python3 " COLO_SOURCE_DIR
+                                      "/tests/oracle/export_timm_vit.py --model " +
+                               model + " --out " + dir + " --grads` (CTest fixture oracle_timm_vit_tiny)");
+    }
+  }
+  r.reference = colo::checkpoint::read_safetensors(reference);
+  return r;
+}
+
+TEST(TimmParity, VitTinyStateDictOrder) {
+  const auto r = read_timm_reference("vit_tiny_patch16_224");
+  const auto weights = colo::checkpoint::read_safetensors(r.weights);
+  std::vector<std::string> timm_keys;
+  std::istringstream keys(weights.metadata.at("state_dict_keys"));
+  for (std::string key; std::getline(keys, key);) timm_keys.push_back(key);
+  const auto model = colo::nn::make_vision_transformer(ViTConfig::preset("tiny"));
+  EXPECT_EQ(model->canonical_parameter_names(), timm_keys);
+}
+
+TEST(TimmParity, VitTinyLogits) {
+  const auto r = read_timm_reference("vit_tiny_patch16_224");
+  const auto model = colo::nn::make_vision_transformer(ViTConfig::preset("tiny"));
+  colo::nn::load_pretrained(*model, r.weights);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto logits = model->forward(r.reference.at("input"));
+  const double error = relative_error(logits, r.reference.at("logits"));
+  std::cout << "vit_tiny logits: ||colo - timm|| / ||timm|| = " << error << "\n";
+  EXPECT_LT(error, 1e-5);
+}
+
+TEST(TimmParity, VitTinyGradients) {
+  const auto r = read_timm_reference("vit_tiny_patch16_224");
+  ASSERT_TRUE(r.reference.contains("labels"))
+      << "the reference has no gradients: rerun tests/oracle/export_timm_vit.py with --grads";
+  const auto model = colo::nn::make_vision_transformer(ViTConfig::preset("tiny"));
+  colo::nn::load_pretrained(*model, r.weights);
+  model->eval();
+  const auto logits = model->forward(r.reference.at("input"));
+  const auto loss = torch::nn::functional::cross_entropy(logits, r.reference.at("labels"));
+  EXPECT_LT(relative_error(loss.detach(), r.reference.at("loss")), 1e-5);
+  loss.backward();
+  double worst = 0.0;
+  std::string worst_name;
+  for (const auto& item : model->canonical_named_parameters()) {
+    const double error = relative_error(item.value().grad(), r.reference.at("grad." + item.key()));
+    EXPECT_LT(error, 1e-4) << item.key();
+    if (error >= worst) {
+      worst = error;
+      worst_name = item.key();
+    }
+  }
+  std::cout << "vit_tiny gradients: worst ||colo - timm|| / ||timm|| = " << worst << " (" << worst_name << ")\n";
+}
+
+}  // namespace
