@@ -137,10 +137,14 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
       EXPECT_NE(what.find("all_reduce"), std::string::npos) << what;
       EXPECT_NE(what.find("lonely_pair"), std::string::npos) << what;
       EXPECT_NE(what.find("global ranks 0,1"), std::string::npos) << what;
-      if (peer_stays) EXPECT_NE(what.find("imed out"), std::string::npos) << what;
+      if (peer_stays) {
+        EXPECT_NE(what.find("imed out"), std::string::npos) << what;
+      }
     }
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (peer_stays) EXPECT_GE(elapsed, timeout * 9 / 10);
+    if (peer_stays) {
+      EXPECT_GE(elapsed, timeout * 9 / 10);
+    }
     EXPECT_LT(elapsed, timeout + std::chrono::seconds(10));
   }
   world()->barrier().wait();
