@@ -5,7 +5,6 @@
 #include <colo/amp/master_weights.h>
 #include <colo/amp/precision.h>
 #include <colo/amp/precision_policy.h>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -349,8 +348,7 @@ TEST(UnscaleAndClip, Bf16GradientsAreNormedInFp32) {
 TEST(UnscaleAndClip, RejectsBadInverseScale) {
   auto params = random_params(6);
   EXPECT_THROW(unscale_and_clip(grads_of(params), 0.0, 1.0), std::invalid_argument);
-  EXPECT_THROW(unscale_and_clip(grads_of(params), std::numeric_limits<double>::infinity(), 1.0),
-               std::invalid_argument);
+  EXPECT_THROW(unscale_and_clip(grads_of(params), std::numeric_limits<double>::infinity(), 1.0), std::invalid_argument);
 }
 
 }  // namespace

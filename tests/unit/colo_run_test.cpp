@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
+#include <colo/compat/files.h>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -25,7 +25,7 @@ extern char** environ;
 
 namespace {
 
-namespace fs = std::filesystem;
+namespace files = colo::files;
 using Clock = std::chrono::steady_clock;
 
 const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
@@ -147,21 +147,21 @@ bool process_dead(pid_t pid) {
 class ColoRunJob : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "colo-run-test-XXXXXX").string();
+    std::string pattern = files::join(files::temp_directory(), "colo-run-test-XXXXXX");
     ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
   void TearDown() override {
     // Whatever a failed test left running must not outlive it.
     for (pid_t pid : all_pids()) ::kill(pid, SIGKILL);
-    fs::remove_all(dir_);
+    files::remove_all(dir_);
   }
 
   // Shell code that records the rank's pid as pid.<RANK> and starts a background `sleep` (a
   // grandchild of colo-run, recorded as child.<RANK>). Files are renamed into place so that a
   // reader never sees them half written.
   std::string record_pids() const {
-    const std::string d = dir_.string();
+    const std::string d = dir_;
     return "echo $$ > " + d + "/pid.$RANK.tmp && mv " + d + "/pid.$RANK.tmp " + d +
            "/pid.$RANK; sleep 30 & echo $! > " + d + "/child.$RANK.tmp && mv " + d +
            "/child.$RANK.tmp " + d + "/child.$RANK; ";
@@ -171,21 +171,20 @@ class ColoRunJob : public ::testing::Test {
     std::string condition;
     for (int r : ranks) {
       if (!condition.empty()) condition += " || ";
-      condition += "[ ! -e " + (dir_ / ("child." + std::to_string(r))).string() + " ]";
+      condition += "[ ! -e " + files::join(dir_, ("child." + std::to_string(r))) + " ]";
     }
     return "while " + condition + "; do sleep 0.02; done; ";
   }
 
   pid_t read_pid(const std::string& name) const {
-    std::ifstream in(dir_ / name);
+    std::ifstream in(files::join(dir_, name));
     pid_t pid = -1;
     in >> pid;
     return pid;
   }
   std::vector<pid_t> all_pids() const {
     std::vector<pid_t> pids;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      const std::string name = entry.path().filename().string();
+    for (const auto& name : files::list_directory(dir_)) {
       if (name.find(".tmp") != std::string::npos) continue;
       if (name.rfind("pid.", 0) == 0 || name.rfind("child.", 0) == 0) {
         pid_t pid = read_pid(name);
@@ -201,7 +200,7 @@ class ColoRunJob : public ::testing::Test {
     while (Clock::now() < deadline) {
       bool all = true;
       for (int r = 0; r < nranks; ++r)
-        all = all && fs::exists(dir_ / ("child." + std::to_string(r)));
+        all = all && files::exists(files::join(dir_, ("child." + std::to_string(r))));
       if (all) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -213,7 +212,7 @@ class ColoRunJob : public ::testing::Test {
     for (pid_t pid : all_pids()) EXPECT_TRUE(process_gone(pid)) << "pid " << pid << " survived";
   }
 
-  fs::path dir_;
+  std::string dir_;
 };
 
 TEST(ColoRun, AllRanksSucceedAndEveryLineIsPrefixed) {
@@ -295,8 +294,8 @@ TEST(ColoRun, SetsTheTorchrunEnvironmentAndARendezvousFile) {
   }
   EXPECT_EQ(ports[0], ports[1]);
   EXPECT_EQ(rdzv_files[0], rdzv_files[1]);
-  EXPECT_FALSE(fs::exists(rdzv_files[0]));
-  EXPECT_FALSE(fs::exists(fs::path(rdzv_files[0]).parent_path())) << "auto directory removed";
+  EXPECT_FALSE(files::exists(rdzv_files[0]));
+  EXPECT_FALSE(files::exists(files::parent_path(rdzv_files[0]))) << "auto directory removed";
 }
 
 TEST(ColoRun, RanksOfALaterNodeStartAtNodeRankTimesNproc) {
@@ -366,12 +365,12 @@ TEST_F(ColoRunJob, SigintStopsAllRanks) {
 TEST_F(ColoRunJob, RanksDieWithTheLauncher) {
   // PR_SET_PDEATHSIG: even a SIGKILLed colo-run, which can clean nothing up, takes its ranks
   // along. (Not their own children: that is what colo-run's process-group kill is for.)
-  const std::string d = dir_.string();
+  const std::string d = dir_;
   ColoRunProcess job({"--nproc-per-node", "2", "sh", "-c",
                       "echo $$ > " + d + "/rank.$RANK.tmp && mv " + d + "/rank.$RANK.tmp " + d +
                           "/rank.$RANK; exec sleep 30"});
   const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (!(fs::exists(dir_ / "rank.0") && fs::exists(dir_ / "rank.1")) && Clock::now() < deadline) {
+  while (!(files::exists(files::join(dir_, "rank.0")) && files::exists(files::join(dir_, "rank.1"))) && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const pid_t rank0 = read_pid("rank.0"), rank1 = read_pid("rank.1");
@@ -422,13 +421,13 @@ TEST(ColoRun, MissingProgramIsReportedOnce) {
 }
 
 TEST_F(ColoRunJob, ExistingRendezvousFileIsRefused) {
-  const fs::path stale = dir_ / "store";
+  const std::string stale = files::join(dir_, "store");
   std::ofstream(stale) << "old keys";
-  Result r = run_colo({"--rdzv-file", stale.string(), "sh", "-c", "echo ran"});
+  Result r = run_colo({"--rdzv-file", stale, "sh", "-c", "echo ran"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
-  EXPECT_TRUE(fs::exists(stale)) << "colo-run must not delete a file it refused to use";
+  EXPECT_TRUE(files::exists(stale)) << "colo-run must not delete a file it refused to use";
 }
 
 TEST(ColoRun, SelfCheckPasses) {

@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <optional>
@@ -29,10 +28,11 @@
 #include <tuple>
 #include <vector>
 
+#include "temporary_directory.h"
+
 namespace colo::data {
 namespace {
 
-namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 #define EXPECT_CONTAINS(text, part) \
@@ -41,26 +41,9 @@ using Bytes = std::vector<uint8_t>;
 // ---------------------------------------------------------------------------------------------
 // Test files
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        fs::temp_directory_path() / ("colo_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
+using TempDir = colo::testing::TemporaryDirectory;
 
- private:
-  fs::path path_;
-};
-
-void write_file(const fs::path& path, const Bytes& bytes) {
+void write_file(const std::string& path, const Bytes& bytes) {
   std::ofstream file(path, std::ios::binary);
   file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(file.good()) << path;
@@ -200,7 +183,7 @@ TEST(DataIdxTest, BadMagicNumber) {
   TempDir dir;
   write_file(dir / "labels", idx_bytes({3}, {1, 2, 3}));
   const auto message = dataset_error([&] { read_idx_file(dir / "labels", 3); });
-  EXPECT_CONTAINS(message, ((dir / "labels").string()));
+  EXPECT_CONTAINS(message, (dir / "labels"));
   EXPECT_CONTAINS(message, ("bad magic number 0x00000801"));
   EXPECT_CONTAINS(message, ("expected 0x00000803"));
 
@@ -216,7 +199,7 @@ TEST(DataIdxTest, TruncatedFiles) {
   file.pop_back();
   write_file(dir / "short", file);
   auto message = dataset_error([&] { read_idx_file(dir / "short", 3); });
-  EXPECT_CONTAINS(message, ((dir / "short").string()));
+  EXPECT_CONTAINS(message, (dir / "short"));
   EXPECT_CONTAINS(message, ("truncated"));
   EXPECT_CONTAINS(message, ("2x3x4 = 24 data bytes, but 23 follow"));
 
@@ -240,7 +223,7 @@ TEST(DataIdxTest, CorruptAndTruncatedGzip) {
   bad_block[10] = 0x07;  // BFINAL with BTYPE = 11, which RFC 1951 reserves
   write_file(dir / "block.gz", bad_block);
   auto message = dataset_error([&] { read_idx_file(dir / "block.gz", 1); });
-  EXPECT_CONTAINS(message, ((dir / "block.gz").string()));
+  EXPECT_CONTAINS(message, (dir / "block.gz"));
   EXPECT_CONTAINS(message, ("corrupt gzip data"));
 
   Bytes bad_crc = good;
@@ -251,14 +234,14 @@ TEST(DataIdxTest, CorruptAndTruncatedGzip) {
   const Bytes cut(good.begin(), good.end() - 10);
   write_file(dir / "cut.gz", cut);
   message = dataset_error([&] { read_idx_file(dir / "cut.gz", 1); });
-  EXPECT_CONTAINS(message, ((dir / "cut.gz").string()));
+  EXPECT_CONTAINS(message, (dir / "cut.gz"));
   EXPECT_CONTAINS(message, ("truncated gzip file"));
 }
 
 TEST(DataIdxTest, MissingFile) {
   TempDir dir;
   const auto message = dataset_error([&] { read_idx_file(dir / "absent", 1); });
-  EXPECT_CONTAINS(message, ((dir / "absent").string()));
+  EXPECT_CONTAINS(message, (dir / "absent"));
   EXPECT_CONTAINS(message, ("cannot open"));
 }
 
@@ -267,11 +250,11 @@ TEST(DataIdxTest, MissingFile) {
 
 // Writes a Fashion-MNIST-style split of `count` images of 4×3 pixels (pixel j of image i is
 // i * 12 + j) and the given labels; `gzip` compresses the files under a ".gz" name.
-void write_mnist_split(const fs::path& dir, const std::string& prefix, int count, const Bytes& labels, bool gzip) {
+void write_mnist_split(const std::string& dir, const std::string& prefix, int count, const Bytes& labels, bool gzip) {
   const Bytes images = idx_bytes({static_cast<uint32_t>(count), 4, 3}, iota_bytes(static_cast<size_t>(count) * 12));
   const Bytes label_file = idx_bytes({static_cast<uint32_t>(labels.size())}, labels);
-  write_file(dir / (prefix + "-images-idx3-ubyte" + (gzip ? ".gz" : "")), gzip ? gzip_stored(images) : images);
-  write_file(dir / (prefix + "-labels-idx1-ubyte" + (gzip ? ".gz" : "")), gzip ? gzip_stored(label_file) : label_file);
+  write_file(files::join(dir, prefix + "-images-idx3-ubyte" + (gzip ? ".gz" : "")), gzip ? gzip_stored(images) : images);
+  write_file(files::join(dir, prefix + "-labels-idx1-ubyte" + (gzip ? ".gz" : "")), gzip ? gzip_stored(label_file) : label_file);
 }
 
 TEST(DataFashionMnistTest, LoadsTinyPlainAndGzippedSplits) {
@@ -310,14 +293,14 @@ TEST(DataFashionMnistTest, MissingFilesSayWhereAndHowToInstall) {
   TempDir dir;
   auto message = dataset_error([&] { FashionMnist(Split::kTrain, dir.path()); });
   EXPECT_CONTAINS(message, ("train-images-idx3-ubyte"));
-  EXPECT_CONTAINS(message, (dir.path().string()));
+  EXPECT_CONTAINS(message, (dir.path()));
   EXPECT_CONTAINS(message, ("the directory given"));
   EXPECT_CONTAINS(message, ("dataset-fashion-mnist"));
   EXPECT_CONTAINS(message, ("COLO_DATA_DIR"));
   EXPECT_CONTAINS(message, ("--data-dir"));
 
   write_mnist_split(dir.path(), "train", 2, {1, 2}, false);
-  fs::remove(dir / "train-labels-idx1-ubyte");
+  colo::files::remove(dir / "train-labels-idx1-ubyte");
   EXPECT_CONTAINS(dataset_error([&] { FashionMnist(Split::kTrain, dir.path()); }),
                   ("train-labels-idx1-ubyte or train-labels-idx1-ubyte.gz"));
 
@@ -329,25 +312,25 @@ TEST(DataFashionMnistTest, MissingFilesSayWhereAndHowToInstall) {
 TEST(DataFashionMnistTest, DefaultDirectoryFollowsColoDataDir) {
   TempDir dir;
   {
-    ScopedEnv env("COLO_DATA_DIR", dir.path().string());
-    EXPECT_EQ(FashionMnist::default_directory(), dir.path() / "fashion-mnist");
-    EXPECT_EQ(Cifar10::default_directory(), dir.path() / "cifar-10-batches-bin");
+    ScopedEnv env("COLO_DATA_DIR", dir.path());
+    EXPECT_EQ(FashionMnist::default_directory(), dir / "fashion-mnist");
+    EXPECT_EQ(Cifar10::default_directory(), dir / "cifar-10-batches-bin");
     EXPECT_CONTAINS(dataset_error([] { (void)FashionMnist(Split::kTrain); }),
                     ("the default directory, from COLO_DATA_DIR"));
-    fs::create_directories(dir / "fashion-mnist");
+    colo::files::create_directories(dir / "fashion-mnist");
     write_mnist_split(dir / "fashion-mnist", "t10k", 3, {1, 2, 3}, true);
     EXPECT_EQ(FashionMnist(Split::kTest).size(), 3);
   }
   ScopedEnv unset("COLO_DATA_DIR", "");
-  EXPECT_EQ(FashionMnist::default_directory(), fs::path("/usr/share/datasets/fashion-mnist"));
+  EXPECT_EQ(FashionMnist::default_directory(), std::string("/usr/share/datasets/fashion-mnist"));
 }
 
 TEST(DataFashionMnistTest, ImageAndLabelCountsMustMatch) {
   TempDir dir;
   write_mnist_split(dir.path(), "train", 5, {1, 2, 3, 4}, false);
   const auto message = dataset_error([&] { FashionMnist(Split::kTrain, dir.path()); });
-  EXPECT_CONTAINS(message, ((dir / "train-images-idx3-ubyte").string() + " holds 5 images"));
-  EXPECT_CONTAINS(message, ((dir / "train-labels-idx1-ubyte").string() + " holds 4 labels"));
+  EXPECT_CONTAINS(message, ((dir / "train-images-idx3-ubyte") + " holds 5 images"));
+  EXPECT_CONTAINS(message, ((dir / "train-labels-idx1-ubyte") + " holds 4 labels"));
 }
 
 TEST(DataFashionMnistTest, LabelsMustBeClasses) {
@@ -465,7 +448,7 @@ TEST(DataCifar10Test, TruncatedFile) {
   bytes.resize(bytes.size() - 5);
   write_file(dir / "test_batch.bin", bytes);
   const auto message = dataset_error([&] { Cifar10(Split::kTest, dir.path()); });
-  EXPECT_CONTAINS(message, ((dir / "test_batch.bin").string()));
+  EXPECT_CONTAINS(message, (dir / "test_batch.bin"));
   EXPECT_CONTAINS(message, ("6141 bytes is not a whole number of 3073-byte"));
   EXPECT_CONTAINS(message, ("truncated after 1 records"));
 }
@@ -481,7 +464,7 @@ TEST(DataCifar10Test, MissingFileSaysWhereAndWhat) {
   write_file(dir / "data_batch_1.bin", cifar_records({1}));
   const auto message = dataset_error([&] { Cifar10(Split::kTrain, dir.path()); });
   EXPECT_CONTAINS(message, ("data_batch_2.bin"));
-  EXPECT_CONTAINS(message, (dir.path().string()));
+  EXPECT_CONTAINS(message, (dir.path()));
   EXPECT_CONTAINS(message, ("cifar-10-binary.tar.gz"));
   EXPECT_CONTAINS(message, ("COLO_DATA_DIR"));
 }

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <filesystem>
+#include <colo/compat/files.h>
 #include <map>
 #include <string>
 
@@ -90,10 +90,9 @@ TEST(ProcessGroupMesh, ResolveInfersDataParallelSize) {
 }
 
 std::shared_ptr<ProcessGroup> world_of_one() {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("colo_unit_store_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()));
+  const auto path = colo::files::join(colo::files::temp_directory(), "colo_unit_store_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()));
   Environment env;
-  env.rdzv_file = path.string();
+  env.rdzv_file = path;
   ProcessGroup::Options options;
   options.timeout = std::chrono::seconds(10);
   return init_world(env, options);

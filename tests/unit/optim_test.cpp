@@ -8,7 +8,6 @@
 #include <colo/optim/lamb.h>
 #include <colo/optim/linear_warmup_lr.h>
 #include <colo/optim/optimizer_state.h>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -113,10 +112,12 @@ TEST(HybridAdam, PerGroupOptionsAndSkippedParams) {
                       std::make_unique<HybridAdamOptions>(HybridAdamOptions(3e-3)));
   HybridAdam hybrid(std::move(groups));
   std::vector<torch::optim::OptimizerParamGroup> ref_groups;
-  ref_groups.emplace_back(std::vector<torch::Tensor>{reference[0], reference[1]},
-                          std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
-  ref_groups.emplace_back(std::vector<torch::Tensor>{reference[2], reference[3]},
-                          std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(3e-3).weight_decay(0)));
+  ref_groups.emplace_back(
+      std::vector<torch::Tensor>{reference[0], reference[1]},
+      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  ref_groups.emplace_back(
+      std::vector<torch::Tensor>{reference[2], reference[3]},
+      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(3e-3).weight_decay(0)));
   torch::optim::AdamW adamw(std::move(ref_groups));
   for (int step = 0; step < 6; ++step) {
     set_same_grads(ours, reference, step);
@@ -313,8 +314,8 @@ TEST(Lamb, MatchesIndependentReference) {
     for (size_t t = 0; t < params.size(); ++t) {
       const auto got = to_vector(params[t]);
       for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], ref_params[t][i], 2e-6) << "tensor " << t << " element " << i << " bias_correction "
-                                                   << c.bias_correction << " wd " << c.wd;
+        ASSERT_NEAR(got[i], ref_params[t][i], 2e-6)
+            << "tensor " << t << " element " << i << " bias_correction " << c.bias_correction << " wd " << c.wd;
       }
     }
   }
@@ -448,10 +449,19 @@ TEST(CosineAnnealingWarmupLR, WarmupCosineThenStaysAtEtaMin) {
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
   CosineAnnealingWarmupLR scheduler(sgd, /*total_steps=*/10, /*warmup_steps=*/3, /*eta_min=*/0.01);
   // eta_min + (b - eta_min) (1 + cos(pi (t - W) / (T - W))) / 2, computed independently in Python.
-  const std::vector<double> expected{0.03333333333333333, 0.06666666666666667, 0.1,
-                                     0.1,                 0.09554359905560886, 0.08305704108364302,
-                                     0.06501344202803415, 0.04498655797196586, 0.026942958916356993,
-                                     0.014456400944391143, 0.01, 0.01, 0.01};
+  const std::vector<double> expected{0.03333333333333333,
+                                     0.06666666666666667,
+                                     0.1,
+                                     0.1,
+                                     0.09554359905560886,
+                                     0.08305704108364302,
+                                     0.06501344202803415,
+                                     0.04498655797196586,
+                                     0.026942958916356993,
+                                     0.014456400944391143,
+                                     0.01,
+                                     0.01,
+                                     0.01};
   const auto got = run_schedule(scheduler, sgd, 12);
   for (size_t t = 0; t < expected.size(); ++t) EXPECT_NEAR(got[t], expected[t], 1e-15) << "step " << t;
   EXPECT_EQ(scheduler.step_count(), 12);
@@ -473,9 +483,19 @@ TEST(LinearWarmupLR, MatchesColossalAiThenStaysAtZero) {
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
   LinearWarmupLR scheduler(sgd, /*total_steps=*/10, /*warmup_steps=*/3);
   // Colossal-AI's LinearWarmupLR (run in Python) for steps 0..10, then pinned at 0.
-  const std::vector<double> expected{0.025, 0.05, 0.07500000000000001, 0.1, 0.08571428571428572,
-                                     0.07142857142857144, 0.05714285714285714, 0.04285714285714286,
-                                     0.02857142857142857, 0.014285714285714285, 0.0, 0.0, 0.0};
+  const std::vector<double> expected{0.025,
+                                     0.05,
+                                     0.07500000000000001,
+                                     0.1,
+                                     0.08571428571428572,
+                                     0.07142857142857144,
+                                     0.05714285714285714,
+                                     0.04285714285714286,
+                                     0.02857142857142857,
+                                     0.014285714285714285,
+                                     0.0,
+                                     0.0,
+                                     0.0};
   const auto got = run_schedule(scheduler, sgd, 12);
   for (size_t t = 0; t < expected.size(); ++t) EXPECT_NEAR(got[t], expected[t], 1e-15) << "step " << t;
 }

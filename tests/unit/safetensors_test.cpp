@@ -14,43 +14,11 @@
 #include "colo/checkpoint/atomic_file.h"
 #include "colo/checkpoint/safetensors.h"
 
+#include "temporary_directory.h"
+
 namespace {
 
-// A fresh directory for a test's files, removed with them afterwards. POSIX rather than
-// std::filesystem, which crashes against PyTorch's wheel (see core/src/checkpoint/atomic_file.cpp).
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/colo_test_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern + " failed");
-    path_ = pattern;
-  }
-  ~TemporaryDirectory() {
-    for (const auto& name : entries()) ::unlink((path_ + "/" + name).c_str());
-    ::rmdir(path_.c_str());
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    if (DIR* dir = ::opendir(path_.c_str())) {
-      while (const dirent* entry = ::readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") names.push_back(name);
-      }
-      ::closedir(dir);
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using colo::testing::TemporaryDirectory;
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 

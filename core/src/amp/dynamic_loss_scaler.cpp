@@ -1,7 +1,6 @@
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/grad_clip.h>
 #include <colo/dist/process_group.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,8 +27,8 @@ void validate(const LossScalerOptions& o) {
   }
   if (o.growth_interval() < 1) errors.push_back(fmt::format("growth_interval {} must be >= 1", o.growth_interval()));
   if (o.hysteresis() < 0) {
-    errors.push_back(fmt::format("hysteresis {} must be >= 0 (0 and 1 both back off at the first overflow)",
-                                 o.hysteresis()));
+    errors.push_back(
+        fmt::format("hysteresis {} must be >= 0 (0 and 1 both back off at the first overflow)", o.hysteresis()));
   }
   if (!errors.empty()) {
     throw std::invalid_argument(fmt::format("invalid loss scaler options: {}", fmt::join(errors, "; ")));
@@ -39,10 +38,10 @@ void validate(const LossScalerOptions& o) {
 double require(const std::map<std::string, double>& state, const char* key) {
   auto it = state.find(key);
   if (it == state.end()) {
-    throw std::invalid_argument(fmt::format(
-        "loss scaler state has no '{}' (expected scale, growth_tracker, hysteresis_left, skipped_steps); "
-        "was it saved by DynamicLossScaler::state_dict()?",
-        key));
+    throw std::invalid_argument(
+        fmt::format("loss scaler state has no '{}' (expected scale, growth_tracker, hysteresis_left, skipped_steps); "
+                    "was it saved by DynamicLossScaler::state_dict()?",
+                    key));
   }
   return it->second;
 }
@@ -50,7 +49,8 @@ double require(const std::map<std::string, double>& state, const char* key) {
 int64_t require_count(const std::map<std::string, double>& state, const char* key) {
   const double value = require(state, key);
   if (!(value >= 0.0) || value != std::floor(value)) {
-    throw std::invalid_argument(fmt::format("loss scaler state '{}' = {} is not a non-negative whole number", key, value));
+    throw std::invalid_argument(
+        fmt::format("loss scaler state '{}' = {} is not a non-negative whole number", key, value));
   }
   return static_cast<int64_t>(value);
 }

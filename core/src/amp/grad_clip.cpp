@@ -1,6 +1,5 @@
 #include <colo/amp/grad_clip.h>
 #include <colo/dist/process_group.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,9 +78,8 @@ GradClipResult apply_unscale_and_clip(const std::vector<torch::Tensor>& grads, d
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
                                 const std::vector<dist::ProcessGroup*>& norm_groups) {
   if (!(inv_scale > 0.0) || !std::isfinite(inv_scale)) {
-    throw std::invalid_argument(
-        fmt::format("unscale_and_clip: inv_scale {} must be finite and > 0 (1 / the loss scale; 1 without scaling)",
-                    inv_scale));
+    throw std::invalid_argument(fmt::format(
+        "unscale_and_clip: inv_scale {} must be finite and > 0 (1 / the loss scale; 1 without scaling)", inv_scale));
   }
   auto sq = grad_sq_norm(grads);
   for (auto* group : norm_groups) {

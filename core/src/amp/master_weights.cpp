@@ -1,5 +1,4 @@
 #include <colo/amp/master_weights.h>
-
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -9,18 +8,17 @@ namespace colo::amp {
 MasterWeights::MasterWeights(std::vector<torch::Tensor> params, torch::Dtype working_dtype)
     : working_dtype_(working_dtype), working_(std::move(params)) {
   if (!c10::isFloatingType(working_dtype)) {
-    throw std::invalid_argument(
-        fmt::format("MasterWeights: working dtype {} is not floating point; use fp32, fp16 or bf16",
-                    c10::toString(working_dtype)));
+    throw std::invalid_argument(fmt::format(
+        "MasterWeights: working dtype {} is not floating point; use fp32, fp16 or bf16", c10::toString(working_dtype)));
   }
   torch::NoGradGuard no_grad;
   masters_.reserve(working_.size());
   for (size_t i = 0; i < working_.size(); ++i) {
     auto& param = working_[i];
     if (!param.is_floating_point()) {
-      throw std::invalid_argument(fmt::format(
-          "MasterWeights: parameter {} has dtype {}; only floating parameters can have fp32 masters", i,
-          c10::toString(param.scalar_type())));
+      throw std::invalid_argument(
+          fmt::format("MasterWeights: parameter {} has dtype {}; only floating parameters can have fp32 masters", i,
+                      c10::toString(param.scalar_type())));
     }
     if (working_dtype == torch::kFloat && param.scalar_type() == torch::kFloat) {
       masters_.push_back(param);

@@ -1,5 +1,4 @@
 #include <colo/amp/precision.h>
-
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -15,18 +14,24 @@ Precision parse_precision(std::string_view name) {
 
 std::string to_string(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
   }
   throw std::invalid_argument(fmt::format("invalid Precision value {}", static_cast<int>(precision)));
 }
 
 c10::ScalarType to_dtype(Precision precision) {
   switch (precision) {
-    case Precision::kFp32: return c10::ScalarType::Float;
-    case Precision::kFp16: return c10::ScalarType::Half;
-    case Precision::kBf16: return c10::ScalarType::BFloat16;
+    case Precision::kFp32:
+      return c10::ScalarType::Float;
+    case Precision::kFp16:
+      return c10::ScalarType::Half;
+    case Precision::kBf16:
+      return c10::ScalarType::BFloat16;
   }
   throw std::invalid_argument(fmt::format("invalid Precision value {}", static_cast<int>(precision)));
 }

@@ -1,29 +1,28 @@
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/checkpoint/sharded_safetensors.h>
 
+#include <colo/compat/files.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <set>
 
 namespace colo::checkpoint {
-namespace fs = std::filesystem;
 
 namespace {
 
 int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 std::string index_path(const std::string& dir, const std::string& base) {
-  return (fs::path(dir) / (base + ".safetensors.index.json")).string();
+  return files::join(dir, base + ".safetensors.index.json");
 }
 
 }  // namespace
 
 void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
                           int64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
-  fs::create_directories(dir);
+  files::create_directories(dir);
   // Greedy packing in the given order keeps a layer's tensors together in one shard.
   std::vector<NamedTensors> shards(1);
   int64_t current = 0;
@@ -37,15 +36,15 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
     current += size;
   }
   if (shards.size() == 1) {
-    write_safetensors((fs::path(dir) / (base + ".safetensors")).string(), shards[0], metadata);
-    fs::remove(index_path(dir, base));  // a stale index would shadow the single file
+    write_safetensors(files::join(dir, base + ".safetensors"), shards[0], metadata);
+    files::remove(index_path(dir, base));  // a stale index would shadow the single file
     return;
   }
   nlohmann::json weight_map = nlohmann::json::object();
   int64_t total = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, i + 1, shards.size());
-    write_safetensors((fs::path(dir) / file).string(), shards[i], metadata);
+    write_safetensors(files::join(dir, file), shards[i], metadata);
     for (const auto& [name, tensor] : shards[i]) {
       weight_map[name] = file;
       total += nbytes(tensor);
@@ -53,23 +52,23 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
   }
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   atomic_write_file(index_path(dir, base), index.dump(2));
-  fs::remove(fs::path(dir) / (base + ".safetensors"));
+  files::remove(files::join(dir, base + ".safetensors"));
 }
 
 bool has_safetensors_set(const std::string& dir, const std::string& base) {
-  return fs::exists(index_path(dir, base)) || fs::exists(fs::path(dir) / (base + ".safetensors"));
+  return files::exists(index_path(dir, base)) || files::exists(files::join(dir, base + ".safetensors"));
 }
 
 NamedTensors load_safetensors_set(const std::string& dir, const std::string& base) {
   const std::string index_file = index_path(dir, base);
-  if (!fs::exists(index_file)) {
-    const auto single = fs::path(dir) / (base + ".safetensors");
-    if (!fs::exists(single)) {
+  if (!files::exists(index_file)) {
+    const auto single = files::join(dir, base + ".safetensors");
+    if (!files::exists(single)) {
       throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo "
                                         "checkpoint directory?",
                                         dir, base, base));
     }
-    return read_safetensors(single.string()).tensors;
+    return read_safetensors(single).tensors;
   }
   nlohmann::json index;
   try {
@@ -88,12 +87,12 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
   }
   NamedTensors result;
   for (const auto& [file, names] : names_by_file) {
-    const auto path = fs::path(dir) / file;
-    if (!fs::exists(path)) {
+    const auto path = files::join(dir, file);
+    if (!files::exists(path)) {
       throw CheckpointError(fmt::format("{}: names {} (and {} other tensors) but the file is missing", index_file,
                                         file, names.size() - 1));
     }
-    auto shard = read_safetensors(path.string());
+    auto shard = read_safetensors(path);
     for (const auto& name : names) {
       if (!shard.contains(name)) {
         throw CheckpointError(fmt::format("{}: the index places '{}' in {} but that file does not hold it",

@@ -1,5 +1,6 @@
 #include <colo/data/cifar10.h>
 #include <colo/data/dataset_error.h>
+#include <colo/compat/files.h>
 #include <fmt/format.h>
 
 #include <cstring>
@@ -10,8 +11,8 @@
 namespace colo::data {
 namespace {
 
-std::filesystem::path find_file(const std::filesystem::path& directory, const std::string& name, Split split) {
-  if (auto path = detail::find_plain_or_gzipped(directory / name)) return *path;
+std::string find_file(const std::string& directory, const std::string& name, Split split) {
+  if (auto path = detail::find_plain_or_gzipped(files::join(directory, name))) return *path;
   throw DatasetError(fmt::format(
       "CIFAR-10 ({} split): cannot find {} or {}.gz in {}. Download the binary version of CIFAR-10 "
       "(cifar-10-binary.tar.gz), extract it, and either set COLO_DATA_DIR to the directory that holds "
@@ -19,14 +20,14 @@ std::filesystem::path find_file(const std::filesystem::path& directory, const st
       to_string(split), name, name, detail::describe_searched_directory(directory, Cifar10::default_directory())));
 }
 
-InMemoryDataset load(Split split, const std::filesystem::path& directory) {
+InMemoryDataset load(Split split, const std::string& directory) {
   std::vector<std::string> names;
   if (split == Split::kTrain) {
     for (int i = 1; i <= 5; ++i) names.push_back(fmt::format("data_batch_{}.bin", i));
   } else {
     names.push_back("test_batch.bin");
   }
-  std::vector<std::filesystem::path> paths;
+  std::vector<std::string> paths;
   for (const auto& name : names) paths.push_back(find_file(directory, name, split));
 
   constexpr int64_t kPixels = Cifar10::kRecordBytes - 1;
@@ -39,7 +40,7 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
       throw DatasetError(fmt::format(
           "{}: {} bytes is not a whole number of {}-byte CIFAR-10 records (1 label byte + 3072 pixel bytes){}; "
           "fetch or re-extract the file",
-          path.string(), size, Cifar10::kRecordBytes,
+          path, size, Cifar10::kRecordBytes,
           size > Cifar10::kRecordBytes ? fmt::format(": truncated after {} records", size / Cifar10::kRecordBytes)
                                        : ""));
     }
@@ -55,7 +56,7 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
       throw DatasetError(
           fmt::format("{}: record {} has label {}, not a CIFAR-10 class (0..9); is this the "
                       "binary version of CIFAR-10 (not CIFAR-100 or the Python pickles)?",
-                      path.string(), record, file_labels[record].item<int64_t>()));
+                      path, record, file_labels[record].item<int64_t>()));
     }
     images.push_back(records.narrow(1, 1, kPixels).reshape({count, 3, 32, 32}));
     labels.push_back(file_labels);
@@ -67,8 +68,8 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
 
 }  // namespace
 
-Cifar10::Cifar10(Split split, const std::filesystem::path& directory) : InMemoryDataset(load(split, directory)) {}
+Cifar10::Cifar10(Split split, const std::string& directory) : InMemoryDataset(load(split, directory)) {}
 
-std::filesystem::path Cifar10::default_directory() { return default_data_root() / "cifar-10-batches-bin"; }
+std::string Cifar10::default_directory() { return files::join(default_data_root(), "cifar-10-batches-bin"); }
 
 }  // namespace colo::data

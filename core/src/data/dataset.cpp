@@ -4,7 +4,7 @@
 
 namespace colo::data {
 
-std::filesystem::path default_data_root() {
+std::string default_data_root() {
   const char* dir = std::getenv("COLO_DATA_DIR");
   if (dir != nullptr && *dir != '\0') return dir;
   return "/usr/share/datasets";

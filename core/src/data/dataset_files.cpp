@@ -1,5 +1,7 @@
 #include "dataset_files.h"
 
+#include <colo/compat/files.h>
+
 #include <colo/data/dataset_error.h>
 #include <fmt/format.h>
 #include <zlib.h>
@@ -20,11 +22,11 @@ bool is_gzip(const std::vector<uint8_t>& bytes, size_t offset = 0) {
 // zlib counts in uInt: feed and drain it in pieces of at most 1 GiB.
 constexpr size_t kMaxChunk = size_t{1} << 30;
 
-std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::filesystem::path& path) {
+std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::string& path) {
   z_stream stream{};
   // 16 + MAX_WBITS: expect a gzip header and trailer (the CRC-32 and length are checked).
   if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) {
-    throw DatasetError(fmt::format("{}: cannot start gzip decompression (zlib: out of memory)", path.string()));
+    throw DatasetError(fmt::format("{}: cannot start gzip decompression (zlib: out of memory)", path));
   }
   struct InflateEnd {
     z_stream* stream;
@@ -68,9 +70,9 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::f
       throw DatasetError(
           fmt::format("{}: truncated gzip file: the compressed data ends after {} bytes without the end of the stream "
                       "(an interrupted download or copy?); fetch or reinstall the file",
-                      path.string(), total));
+                      path, total));
     }
-    throw DatasetError(fmt::format("{}: corrupt gzip data ({}); fetch or reinstall the file", path.string(),
+    throw DatasetError(fmt::format("{}: corrupt gzip data ({}); fetch or reinstall the file", path,
                                    stream.msg ? stream.msg : "zlib error " + std::to_string(status)));
   }
   out.resize(produced);
@@ -79,38 +81,35 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::f
 
 }  // namespace
 
-std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file) {
-    throw DatasetError(fmt::format("{}: cannot open the file ({})", path.string(), std::strerror(errno)));
+    throw DatasetError(fmt::format("{}: cannot open the file ({})", path, std::strerror(errno)));
   }
   const auto size = static_cast<size_t>(file.tellg());
   std::vector<uint8_t> bytes(size);
   file.seekg(0);
   if (!file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
-    throw DatasetError(fmt::format("{}: reading {} bytes failed", path.string(), size));
+    throw DatasetError(fmt::format("{}: reading {} bytes failed", path, size));
   }
   return is_gzip(bytes) ? gunzip(bytes, path) : bytes;
 }
 
-std::optional<std::filesystem::path> find_plain_or_gzipped(const std::filesystem::path& path) {
-  std::error_code error;
-  if (std::filesystem::is_regular_file(path, error)) return path;
-  std::filesystem::path gzipped = path;
-  gzipped += ".gz";
-  if (std::filesystem::is_regular_file(gzipped, error)) return gzipped;
+std::optional<std::string> find_plain_or_gzipped(const std::string& path) {
+  if (files::is_regular_file(path)) return path;
+  const std::string gzipped = path + ".gz";
+  if (files::is_regular_file(gzipped)) return gzipped;
   return std::nullopt;
 }
 
-std::string describe_searched_directory(const std::filesystem::path& directory,
-                                        const std::filesystem::path& default_directory) {
-  std::error_code error;
-  const bool exists = std::filesystem::is_directory(directory, error);
+std::string describe_searched_directory(const std::string& directory,
+                                        const std::string& default_directory) {
+  const bool exists = files::is_directory(directory);
   const char* data_dir = std::getenv("COLO_DATA_DIR");
   const char* origin = directory != default_directory               ? "the directory given"
                        : (data_dir != nullptr && *data_dir != '\0') ? "the default directory, from COLO_DATA_DIR"
                                                                     : "the default directory";
-  return fmt::format("{} ({}{})", directory.string(), origin, exists ? "" : ", which does not exist");
+  return fmt::format("{} ({}{})", directory, origin, exists ? "" : ", which does not exist");
 }
 
 }  // namespace colo::data::detail

@@ -1,6 +1,7 @@
 #include <colo/data/dataset_error.h>
 #include <colo/data/fashion_mnist.h>
 #include <colo/data/idx_file.h>
+#include <colo/compat/files.h>
 #include <fmt/format.h>
 
 #include "dataset_files.h"
@@ -8,8 +9,8 @@
 namespace colo::data {
 namespace {
 
-std::filesystem::path find_file(const std::filesystem::path& directory, const std::string& name, Split split) {
-  if (auto path = detail::find_plain_or_gzipped(directory / name)) return *path;
+std::string find_file(const std::string& directory, const std::string& name, Split split) {
+  if (auto path = detail::find_plain_or_gzipped(files::join(directory, name))) return *path;
   throw DatasetError(fmt::format(
       "Fashion-MNIST ({} split): cannot find {} or {}.gz in {}. Install Debian's dataset-fashion-mnist "
       "package (apt-get install dataset-fashion-mnist, which puts the files in /usr/share/datasets/fashion-mnist), "
@@ -18,7 +19,7 @@ std::filesystem::path find_file(const std::filesystem::path& directory, const st
       to_string(split), name, name, detail::describe_searched_directory(directory, FashionMnist::default_directory())));
 }
 
-InMemoryDataset load(Split split, const std::filesystem::path& directory) {
+InMemoryDataset load(Split split, const std::string& directory) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const auto images_path = find_file(directory, prefix + "-images-idx3-ubyte", split);
   const auto labels_path = find_file(directory, prefix + "-labels-idx1-ubyte", split);
@@ -28,11 +29,11 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
     throw DatasetError(fmt::format(
         "Fashion-MNIST ({} split): {} holds {} images but {} holds {} labels; the files must come from the same "
         "split and release, fetch or reinstall them",
-        to_string(split), images_path.string(), images.size(0), labels_path.string(), labels.size(0)));
+        to_string(split), images_path, images.size(0), labels_path, labels.size(0)));
   }
   if (images.size(0) == 0) {
     throw DatasetError(
-        fmt::format("Fashion-MNIST ({} split): {} holds no images", to_string(split), images_path.string()));
+        fmt::format("Fashion-MNIST ({} split): {} holds no images", to_string(split), images_path));
   }
   const auto bad = (labels >= FashionMnist::kNumClasses).nonzero();
   if (bad.size(0) > 0) {
@@ -40,7 +41,7 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
     throw DatasetError(
         fmt::format("{}: label {} of image {} is not a Fashion-MNIST class (0..9); is this the "
                     "right file?",
-                    labels_path.string(), labels[index].item<int64_t>(), index));
+                    labels_path, labels[index].item<int64_t>(), index));
   }
   return InMemoryDataset(images.unsqueeze(1), labels, FashionMnist::kNumClasses,
                          fmt::format("Fashion-MNIST {}", to_string(split)), Normalization{{0.2860}, {0.3530}},
@@ -49,9 +50,9 @@ InMemoryDataset load(Split split, const std::filesystem::path& directory) {
 
 }  // namespace
 
-FashionMnist::FashionMnist(Split split, const std::filesystem::path& directory)
+FashionMnist::FashionMnist(Split split, const std::string& directory)
     : InMemoryDataset(load(split, directory)) {}
 
-std::filesystem::path FashionMnist::default_directory() { return default_data_root() / "fashion-mnist"; }
+std::string FashionMnist::default_directory() { return files::join(default_data_root(), "fashion-mnist"); }
 
 }  // namespace colo::data

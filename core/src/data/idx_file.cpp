@@ -21,9 +21,9 @@ uint32_t big_endian_u32(const uint8_t* p) {
 
 }  // namespace
 
-torch::Tensor read_idx_file(const std::filesystem::path& path, int expected_ndims) {
+torch::Tensor read_idx_file(const std::string& path, int expected_ndims) {
   const std::vector<uint8_t> bytes = detail::read_file_bytes(path);
-  const std::string name = path.string();
+  const std::string name = path;
   const uint32_t expected_magic = kUnsignedByte << 8 | static_cast<uint32_t>(expected_ndims);
   if (bytes.size() < 4) {
     throw DatasetError(

@@ -1,20 +1,17 @@
+#include <ATen/Parallel.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/optim/adam_step_cpu.h>
 #include <colo/optim/hybrid_adam.h>
-
-#include "adam_cpu_kernel.h"
-
-#include <torch/optim/serialize.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
-#include <ATen/Parallel.h>
+#include <torch/optim/serialize.h>
 
 #include <cmath>
 #include <map>
 #include <stdexcept>
 #include <tuple>
+
+#include "adam_cpu_kernel.h"
 
 namespace colo::optim {
 namespace {
@@ -31,8 +28,7 @@ void validate(const HybridAdamOptions& o, size_t group) {
   if (!(beta2 >= 0.0 && beta2 < 1.0)) errors.push_back(fmt::format("beta2 {} must lie in [0, 1)", beta2));
   if (!(o.weight_decay() >= 0.0)) errors.push_back(fmt::format("weight_decay {} must be >= 0", o.weight_decay()));
   if (!errors.empty()) {
-    throw std::invalid_argument(
-        fmt::format("HybridAdam: parameter group {}: {}", group, fmt::join(errors, "; ")));
+    throw std::invalid_argument(fmt::format("HybridAdam: parameter group {}: {}", group, fmt::join(errors, "; ")));
   }
 }
 
@@ -44,19 +40,18 @@ void require_cpu_fp32(const torch::Tensor& t, const char* name, int64_t numel) {
   if (!t.defined() || !t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous() ||
       t.numel() != numel) {
     throw std::invalid_argument(fmt::format(
-        "adam_step_cpu: {} must be a contiguous fp32 CPU tensor of {} elements (the parameter's), got {}", name,
-        numel, t.defined() ? fmt::format("{} {} tensor of {} elements{}", t.device().str(),
-                                         c10::toString(t.scalar_type()), t.numel(),
-                                         t.is_contiguous() ? "" : ", not contiguous")
-                           : std::string("an undefined tensor")));
+        "adam_step_cpu: {} must be a contiguous fp32 CPU tensor of {} elements (the parameter's), got {}", name, numel,
+        t.defined() ? fmt::format("{} {} tensor of {} elements{}", t.device().str(), c10::toString(t.scalar_type()),
+                                  t.numel(), t.is_contiguous() ? "" : ", not contiguous")
+                    : std::string("an undefined tensor")));
   }
 }
 
 // Multi-tensor update of tensors sharing device, dtype and step count, with LibTorch's ops in
 // torch::optim::AdamW / Adam's order (and so their results).
 void adam_step_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
-                            std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs,
-                            int64_t step, const HybridAdamOptions& o) {
+                            std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs, int64_t step,
+                            const HybridAdamOptions& o) {
   const auto [beta1, beta2] = o.betas();
   const double bc1 = bias_correction(o, beta1, step);
   const double bc2 = bias_correction(o, beta2, step);
@@ -83,7 +78,8 @@ struct BucketKey {
   int64_t step;
   bool contiguous;
   bool operator<(const BucketKey& other) const {
-    return std::tie(device, dtype, step, contiguous) < std::tie(other.device, other.dtype, other.step, other.contiguous);
+    return std::tie(device, dtype, step, contiguous) <
+           std::tie(other.device, other.dtype, other.step, other.contiguous);
   }
 };
 
@@ -217,10 +213,10 @@ torch::Tensor HybridAdam::step(LossClosure closure) {
     }
     for (auto& [key, b] : buckets) {
       const auto [beta1, beta2] = options.betas();
-      const bool fused = options.bias_correction() && key.contiguous &&
-                         compat::fused_adam_step(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, key.step, options.lr(),
-                                                 beta1, beta2, options.weight_decay(), options.eps(),
-                                                 options.adamw_mode());
+      const bool fused =
+          options.bias_correction() && key.contiguous &&
+          compat::fused_adam_step(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, key.step, options.lr(), beta1, beta2,
+                                  options.weight_decay(), options.eps(), options.adamw_mode());
       if (!fused) adam_step_multi_tensor(b.params, b.grads, b.exp_avgs, b.exp_avg_sqs, key.step, options);
     }
   }

@@ -1,10 +1,8 @@
 #include <colo/compat/torch_compat.h>
 #include <colo/optim/lamb.h>
-
-#include <torch/optim/serialize.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/optim/serialize.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -112,9 +110,8 @@ torch::Tensor Lamb::step(LossClosure closure) {
 
       const auto weight_norm = param.norm().clamp_max(o.max_weight_norm());
       const auto update_norm = update.norm();
-      const auto trust_ratio =
-          torch::where(weight_norm.gt(0).logical_and(update_norm.gt(0)), weight_norm / update_norm,
-                       torch::ones_like(weight_norm));
+      const auto trust_ratio = torch::where(weight_norm.gt(0).logical_and(update_norm.gt(0)), weight_norm / update_norm,
+                                            torch::ones_like(weight_norm));
       param.add_(update.mul_(trust_ratio), -o.lr());
     }
   }

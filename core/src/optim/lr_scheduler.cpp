@@ -2,7 +2,6 @@
 #include <colo/optim/linear_warmup_lr.h>
 #include <colo/optim/lr_scheduler.h>
 #include <colo/optim/optimizer_state.h>
-
 #include <fmt/format.h>
 
 #include <cmath>
@@ -18,8 +17,8 @@ void validate_steps(const char* scheduler, int64_t total_steps, int64_t warmup_s
     throw std::invalid_argument(fmt::format("{}: total_steps {} must be >= 1", scheduler, total_steps));
   }
   if (warmup_steps < 0 || warmup_steps > total_steps) {
-    throw std::invalid_argument(fmt::format("{}: warmup_steps {} must lie in [0, total_steps = {}]", scheduler,
-                                            warmup_steps, total_steps));
+    throw std::invalid_argument(
+        fmt::format("{}: warmup_steps {} must lie in [0, total_steps = {}]", scheduler, warmup_steps, total_steps));
   }
 }
 
@@ -72,9 +71,10 @@ void LRScheduler::load_state_dict(const std::map<std::string, double>& state) {
   for (size_t g = 0; g < base_lrs_.size(); ++g) {
     auto lr = state.find(base_lr_key(g));
     if (lr == state.end()) {
-      throw std::invalid_argument(fmt::format("LR scheduler state has no '{}': it was saved for fewer than {} "
-                                              "parameter groups",
-                                              base_lr_key(g), base_lrs_.size()));
+      throw std::invalid_argument(
+          fmt::format("LR scheduler state has no '{}': it was saved for fewer than {} "
+                      "parameter groups",
+                      base_lr_key(g), base_lrs_.size()));
     }
     base_lrs.push_back(lr->second);
   }
@@ -89,9 +89,10 @@ void LRScheduler::load_state_dict(const std::map<std::string, double>& state) {
 
 void LRScheduler::rebind(torch::optim::Optimizer& optimizer) {
   if (optimizer.param_groups().size() != base_lrs_.size()) {
-    throw std::invalid_argument(fmt::format("LRScheduler::rebind: the new optimizer has {} parameter groups, the "
-                                            "scheduler drives {}",
-                                            optimizer.param_groups().size(), base_lrs_.size()));
+    throw std::invalid_argument(
+        fmt::format("LRScheduler::rebind: the new optimizer has {} parameter groups, the "
+                    "scheduler drives {}",
+                    optimizer.param_groups().size(), base_lrs_.size()));
   }
   optimizer_ = &optimizer;
   apply();
@@ -112,8 +113,7 @@ CosineAnnealingWarmupLR::CosineAnnealingWarmupLR(torch::optim::Optimizer& optimi
 double CosineAnnealingWarmupLR::compute_lr(int64_t step, double base_lr) const {
   if (step < warmup_steps_) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
   if (step >= total_steps_) return eta_min_;
-  const double progress =
-      static_cast<double>(step - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
+  const double progress = static_cast<double>(step - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
   return eta_min_ + (base_lr - eta_min_) * (1.0 + std::cos(kPi * progress)) / 2.0;
 }
 

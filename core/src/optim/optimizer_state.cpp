@@ -2,7 +2,6 @@
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/lamb.h>
 #include <colo/optim/optimizer_state.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -53,8 +52,7 @@ class StateReader {
     const auto& t = require(key);
     if (t.sizes() != param_.sizes()) {
       throw std::invalid_argument(fmt::format("optimizer state of parameter {}: '{}' has shape {}, the parameter {}",
-                                              index_, key, fmt::join(t.sizes(), "x"),
-                                              fmt::join(param_.sizes(), "x")));
+                                              index_, key, fmt::join(t.sizes(), "x"), fmt::join(param_.sizes(), "x")));
     }
     return t.to(param_.options(), /*non_blocking=*/false, /*copy=*/true);
   }
@@ -63,8 +61,8 @@ class StateReader {
     const auto& t = require("step");
     const double value = t.numel() == 1 ? t.item<double>() : -1.0;
     if (!(value >= 0.0) || value != std::floor(value)) {
-      throw std::invalid_argument(fmt::format(
-          "optimizer state of parameter {}: 'step' must be one non-negative whole number", index_));
+      throw std::invalid_argument(
+          fmt::format("optimizer state of parameter {}: 'step' must be one non-negative whole number", index_));
     }
     return static_cast<int64_t>(value);
   }
@@ -73,10 +71,10 @@ class StateReader {
   void finish(const std::set<std::string>& allowed) const {
     for (const auto& [key, tensor] : state_) {
       if (!allowed.count(key)) {
-        throw std::invalid_argument(fmt::format(
-            "optimizer state of parameter {} has an unexpected entry '{}' (expected {}); was it saved from "
-            "another kind of optimizer?",
-            index_, key, fmt::join(allowed, ", ")));
+        throw std::invalid_argument(
+            fmt::format("optimizer state of parameter {} has an unexpected entry '{}' (expected {}); was it saved from "
+                        "another kind of optimizer?",
+                        index_, key, fmt::join(allowed, ", ")));
       }
     }
   }

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <colo/amp/precision.h>
-
 #include <torch/types.h>
 
 namespace colo::amp {

@@ -2,7 +2,7 @@
 
 #include <colo/data/in_memory_dataset.h>
 
-#include <filesystem>
+#include <string>
 
 namespace colo::data {
 
@@ -17,12 +17,12 @@ class Cifar10 : public InMemoryDataset {
  public:
   // Throws DatasetError when a file is missing (naming the directory searched and how to point
   // to the data), its size is not a whole number of records, or a label is not in 0..9.
-  explicit Cifar10(Split split, const std::filesystem::path& directory = default_directory());
+  explicit Cifar10(Split split, const std::string& directory = default_directory());
 
   // $COLO_DATA_DIR/cifar-10-batches-bin when COLO_DATA_DIR is set, else
   // /usr/share/datasets/cifar-10-batches-bin ("cifar-10-batches-bin" is the directory the
   // official cifar-10-binary.tar.gz extracts to).
-  static std::filesystem::path default_directory();
+  static std::string default_directory();
 
   static constexpr int64_t kNumClasses = 10;
   static constexpr int64_t kRecordBytes = 1 + 3 * 32 * 32;

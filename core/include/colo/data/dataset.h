@@ -3,7 +3,7 @@
 #include <colo/data/batch.h>
 
 #include <cstdint>
-#include <filesystem>
+#include <string>
 #include <string>
 #include <vector>
 
@@ -65,7 +65,7 @@ class Dataset {
 
 // Where data sets live unless a directory is given: $COLO_DATA_DIR when set, else
 // /usr/share/datasets (where Debian's dataset-* packages install).
-std::filesystem::path default_data_root();
+std::string default_data_root();
 
 const char* to_string(Split split);
 

@@ -2,7 +2,7 @@
 
 #include <colo/data/in_memory_dataset.h>
 
-#include <filesystem>
+#include <string>
 
 namespace colo::data {
 
@@ -18,11 +18,11 @@ class FashionMnist : public InMemoryDataset {
  public:
   // Throws DatasetError when a file is missing (naming the directory searched and how to
   // install or point to the data) or malformed, or when image and label counts differ.
-  explicit FashionMnist(Split split, const std::filesystem::path& directory = default_directory());
+  explicit FashionMnist(Split split, const std::string& directory = default_directory());
 
   // $COLO_DATA_DIR/fashion-mnist when COLO_DATA_DIR is set, else /usr/share/datasets/fashion-mnist,
   // where Debian's dataset-fashion-mnist package installs the gzip-compressed files.
-  static std::filesystem::path default_directory();
+  static std::string default_directory();
 
   static constexpr int64_t kNumClasses = 10;
 };

@@ -2,7 +2,7 @@
 
 #include <torch/types.h>
 
-#include <filesystem>
+#include <string>
 
 namespace colo::data {
 
@@ -12,6 +12,6 @@ namespace colo::data {
 // decompressed. Throws DatasetError naming the file for: a missing or unreadable file, corrupt
 // or truncated gzip data, a magic number other than 0x0000080<expected_ndims>, and data shorter
 // or longer than the header announces.
-torch::Tensor read_idx_file(const std::filesystem::path& path, int expected_ndims);
+torch::Tensor read_idx_file(const std::string& path, int expected_ndims);
 
 }  // namespace colo::data

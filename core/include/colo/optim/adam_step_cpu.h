@@ -1,7 +1,6 @@
 #pragma once
 
 #include <colo/optim/hybrid_adam.h>
-
 #include <torch/types.h>
 
 #include <cstdint>

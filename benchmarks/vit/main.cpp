@@ -1,0 +1,410 @@
+// colo_vit_bench: end-to-end ViT training throughput of one plugin and layout.
+//
+//   colo-run --nproc-per-node 8 build/bin/colo_vit_bench --plugin torch_ddp --model base
+//       --batch-size 128 --precision bf16 --json results/colo_torch_ddp.json
+//
+// Each rank trains on one synthetic batch made once, on its device, before timing (no data
+// loading inside the timed loop). Reports images/s (global), model TFLOP/s per GPU, MFU against
+// a matmul peak measured in the same run, peak memory and step times; rank 0 writes the JSON
+// record that benchmarks/peers/combine_results.py tabulates next to the PyTorch + timm peers.
+#include "device_metrics.h"
+#include "vit_flops.h"
+
+#include <colo/amp/precision.h>
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin_options.h>
+#include <colo/booster/plugin_registry.h>
+#include <colo/data/synthetic_dataset.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/optim/hybrid_adam.h>
+
+#include <ATen/Context.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#ifndef COLO_GIT_COMMIT
+#define COLO_GIT_COMMIT "unknown"
+#endif
+
+namespace po = boost::program_options;
+
+namespace colo::bench {
+namespace {
+
+struct Options {
+  std::string plugin;
+  PluginOptions plugin_options;
+  std::string model;
+  int64_t image_size = 224;
+  std::optional<int64_t> patch_size, embed_dim, depth, num_heads, num_classes;
+  std::optional<double> mlp_ratio;
+  int64_t batch_size = 0;
+  std::string precision;
+  int64_t warmup_steps = 0;
+  int64_t steps = 0;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+  double peak_tflops = 0.0;
+  std::optional<int64_t> peak_matmul_size;
+  double peak_seconds = 0.0;
+  std::string json_path;
+  std::string commit;
+  std::string command_line;
+};
+
+std::string shell_quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos) return arg;
+  std::string quoted = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  quoted += '\'';
+  return quoted;
+}
+
+// nullopt: --help was printed.
+std::optional<Options> parse_command_line(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> plugin_opts;
+  int64_t patch = 0, embed = 0, depth = 0, heads = 0, classes = 0, matmul = 0;
+  double mlp = 0.0;
+  po::options_description desc(
+      "colo_vit_bench: ViT training throughput (images/s, TFLOP/s, MFU, peak memory) of a colo plugin.\n"
+      "Multi-GPU: colo-run --nproc-per-node N colo_vit_bench ...\nOptions");
+  desc.add_options()("help,h", "this help")
+      ("plugin", po::value(&o.plugin)->default_value("torch_ddp"), "plugin name or path to libcolo_plugin_*.so")
+      ("plugin-opt", po::value(&plugin_opts)->composing(),
+       "plugin option key=value (repeatable), e.g. --plugin-opt stage=2; tp_size and pp_size also set how many "
+       "ranks share one batch")
+      ("model", po::value(&o.model)->default_value("base"),
+       "ViT preset: tiny | small | base | large (timm vit_*_patch16_224), or their timm names")
+      ("image-size", po::value(&o.image_size)->default_value(224), "image height = width")
+      ("patch-size", po::value(&patch), "override the preset's patch size")
+      ("embed-dim", po::value(&embed), "override the preset's embedding dim")
+      ("depth", po::value(&depth), "override the preset's number of blocks")
+      ("num-heads", po::value(&heads), "override the preset's attention heads")
+      ("mlp-ratio", po::value(&mlp), "override the preset's MLP ratio")
+      ("num-classes", po::value(&classes), "classifier classes (default 1000)")
+      ("batch-size", po::value(&o.batch_size)->default_value(64),
+       "images per step per data-parallel replica (= per GPU unless tp_size/pp_size > 1)")
+      ("precision", po::value(&o.precision)->default_value("bf16"),
+       "fp32 | bf16 | fp16: passed to the plugin as precision=..., and the dtype of the peak matmul")
+      ("warmup-steps", po::value(&o.warmup_steps)->default_value(10), "untimed steps first")
+      ("steps", po::value(&o.steps)->default_value(50), "timed steps")
+      ("lr", po::value(&o.lr)->default_value(1e-4, "1e-4"), "AdamW learning rate")
+      ("weight-decay", po::value(&o.weight_decay)->default_value(0.05, "0.05"), "AdamW weight decay")
+      ("peak-tflops", po::value(&o.peak_tflops)->default_value(0.0),
+       "MFU denominator in TFLOP/s per GPU; 0 measures it (n×n×n matmul loop in the run's precision)")
+      ("peak-matmul-size", po::value(&matmul), "n of the peak matmul (default 8192 on a GPU, 1024 on the CPU)")
+      ("peak-seconds", po::value(&o.peak_seconds)->default_value(2.0), "minimum duration of the peak measurement")
+      ("json", po::value(&o.json_path), "write the result record to this file (rank 0)")
+      ("commit", po::value(&o.commit)->default_value(COLO_GIT_COMMIT),
+       "commit recorded in the JSON (default: the source tree's HEAD at configure time)");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return std::nullopt;
+  }
+  po::notify(vm);
+  if (vm.count("patch-size")) o.patch_size = patch;
+  if (vm.count("embed-dim")) o.embed_dim = embed;
+  if (vm.count("depth")) o.depth = depth;
+  if (vm.count("num-heads")) o.num_heads = heads;
+  if (vm.count("mlp-ratio")) o.mlp_ratio = mlp;
+  if (vm.count("num-classes")) o.num_classes = classes;
+  if (vm.count("peak-matmul-size")) o.peak_matmul_size = matmul;
+
+  std::vector<std::string> problems;
+  if (o.batch_size <= 0) problems.push_back(fmt::format("--batch-size must be positive, got {}", o.batch_size));
+  if (o.steps <= 0) problems.push_back(fmt::format("--steps must be positive, got {}", o.steps));
+  if (o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps must be >= 0, got {}", o.warmup_steps));
+  if (o.peak_tflops < 0) problems.push_back(fmt::format("--peak-tflops must be >= 0, got {}", o.peak_tflops));
+  amp::parse_precision(o.precision);  // throws with the valid spellings
+  for (const auto& text : plugin_opts) o.plugin_options.insert(parse_option_assignment(text));
+  // The benchmark's precision is the plugin's: one source of truth, no silent disagreement.
+  const auto given = o.plugin_options.find("precision");
+  if (given != o.plugin_options.end() && vm["precision"].defaulted()) {
+    o.precision = given->second;
+  } else if (given != o.plugin_options.end() && given->second != o.precision) {
+    problems.push_back(fmt::format("--precision {} contradicts --plugin-opt precision={}; give one of them",
+                                   o.precision, given->second));
+  }
+  o.plugin_options["precision"] = o.precision;
+  if (!problems.empty()) {
+    std::string message = "invalid command line:";
+    for (const auto& p : problems) message += "\n  " + p;
+    throw std::invalid_argument(message);
+  }
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) o.command_line += ' ';
+    o.command_line += shell_quote(argv[i]);
+  }
+  return o;
+}
+
+nn::ViTConfig model_config(const Options& o) {
+  auto c = nn::ViTConfig::preset(o.model).image_size(o.image_size);
+  if (o.patch_size) c.patch_size(*o.patch_size);
+  if (o.embed_dim) c.embed_dim(*o.embed_dim);
+  if (o.depth) c.depth(*o.depth);
+  if (o.num_heads) c.num_heads(*o.num_heads);
+  if (o.mlp_ratio) c.mlp_ratio(*o.mlp_ratio);
+  if (o.num_classes) c.num_classes(*o.num_classes);
+  c.validate();
+  return c;
+}
+
+bool has_model_overrides(const Options& o) {
+  return o.patch_size || o.embed_dim || o.depth || o.num_heads || o.mlp_ratio;
+}
+
+int64_t int_option(const PluginOptions& options, const std::string& key) {
+  const auto it = options.find(key);
+  if (it == options.end()) return 1;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(fmt::format("--plugin-opt {}={} is not an integer", key, it->second));
+  }
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+double percentile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = static_cast<std::size_t>(std::ceil(pos));
+  return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+}
+
+// The value of `x` reduced over every rank (kMax: the slowest rank sets the pace).
+double reduce_over_ranks(dist::ProcessGroup* world, const c10::Device& device, double x, dist::ReduceOp op) {
+  if (!world || world->size() == 1) return x;
+  auto t = torch::full({1}, x, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  world->all_reduce(t, op).wait();
+  return t.cpu().item<double>();
+}
+
+int run(const Options& o) {
+  auto& registry = PluginRegistry::global();
+  const PluginContext context = registry.default_context();
+  const c10::Device device = context.device;
+  dist::ProcessGroup* world = context.world.get();
+  const int rank = world ? world->rank() : 0;
+  const int world_size = world ? world->size() : 1;
+
+  if (device.is_cuda()) {
+    // Only the patch embedding is a convolution; cuDNN's autotuner picks its fastest algorithm.
+    at::globalContext().setBenchmarkCuDNN(true);
+    // fp32 runs may use TF32 tensor cores for matrix products (the peers do the same, and the
+    // peak matmul is then measured under the same setting).
+    at::globalContext().setFloat32MatmulPrecision("high");
+  }
+
+  const auto config = model_config(o);
+  const auto dtype = amp::to_dtype(amp::parse_precision(o.precision));
+  // Ranks that share one batch (tensor- and pipeline-parallel groups) do not add images.
+  const int64_t tp = int_option(o.plugin_options, "tp_size");
+  const int64_t pp = int_option(o.plugin_options, "pp_size");
+  if (tp <= 0 || pp <= 0 || world_size % (tp * pp) != 0) {
+    throw std::invalid_argument(fmt::format("tp_size {} × pp_size {} must divide the world size {}", tp, pp,
+                                            world_size));
+  }
+  const int64_t dp = world_size / (tp * pp);
+  const int64_t global_batch = o.batch_size * dp;
+
+  auto plugin = registry.create(o.plugin, o.plugin_options, context);
+  Booster booster(plugin);
+
+  torch::manual_seed(0);  // the same initial model on every rank, as a real run would have
+  auto model = nn::make_vision_transformer(config);
+  model->to(device);
+  int64_t num_params = 0;
+  for (const auto& p : model->parameters()) num_params += p.numel();
+  auto optimizer = std::make_shared<optim::HybridAdam>(
+      model->parameters(), optim::HybridAdamOptions(o.lr).weight_decay(o.weight_decay));
+  Criterion criterion = [](const torch::Tensor& output, const torch::Tensor& target) {
+    return torch::nn::functional::cross_entropy(output.to(torch::kFloat), target);
+  };
+  auto b = booster.boost(model, optimizer, criterion);
+
+  // One batch, made once and kept on the device. Every rank uses the same one: ranks of a
+  // tensor-parallel group must see identical inputs, and what the images are does not change
+  // the work.
+  data::SyntheticDataset dataset(o.batch_size, {config.in_channels(), config.image_size(), config.image_size()},
+                                 config.num_classes(), /*seed=*/0);
+  std::vector<int64_t> indices(static_cast<std::size_t>(o.batch_size));
+  std::iota(indices.begin(), indices.end(), 0);
+  auto batch = dataset.get_batch(indices);
+  const auto norm = dataset.default_normalization();
+  const auto mean = torch::tensor(norm.mean, torch::dtype(torch::kFloat)).view({1, -1, 1, 1});
+  const auto stdev = torch::tensor(norm.std, torch::dtype(torch::kFloat)).view({1, -1, 1, 1});
+  const auto images = ((batch.images - mean) / stdev).to(device);
+  const auto labels = batch.labels.to(device);
+
+  const bool pipelined = pp > 1;
+  torch::Tensor loss;
+  auto train_step = [&] {
+    if (pipelined) {
+      loss = booster.execute_pipeline(images, labels, *b.model, b.criterion, *b.optimizer, {}).loss;
+    } else {
+      loss = b.criterion(b.model->forward(images), labels);
+      booster.backward(loss, *b.optimizer);
+    }
+    b.optimizer->step();
+    b.optimizer->zero_grad();
+  };
+
+  // The peak covers training (model, optimizer state, activations), as torch.cuda's does in the
+  // peer after its reset_peak_memory_stats() at the same point.
+  reset_peak_memory(device);
+  b.model->train();
+  for (int64_t i = 0; i < o.warmup_steps; ++i) train_step();
+  synchronize(device);
+  if (world) world->barrier().wait();
+
+  StepTimer timer(device);
+  const auto begin = std::chrono::steady_clock::now();
+  timer.start();
+  for (int64_t i = 0; i < o.steps; ++i) {
+    train_step();
+    timer.lap();
+  }
+  synchronize(device);
+  const double local_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const auto step_ms = timer.step_times_ms();
+
+  const double seconds = reduce_over_ranks(world, device, local_seconds, dist::ReduceOp::kMax);
+  const double peak_mem =
+      reduce_over_ranks(world, device, peak_memory_bytes(device), dist::ReduceOp::kMax) / (1024.0 * 1024.0 * 1024.0);
+  const double final_loss = loss.defined() ? loss.detach().to(torch::kFloat).cpu().item<double>() : std::nan("");
+
+  // Measured after training, on a warm device, and after the memory peak was read.
+  std::optional<MatmulPeak> matmul;
+  double peak_tflops = o.peak_tflops;
+  if (peak_tflops == 0.0) {
+    const int64_t n = o.peak_matmul_size.value_or(device.is_cuda() ? 8192 : 1024);
+    matmul = measure_matmul_peak(device, dtype, n, o.peak_seconds);
+    peak_tflops = reduce_over_ranks(world, device, matmul->tflops, dist::ReduceOp::kSum) / world_size;
+  }
+
+  const auto flops = vit_flops(config);
+  const double images_per_s = static_cast<double>(global_batch * o.steps) / seconds;
+  const double tflops_per_gpu = flops.training_flops_per_image() * images_per_s / world_size / 1e12;
+  const double mfu = tflops_per_gpu / peak_tflops;
+  const double mean_ms = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
+
+  if (rank == 0) {
+    nlohmann::json options_json = nlohmann::json::object();
+    for (const auto& [k, v] : o.plugin_options) options_json[k] = v;
+    nlohmann::json record = {
+        {"framework", "colo"},
+        {"hardware", hardware_name(device)},
+        {"device", device.str()},
+        {"date", utc_now()},
+        {"commit", o.commit},
+        {"command", o.command_line},
+        {"torch_version", TORCH_VERSION},
+        {"plugin", plugin->name()},
+        {"options", options_json},
+        {"precision", o.precision},
+        {"model",
+         {{"name", has_model_overrides(o) ? "custom" : o.model},
+          {"image_size", config.image_size()},
+          {"patch_size", config.patch_size()},
+          {"embed_dim", config.embed_dim()},
+          {"depth", config.depth()},
+          {"num_heads", config.num_heads()},
+          {"mlp_ratio", config.mlp_ratio()},
+          {"num_classes", config.num_classes()},
+          {"params", num_params}}},
+        {"batch", {{"per_replica", o.batch_size}, {"global", global_batch}, {"data_parallel_size", dp}}},
+        {"world_size", world_size},
+        {"warmup_steps", o.warmup_steps},
+        {"steps", o.steps},
+        {"images_per_s", images_per_s},
+        {"tflops_per_gpu", tflops_per_gpu},
+        {"mfu", mfu},
+        {"peak_tflops", peak_tflops},
+        {"peak_tflops_measured", matmul ? nlohmann::json(peak_tflops) : nlohmann::json(nullptr)},
+        {"peak_matmul",
+         matmul ? nlohmann::json{{"n", matmul->size},
+                                 {"dtype", o.precision},
+                                 {"iterations", matmul->iterations},
+                                 {"seconds", matmul->seconds},
+                                 {"tf32_allowed_for_fp32", device.is_cuda()},
+                                 {"rank0_tflops", matmul->tflops}}
+                : nlohmann::json(nullptr)},
+        {"peak_mem_gib", peak_mem},
+        {"peak_mem_method", peak_memory_method(device) + ", max over ranks"},
+        {"step_time_ms",
+         {{"mean", mean_ms},
+          {"p50", percentile(step_ms, 0.5)},
+          {"min", *std::min_element(step_ms.begin(), step_ms.end())},
+          {"max", *std::max_element(step_ms.begin(), step_ms.end())}}},
+        {"timed_seconds", seconds},
+        {"forward_gflops_per_image", flops.forward_flops_per_image() / 1e9},
+        {"training_gflops_per_image", flops.training_flops_per_image() / 1e9},
+        {"flop_model", kFlopModel},
+        {"mfu_definition", "tflops_per_gpu / peak_tflops; peak = dense n×n×n matmul throughput measured in this run "
+                           "in the run's precision (mean over ranks) unless --peak-tflops was given"},
+        {"final_loss", std::isnan(final_loss) ? nlohmann::json(nullptr) : nlohmann::json(final_loss)},
+    };
+    fmt::print("colo_vit_bench: plugin {} | {} ViT (D={}, L={}, {}px) {} | world {} | global batch {}\n",
+               plugin->name(), record["model"]["name"].get<std::string>(), config.embed_dim(), config.depth(),
+               config.image_size(), o.precision, world_size, global_batch);
+    fmt::print("  {:.4g} images/s | {:.4g} TFLOP/s per GPU | MFU {:.3g}% of {:.4g} TFLOP/s | peak mem {:.2f} GiB | "
+               "step {:.1f} ms (p50 {:.1f}) | loss {:.4f}\n",
+               images_per_s, tflops_per_gpu, 100.0 * mfu, peak_tflops, peak_mem, mean_ms, percentile(step_ms, 0.5),
+               final_loss);
+    if (!o.json_path.empty()) {
+      std::ofstream out(o.json_path);
+      if (!out) throw std::runtime_error(fmt::format("cannot write --json {}", o.json_path));
+      out << record.dump(2) << "\n";
+    }
+  }
+  if (world) world->barrier().wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace colo::bench
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = colo::bench::parse_command_line(argc, argv);
+    if (!options) return 0;
+    return colo::bench::run(*options);
+  } catch (const std::exception& e) {
+    std::cerr << "colo_vit_bench: " << e.what() << "\n";
+    return 1;
+  }
+}

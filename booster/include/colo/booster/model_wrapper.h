@@ -1,0 +1,44 @@
+#pragma once
+
+#include <colo/nn/layer_stack.h>
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo {
+
+// A boosted model. LibTorch modules have no virtual forward, so the Booster hands back this
+// wrapper: forward() does whatever the plugin needs around the user's layer stack (casting
+// inputs to the compute dtype, gathering sharded parameters, ...).
+class ModelWrapper {
+ public:
+  explicit ModelWrapper(std::shared_ptr<nn::LayerStack> module) : module_(std::move(module)) {}
+  virtual ~ModelWrapper() = default;
+
+  virtual torch::Tensor forward(const torch::Tensor& input) { return module_->forward(input); }
+  torch::Tensor operator()(const torch::Tensor& input) { return forward(input); }
+
+  virtual void train(bool on = true) { module_->train(on); }
+  void eval() { train(false); }
+  bool is_training() const { return module_->is_training(); }
+
+  // The (possibly cast or sharded) user model this wrapper drives.
+  nn::LayerStack& module() { return *module_; }
+  const std::shared_ptr<nn::LayerStack>& module_ptr() const { return module_; }
+
+  // The whole model's state under canonical (timm) names, full shapes, fp32 where training
+  // keeps fp32 masters: what checkpoints store. Collective where state is sharded: every rank calls.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> full_state() const;
+  // Loads full state (canonical names, full shapes); each rank keeps what it holds. Throws with
+  // every missing, unexpected or mis-shaped name listed.
+  virtual void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state);
+
+ protected:
+  std::shared_ptr<nn::LayerStack> module_;
+};
+
+}  // namespace colo

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo::optim {
+class LRScheduler;
+}
+
+namespace colo {
+
+// A boosted optimizer: the user's torch optimizer plus what the plugin adds around a step
+// (mixed precision masters, loss scaling, gradient clipping, sharded state, reductions).
+class OptimizerWrapper {
+ public:
+  virtual ~OptimizerWrapper() = default;
+
+  // Runs backward on the loss (scaled where the precision needs it).
+  virtual void backward(const torch::Tensor& loss) = 0;
+  // Applies the accumulated gradients. Returns false when the step was skipped (fp16 overflow,
+  // decided on every rank alike).
+  virtual bool step() = 0;
+  // Zeroes gradients in place (bucket views stay valid).
+  virtual void zero_grad() = 0;
+
+  // Gradient clipping by global norm; 0 disables it.
+  void set_max_grad_norm(double max_norm) { max_grad_norm_ = max_norm; }
+  double max_grad_norm() const { return max_grad_norm_; }
+  // The global gradient norm of the last step (before clipping), NaN before the first.
+  double last_grad_norm() const { return last_grad_norm_; }
+  // Steps skipped so far because of fp16 overflow.
+  virtual int64_t skipped_steps() const { return 0; }
+
+  // The torch optimizer driven by this wrapper: LR schedulers set its learning rates.
+  virtual torch::optim::Optimizer& optimizer() = 0;
+
+  // Optimizer state under canonical parameter names ("<param>.exp_avg", ...), full shapes; and
+  // hyper-parameters / counters as numbers. Collective where state is sharded.
+  struct FullState {
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    std::map<std::string, double> scalars;
+  };
+  virtual FullState full_state() const = 0;
+  virtual void load_full_state(const FullState& state) = 0;
+
+ protected:
+  double max_grad_norm_ = 0.0;
+  double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+}  // namespace colo

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <colo/booster/boosted.h>
+#include <colo/booster/plugin_options.h>
+
+#include <c10/core/Device.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colo::dist {
+class ProcessGroup;
+}
+
+namespace colo {
+
+// What a plugin is created with: the job's world group and this rank's device.
+struct PluginContext {
+  std::shared_ptr<dist::ProcessGroup> world;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+// Restores gradient synchronisation when it goes out of scope (Booster::no_sync).
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(std::function<void()> restore) : restore_(std::move(restore)) {}
+  NoSyncGuard(NoSyncGuard&& other) noexcept : restore_(std::move(other.restore_)) { other.restore_ = nullptr; }
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+  ~NoSyncGuard() {
+    if (restore_) restore_();
+  }
+
+ private:
+  std::function<void()> restore_;
+};
+
+struct PipelineOptions {
+  bool return_loss = true;
+  bool return_outputs = false;
+};
+
+struct PipelineResult {
+  torch::Tensor loss;     // mean over micro-batches, on the last stage (undefined elsewhere)
+  torch::Tensor outputs;  // concatenated outputs, when asked for, on the last stage
+};
+
+// A training strategy. Plugins are shared objects (libcolo_plugin_<name>.so) loaded by the
+// PluginRegistry; each composes engines from core in a fixed order. A plugin parses its
+// PluginOptions in its constructor (through an OptionReader) and throws std::invalid_argument
+// listing every problem before touching any state.
+class Plugin {
+ public:
+  explicit Plugin(PluginContext context) : context_(std::move(context)) {}
+  virtual ~Plugin() = default;
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  virtual std::string name() const = 0;
+  const PluginContext& context() const { return context_; }
+
+  // Wraps the user's objects. Called once per model.
+  virtual Boosted boost(BoostInputs inputs) = 0;
+
+  virtual void backward(const torch::Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
+
+  // Gradient accumulation: backward passes inside the guard's scope accumulate locally, without
+  // communication; the first backward after it synchronises everything accumulated.
+  virtual NoSyncGuard no_sync(ModelWrapper& model, OptimizerWrapper& optimizer);
+
+  virtual bool supports_pipeline() const { return false; }
+  // One training step's forward and backward over micro-batches of (inputs, targets).
+  virtual PipelineResult execute_pipeline(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                          ModelWrapper& model, const Criterion& criterion,
+                                          OptimizerWrapper& optimizer, const PipelineOptions& options);
+
+ protected:
+  PluginContext context_;
+};
+
+}  // namespace colo

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo {
+
+// Options reach every plugin, a third party's included, as strings ("tp_size" -> "2"), from code
+// or from `--plugin-opt key=value`. Each plugin parses them into its typed options in one
+// validate step through an OptionReader, which reports every problem at once.
+using PluginOptions = std::map<std::string, std::string>;
+
+// Parses "key=value" (the command-line form). Throws std::invalid_argument on a missing '='.
+std::pair<std::string, std::string> parse_option_assignment(const std::string& text);
+
+// Reads typed values out of PluginOptions for one plugin. Every get_* declares a valid key (with
+// its default and a one-line help); finish() then throws one std::invalid_argument listing
+// every ill-typed value, every violated rule (fail()) and every unknown key together with the
+// valid keys.
+class OptionReader {
+ public:
+  OptionReader(std::string plugin_name, PluginOptions options);
+
+  bool get_bool(const std::string& key, bool fallback, const std::string& help);
+  int64_t get_int(const std::string& key, int64_t fallback, const std::string& help);
+  double get_double(const std::string& key, double fallback, const std::string& help);
+  std::string get_string(const std::string& key, const std::string& fallback, const std::string& help);
+  // A string restricted to `choices`.
+  std::string get_choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices,
+                         const std::string& help);
+
+  // Records a violated rule (e.g. "stage must be 1 or 2, got 3").
+  void fail(const std::string& message);
+  void finish() const;
+
+  // "key (default: value) help" for each declared key, in declaration order: plugins' help text.
+  std::vector<std::string> describe() const;
+
+ private:
+  struct Declared {
+    std::string key;
+    std::string default_text;
+    std::string help;
+  };
+  // Declares `key` and returns its value, or nullptr when it is not set.
+  const std::string* find(const std::string& key, const std::string& default_text, const std::string& help);
+  void reject(const std::string& key, const std::string& value, const std::string& what);
+
+  std::string plugin_name_;
+  PluginOptions options_;
+  std::vector<Declared> declared_;
+  std::vector<std::string> errors_;
+};
+
+}  // namespace colo

@@ -1,0 +1,133 @@
+#include <colo/booster/booster.h>
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/checkpoint_error.h>
+#include <colo/checkpoint/safetensors.h>
+#include <colo/compat/torch_compat.h>
+#include <colo/data/data_loader.h>
+#include <colo/dist/process_group.h>
+#include <colo/optim/lr_scheduler.h>
+
+#include <colo/compat/files.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace colo {
+
+namespace {
+
+int world_rank(const Plugin& plugin) { return plugin.context().world ? plugin.context().world->rank() : 0; }
+int world_size(const Plugin& plugin) { return plugin.context().world ? plugin.context().world->size() : 1; }
+
+std::string rng_file(const std::string& dir, int rank) {
+  return files::join(dir, fmt::format("rng_rank{}.safetensors", rank));
+}
+
+}  // namespace
+
+Booster::Booster(std::shared_ptr<Plugin> plugin)
+    : plugin_(std::move(plugin)), checkpoint_io_(std::make_unique<CheckpointIO>(plugin_->context().world)) {
+  if (!plugin_) throw std::invalid_argument("Booster needs a plugin; create one with colo::PluginRegistry");
+}
+
+Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                       Criterion criterion, std::shared_ptr<data::DataLoader> dataloader,
+                       std::shared_ptr<optim::LRScheduler> lr_scheduler) {
+  if (!model) throw std::invalid_argument("Booster::boost: the model is null");
+  if (!optimizer) throw std::invalid_argument("Booster::boost: the optimizer is null");
+  if (!criterion) throw std::invalid_argument("Booster::boost: the criterion is empty");
+  return plugin_->boost({std::move(model), std::move(optimizer), std::move(criterion), std::move(dataloader),
+                         std::move(lr_scheduler)});
+}
+
+void Booster::backward(const torch::Tensor& loss, OptimizerWrapper& optimizer) { plugin_->backward(loss, optimizer); }
+
+NoSyncGuard Booster::no_sync(ModelWrapper& model, OptimizerWrapper& optimizer) {
+  return plugin_->no_sync(model, optimizer);
+}
+
+PipelineResult Booster::execute_pipeline(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                         ModelWrapper& model, const Criterion& criterion,
+                                         OptimizerWrapper& optimizer, const PipelineOptions& options) {
+  return plugin_->execute_pipeline(inputs, targets, model, criterion, optimizer, options);
+}
+
+void Booster::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
+  checkpoint_io_->save_model(model, dir, options);
+}
+void Booster::load_model(ModelWrapper& model, const std::string& dir) { checkpoint_io_->load_model(model, dir); }
+void Booster::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
+  checkpoint_io_->save_optimizer(optimizer, dir, options);
+}
+void Booster::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
+  checkpoint_io_->load_optimizer(optimizer, dir);
+}
+void Booster::save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
+  checkpoint_io_->save_lr_scheduler(scheduler, dir);
+}
+void Booster::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
+  checkpoint_io_->load_lr_scheduler(scheduler, dir);
+}
+
+void Booster::save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir) {
+  // Each rank's random state goes to its own file: dropout and augmentation draw from it.
+  files::create_directories(dir);
+  checkpoint::NamedTensors rng{{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (plugin_->context().device.is_cuda()) rng.emplace_back("cuda", compat::cuda_rng_state(plugin_->context().device));
+  checkpoint::write_safetensors(rng_file(dir, world_rank(*plugin_)), rng);
+
+  save_model(*boosted.model, dir);
+  save_optimizer(*boosted.optimizer, dir);
+  if (boosted.lr_scheduler) save_lr_scheduler(*boosted.lr_scheduler, dir);
+  if (world_rank(*plugin_) == 0) {
+    nlohmann::json json = {{"epoch", progress.epoch},
+                           {"global_step", progress.global_step},
+                           {"data_epoch", progress.data.epoch},
+                           {"data_next_batch", progress.data.next_batch},
+                           {"world_size", world_size(*plugin_)},
+                           {"plugin", plugin_->name()}};
+    // Written last: its presence marks a complete training state.
+    checkpoint::atomic_write_file(files::join(dir, "training_state.json"), json.dump(2));
+  }
+  if (plugin_->context().world && world_size(*plugin_) > 1) plugin_->context().world->barrier().wait();
+}
+
+TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& dir) {
+  const auto state_path = files::join(dir, "training_state.json");
+  if (!files::exists(state_path)) {
+    throw checkpoint::CheckpointError(fmt::format(
+        "{}: no training_state.json, so this is not a complete training state (was saving interrupted?)", dir));
+  }
+  nlohmann::json json;
+  try {
+    std::ifstream in(state_path);
+    json = nlohmann::json::parse(in);
+    TrainingProgress progress;
+    progress.epoch = json.at("epoch").get<int64_t>();
+    progress.global_step = json.at("global_step").get<int64_t>();
+    progress.data.epoch = json.at("data_epoch").get<int64_t>();
+    progress.data.next_batch = json.at("data_next_batch").get<int64_t>();
+    const int saved_world = json.at("world_size").get<int>();
+
+    load_model(*boosted.model, dir);
+    load_optimizer(*boosted.optimizer, dir);
+    if (boosted.lr_scheduler) load_lr_scheduler(*boosted.lr_scheduler, dir);
+    if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
+    // Random states resume exactly only on the same number of ranks; elsewhere the run goes on
+    // with fresh streams (weights, optimizer and data position still carry over).
+    if (saved_world == world_size(*plugin_)) {
+      auto rng = checkpoint::read_safetensors(rng_file(dir, world_rank(*plugin_)));
+      auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
+      cpu_generator.set_state(rng.at("cpu"));
+      if (plugin_->context().device.is_cuda() && rng.contains("cuda")) {
+        compat::set_cuda_rng_state(plugin_->context().device, rng.at("cuda"));
+      }
+    }
+    return progress;
+  } catch (const nlohmann::json::exception& e) {
+    throw checkpoint::CheckpointError(fmt::format("{}: malformed training state ({})", state_path, e.what()));
+  }
+}
+
+}  // namespace colo

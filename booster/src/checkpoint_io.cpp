@@ -1,0 +1,111 @@
+#include <colo/booster/checkpoint_io.h>
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/checkpoint_error.h>
+#include <colo/checkpoint/sharded_safetensors.h>
+#include <colo/dist/process_group.h>
+#include <colo/optim/lr_scheduler.h>
+
+#include <colo/compat/files.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+namespace colo {
+
+namespace {
+
+int64_t shard_bytes(const SaveOptions& options) {
+  if (!options.shard) return 0;
+  if (!(options.max_shard_mb > 0)) {
+    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> to_cpu(std::vector<std::pair<std::string, torch::Tensor>> state) {
+  for (auto& entry : state) entry.second = entry.second.detach().to(torch::kCPU).contiguous();
+  return state;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  if (!files::exists(path)) throw checkpoint::CheckpointError(fmt::format("{}: file not found", path));
+  try {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw checkpoint::CheckpointError(fmt::format("{}: not valid JSON ({}); the file is corrupt", path, e.what()));
+  }
+}
+
+std::map<std::string, double> read_number_map(const std::string& path) {
+  const auto json = read_json(path);
+  std::map<std::string, double> values;
+  if (!json.is_object()) throw checkpoint::CheckpointError(fmt::format("{}: expected a JSON object", path));
+  for (const auto& [key, value] : json.items()) {
+    if (!value.is_number()) throw checkpoint::CheckpointError(fmt::format("{}: '{}' is not a number", path, key));
+    values[key] = value.get<double>();
+  }
+  return values;
+}
+
+void write_number_map(const std::string& path, const std::map<std::string, double>& values) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& [key, value] : values) json[key] = value;
+  checkpoint::atomic_write_file(path, json.dump(2));
+}
+
+}  // namespace
+
+CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(std::move(world)) {}
+
+bool CheckpointIO::is_writer() const { return !world_ || world_->rank() == 0; }
+
+void CheckpointIO::barrier() const {
+  if (world_ && world_->size() > 1) world_->barrier().wait();
+}
+
+void CheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
+  auto state = model.full_state();  // collective for sharded models: every rank calls it
+  if (is_writer()) {
+    checkpoint::save_safetensors_set(dir, "model", to_cpu(std::move(state)), shard_bytes(options), {{"format", "colo"}});
+  }
+  barrier();
+}
+
+void CheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
+  model.load_full_state(checkpoint::load_safetensors_set(dir, "model"));
+}
+
+void CheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
+  auto state = optimizer.full_state();
+  if (is_writer()) {
+    checkpoint::save_safetensors_set(dir, "optimizer", to_cpu(std::move(state.tensors)), shard_bytes(options),
+                                     {{"format", "colo"}});
+    write_number_map(files::join(dir, "optimizer.json"), state.scalars);
+  }
+  barrier();
+}
+
+void CheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
+  OptimizerWrapper::FullState state;
+  state.tensors = checkpoint::load_safetensors_set(dir, "optimizer");
+  state.scalars = read_number_map(files::join(dir, "optimizer.json"));
+  optimizer.load_full_state(state);
+}
+
+void CheckpointIO::save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
+  if (is_writer()) {
+    files::create_directories(dir);
+    write_number_map(files::join(dir, "lr_scheduler.json"), scheduler.state_dict());
+  }
+  barrier();
+}
+
+void CheckpointIO::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
+  scheduler.load_state_dict(read_number_map(files::join(dir, "lr_scheduler.json")));
+}
+
+}  // namespace colo

@@ -1,0 +1,311 @@
+#include <colo/amp/grad_clip.h>
+#include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/dist/process_group.h>
+#include <colo/optim/optimizer_state.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace colo {
+namespace {
+
+using StateMap = std::map<std::string, torch::Tensor>;
+
+// NCCL reduces CUDA tensors only: a norm of CPU gradients travels to the current GPU and back.
+void all_reduce_in_place(torch::Tensor& value, dist::ProcessGroup& group, dist::ReduceOp op) {
+  if (group.size() == 1) return;
+  if (group.backend() == dist::Backend::kNccl && !value.is_cuda()) {
+    auto on_gpu = value.to(torch::Device(torch::kCUDA));
+    group.all_reduce(on_gpu, op).wait();
+    value = on_gpu.to(value.device());
+    return;
+  }
+  group.all_reduce(value, op).wait();
+}
+
+std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+}  // namespace
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                                 std::shared_ptr<nn::LayerStack> model,
+                                                 MixedPrecisionOptimizerOptions options)
+    : optimizer_(std::move(optimizer)), model_(std::move(model)), options_(std::move(options)) {
+  if (!optimizer_) throw std::invalid_argument("MixedPrecisionOptimizer: the optimizer is null");
+  if (!model_) throw std::invalid_argument("MixedPrecisionOptimizer: the model is null");
+  if (!(options_.max_grad_norm >= 0.0) || !std::isfinite(options_.max_grad_norm)) {
+    throw std::invalid_argument(
+        fmt::format("MixedPrecisionOptimizer: max_grad_norm must be finite and >= 0 (0 disables clipping), got {}",
+                    options_.max_grad_norm));
+  }
+  max_grad_norm_ = options_.max_grad_norm;
+
+  std::unordered_map<const void*, std::size_t> model_index;
+  for (const auto& item : model_->canonical_named_parameters()) {
+    model_index.emplace(item.value().unsafeGetTensorImpl(), model_params_.size());
+    model_names_.push_back(item.key());
+    model_params_.push_back(item.value());
+  }
+
+  // Which model parameter each optimizer parameter is.
+  const auto given = optim::optimizer_params(*optimizer_);
+  std::vector<std::size_t> index_of;  // optimizer position -> model index
+  std::vector<std::string> strangers;
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    auto it = model_index.find(given[k].unsafeGetTensorImpl());
+    if (it == model_index.end()) {
+      strangers.push_back(fmt::format("#{} {}", k, shape_of(given[k])));
+      continue;
+    }
+    index_of.push_back(it->second);
+    names_.push_back(model_names_[it->second]);
+    working_.push_back(model_params_[it->second]);
+  }
+  if (!strangers.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "MixedPrecisionOptimizer: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer "
+        "over model->parameters()",
+        strangers.size(), fmt::join(strangers, ", ")));
+  }
+
+  const auto& policy = options_.policy;
+  const auto compute = policy.compute_dtype();
+  bool recast = false;
+  for (const auto& p : model_params_) recast = recast || (p.is_floating_point() && p.scalar_type() != compute);
+
+  // State already present is keyed by the tensors being replaced: carry it over by position.
+  std::vector<StateMap> carried;
+  if (recast && !optimizer_->state().empty()) {
+    for (std::size_t k = 0; k < given.size(); ++k) carried.push_back(optim::get_param_state(*optimizer_, k));
+  }
+
+  if (policy.uses_master_weights()) {
+    masters_ = std::make_shared<amp::MasterWeights>(model_params_, compute);  // casts in place
+    std::size_t k = 0;
+    for (auto& group : optimizer_->param_groups()) {
+      for (auto& param : group.params()) param = masters_->master_params()[index_of[k++]];
+    }
+  } else if (recast) {
+    // Pure low precision: the optimizer steps the working weights themselves.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_params_) {
+      if (p.is_floating_point()) p.set_data(p.detach().to(compute));
+    }
+  }
+  stepped_ = optim::optimizer_params(*optimizer_);
+  if (!carried.empty()) {
+    optimizer_->state().clear();
+    for (std::size_t k = 0; k < carried.size(); ++k) optim::set_param_state(*optimizer_, k, carried[k]);
+  }
+  if (policy.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler);
+}
+
+void MixedPrecisionOptimizer::backward(const torch::Tensor& loss) {
+  if (scaler_) {
+    scaler_->scale_loss(loss).backward();
+  } else {
+    loss.backward();
+  }
+}
+
+double MixedPrecisionOptimizer::global_norm(const std::vector<torch::Tensor>& grads, double inv_scale) const {
+  auto sq = amp::grad_sq_norm(grads);
+  for (const auto& group : options_.norm_groups) {
+    if (group) all_reduce_in_place(sq, *group, dist::ReduceOp::kSum);
+  }
+  if (scaler_ && options_.replica_group && options_.replica_group->size() > 1) {
+    // MAX drops NaNs on some backends; as +inf an overflow on one replica reaches them all.
+    const double inf = std::numeric_limits<double>::infinity();
+    sq = at::nan_to_num(sq, inf, inf, -inf);
+    all_reduce_in_place(sq, *options_.replica_group, dist::ReduceOp::kMax);
+  }
+  return std::sqrt(sq.item<double>()) * inv_scale;
+}
+
+bool MixedPrecisionOptimizer::step() {
+  if (pre_step_hook_) pre_step_hook_();
+  if (masters_) masters_->copy_grads_to_master();
+  bool found_inf = false;
+  if (scaler_ || max_grad_norm_ > 0.0) {
+    const double inv_scale = scaler_ ? scaler_->inv_scale() : 1.0;
+    std::vector<torch::Tensor> grads;
+    grads.reserve(stepped_.size());
+    for (const auto& p : stepped_) grads.push_back(p.grad());
+    const auto result = amp::apply_unscale_and_clip(grads, inv_scale, max_grad_norm_, global_norm(grads, inv_scale));
+    last_grad_norm_ = result.total_norm;
+    found_inf = result.found_inf;
+  }
+  if (scaler_ && !scaler_->update(found_inf)) return false;
+  optimizer_->step();
+  if (masters_) masters_->copy_master_to_working();
+  return true;
+}
+
+void MixedPrecisionOptimizer::zero_grad() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model_params_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);
+}
+
+OptimizerWrapper::FullState MixedPrecisionOptimizer::full_state() const {
+  FullState state;
+  for (std::size_t k = 0; k < names_.size(); ++k) {
+    for (const auto& [key, tensor] : optim::get_param_state(*optimizer_, k)) {
+      state.tensors.emplace_back(names_[k] + "." + key, tensor);
+    }
+  }
+  if (masters_) {
+    std::unordered_map<const void*, torch::Tensor> master_of;
+    for (std::size_t i = 0; i < masters_->working_params().size(); ++i) {
+      master_of.emplace(masters_->working_params()[i].unsafeGetTensorImpl(), masters_->master_params()[i]);
+    }
+    for (std::size_t i = 0; i < model_params_.size(); ++i) {
+      state.tensors.emplace_back("master." + model_names_[i],
+                                 master_of.at(model_params_[i].unsafeGetTensorImpl()).detach());
+    }
+  }
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+    state.scalars["lr." + std::to_string(g)] = optim::get_lr(*optimizer_, g);
+  }
+  if (scaler_) {
+    for (const auto& [key, value] : scaler_->state_dict()) state.scalars["loss_scaler." + key] = value;
+  }
+  return state;
+}
+
+void MixedPrecisionOptimizer::load_full_state(const FullState& state) {
+  std::vector<std::string> errors;
+  std::unordered_map<std::string, std::size_t> param_index;
+  for (std::size_t k = 0; k < names_.size(); ++k) param_index.emplace(names_[k], k);
+  std::unordered_map<std::string, std::size_t> model_index;
+  for (std::size_t i = 0; i < model_names_.size(); ++i) model_index.emplace(model_names_[i], i);
+
+  std::unordered_map<const void*, torch::Tensor> master_of;
+  if (masters_) {
+    for (std::size_t i = 0; i < masters_->working_params().size(); ++i) {
+      master_of.emplace(masters_->working_params()[i].unsafeGetTensorImpl(), masters_->master_params()[i]);
+    }
+  }
+
+  // 1. Sort and check every entry; change nothing yet.
+  std::vector<StateMap> param_states(names_.size());
+  std::map<std::size_t, torch::Tensor> master_values;  // model index -> value
+  bool any_master = false;
+  for (const auto& [key, tensor] : state.tensors) {
+    if (key.rfind("master.", 0) == 0) {
+      any_master = true;
+      if (!masters_) continue;  // saved with masters, resumed without: the model state has the weights
+      const auto name = key.substr(7);
+      auto it = model_index.find(name);
+      if (it == model_index.end()) {
+        errors.push_back(fmt::format("unexpected '{}' (no model parameter '{}')", key, name));
+        continue;
+      }
+      const auto& master = master_of.at(model_params_[it->second].unsafeGetTensorImpl());
+      if (!tensor.defined() || tensor.sizes() != master.sizes()) {
+        errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
+                                     tensor.defined() ? shape_of(tensor) : "undefined", shape_of(master)));
+        continue;
+      }
+      master_values[it->second] = tensor;
+      continue;
+    }
+    const auto dot = key.rfind('.');
+    auto it = dot == std::string::npos ? param_index.end() : param_index.find(key.substr(0, dot));
+    if (it == param_index.end()) {
+      errors.push_back(fmt::format("unexpected '{}' (not '<parameter>.<state key>' of an optimized parameter)", key));
+      continue;
+    }
+    const auto state_key = key.substr(dot + 1);
+    const auto& param = stepped_[it->second];
+    if (!tensor.defined() || (state_key != "step" && tensor.sizes() != param.sizes())) {
+      errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
+                                   tensor.defined() ? shape_of(tensor) : "undefined", shape_of(param)));
+      continue;
+    }
+    param_states[it->second][state_key] = tensor;
+  }
+  if (masters_ && any_master) {
+    for (std::size_t i = 0; i < model_names_.size(); ++i) {
+      if (!master_values.count(i)) errors.push_back(fmt::format("missing 'master.{}'", model_names_[i]));
+    }
+  }
+
+  const auto num_groups = optimizer_->param_groups().size();
+  std::map<std::string, double> scaler_state;
+  for (const auto& [key, value] : state.scalars) {
+    if (key.rfind("loss_scaler.", 0) == 0) {
+      scaler_state[key.substr(12)] = value;
+    } else if (key.rfind("lr.", 0) != 0) {
+      errors.push_back(fmt::format("unexpected scalar '{}'", key));
+    }
+  }
+  std::vector<double> lrs(num_groups);
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    auto it = state.scalars.find("lr." + std::to_string(g));
+    if (it == state.scalars.end()) {
+      errors.push_back(fmt::format("missing scalar 'lr.{}' (the optimizer has {} parameter groups)", g, num_groups));
+    } else {
+      lrs[g] = it->second;
+    }
+  }
+  for (const auto& [key, value] : state.scalars) {
+    if (key.rfind("lr.", 0) != 0) continue;
+    const auto suffix = key.substr(3);
+    const bool known = !suffix.empty() && suffix.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoull(suffix) < num_groups;
+    if (!known) errors.push_back(fmt::format("unexpected scalar '{}' (the optimizer has {} groups)", key, num_groups));
+  }
+  if (scaler_ && !scaler_state.empty()) {
+    try {
+      amp::DynamicLossScaler probe(scaler_->options());
+      probe.load_state_dict(scaler_state);
+    } catch (const std::invalid_argument& e) {
+      errors.push_back(fmt::format("loss scaler: {}", e.what()));
+    }
+  }
+  const auto fail = [&errors] {
+    throw std::invalid_argument(
+        fmt::format("MixedPrecisionOptimizer::load_full_state: the optimizer state does not fit this optimizer "
+                    "({} problem(s)): {}. Was it saved from the same model and optimizer type?",
+                    errors.size(), fmt::join(errors, "; ")));
+  };
+  if (!errors.empty()) fail();
+
+  // 2. Per-parameter state; the optimizer decides which keys it needs. On any refusal the
+  // previous state is put back, so a failed load changes nothing.
+  std::vector<StateMap> previous;
+  previous.reserve(names_.size());
+  for (std::size_t k = 0; k < names_.size(); ++k) previous.push_back(optim::get_param_state(*optimizer_, k));
+  for (std::size_t k = 0; k < names_.size(); ++k) {
+    try {
+      optim::set_param_state(*optimizer_, k, param_states[k]);
+    } catch (const std::invalid_argument& e) {
+      errors.push_back(fmt::format("parameter '{}': {}", names_[k], e.what()));
+    }
+  }
+  if (!errors.empty()) {
+    for (std::size_t k = 0; k < names_.size(); ++k) optim::set_param_state(*optimizer_, k, previous[k]);
+    fail();
+  }
+
+  // 3. The rest cannot fail any more.
+  if (masters_ && !master_values.empty()) {
+    torch::NoGradGuard no_grad;
+    for (const auto& [i, value] : master_values) master_of.at(model_params_[i].unsafeGetTensorImpl()).copy_(value);
+    masters_->copy_master_to_working();
+  }
+  for (std::size_t g = 0; g < num_groups; ++g) optim::set_lr(*optimizer_, g, lrs[g]);
+  if (scaler_ && !scaler_state.empty()) scaler_->load_state_dict(scaler_state);
+}
+
+}  // namespace colo

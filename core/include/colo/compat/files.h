@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// File-system helpers on POSIX calls, used instead of std::filesystem everywhere in colo.
+//
+// Why: PyTorch's wheel (the CUDA build's LibTorch) exports its own, older copy of
+// std::filesystem from libtorch_cpu.so without symbol versions. Calls from code built by a newer
+// g++ can bind to that copy instead of libstdc++'s, and mixing the two implementations crashes
+// (std::filesystem::remove_all did, on the GPU machine). Plain paths as std::string and POSIX
+// calls are immune to that, and are all colo needs.
+//
+// Errors are thrown as std::runtime_error naming the path, the operation and errno's text.
+namespace colo::files {
+
+// "a" + "b" -> "a/b" (no doubled slash; an absolute `b` replaces `a`, as std::filesystem does).
+std::string join(const std::string& a, const std::string& b);
+template <typename... Rest>
+std::string join(const std::string& a, const std::string& b, const Rest&... rest) {
+  return join(join(a, b), rest...);
+}
+// The part before the last slash ("." when there is none), and the part after it.
+std::string parent_path(const std::string& path);
+std::string file_name(const std::string& path);
+
+bool exists(const std::string& path);
+bool is_regular_file(const std::string& path);
+bool is_directory(const std::string& path);
+// Size in bytes; throws when the file cannot be stat'ed.
+uint64_t file_size(const std::string& path);
+
+// mkdir -p. Succeeds when the directory exists already; throws when a component is a file.
+void create_directories(const std::string& path);
+// Removes a file or an empty directory; false when there was nothing to remove.
+bool remove(const std::string& path);
+// rm -rf (does not follow symbolic links); a missing path is not an error.
+void remove_all(const std::string& path);
+// Names of the entries of a directory (without "." and ".."), sorted; throws when unreadable.
+std::vector<std::string> list_directory(const std::string& path);
+
+// An absolute path (the current directory joined in front of a relative one), not resolved.
+std::string absolute(const std::string& path);
+// realpath() where the path exists, absolute() otherwise.
+std::string canonical_or_absolute(const std::string& path);
+// $TMPDIR or /tmp.
+std::string temp_directory();
+// A fresh, private directory under temp_directory() named <prefix>XXXXXX (mkdtemp).
+std::string make_temp_directory(const std::string& prefix);
+
+}  // namespace colo::files

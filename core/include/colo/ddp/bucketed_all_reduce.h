@@ -1,0 +1,143 @@
+#pragma once
+
+#include <colo/dist/process_group.h>
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo::ddp {
+
+struct BucketedAllReduceOptions {
+  // Gradients per bucket, in MiB (PyTorch DDP's default). Smaller buckets start communication
+  // earlier in backward; larger ones cost fewer collective launches.
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  // param.grad IS a view into its bucket: backward accumulates straight into the buffer that is
+  // all-reduced, with no copy in and no copy out, and gradients take no memory of their own.
+  // Off, gradients are copied into the bucket when ready and the result copied back.
+  TORCH_ARG(bool, gradient_as_bucket_view) = true;
+  // Tolerate parameters that get no gradient in a backward pass (a layer skipped in forward):
+  // their buckets are launched at the end of backward. Off, such a pass is an error naming the
+  // parameters, because the ranks would otherwise wait forever for a bucket that never fills.
+  // Without bucket views it costs one more small all-reduce and a host synchronisation per
+  // pass (to learn which parameters no rank used, whose gradients then stay undefined).
+  TORCH_ARG(bool, find_unused_parameters) = false;
+};
+
+// Data-parallel gradient synchronisation: after each backward pass, every parameter's gradient
+// is the AVERAGE of its gradients over the ranks of `group`, with the communication overlapped
+// with backward (what torch.nn.parallel.DistributedDataParallel's Reducer does; c10d's own
+// Reducer is not usable from C++ with Debian's headers).
+//
+// How:
+//   - Parameters are grouped into per-dtype flat buckets by assign_buckets(): reverse
+//     registration order, about bucket_cap_mb each.
+//   - A hook on each parameter's gradient accumulator fires once autograd has accumulated its
+//     gradient (on the autograd thread). When the last gradient of a bucket has arrived, the
+//     bucket is all-reduced asynchronously. Buckets are LAUNCHED IN ORDER on every rank (bucket
+//     i only after buckets < i): collectives are matched by order, and hooks can fire in a
+//     different order on different ranks.
+//   - A callback queued on the autograd engine runs at the end of backward: it launches what
+//     is left (only parameters without gradient: an error unless find_unused_parameters), waits
+//     for every bucket and, without bucket views, copies the averages back into param.grad.
+// Hooks do constant work, launch no per-parameter collectives and never synchronise with the
+// device; with NCCL, waiting only orders the current stream after the all-reduce. (Gloo, which
+// cannot reduce bf16 in LibTorch 1.13, reduces bf16 buckets through fp32 copies.)
+//
+// Gradient accumulation: with set_sync(false), hooks do nothing and gradients accumulate
+// locally; the next synchronised backward reduces the accumulated sum.
+//
+// The parameters must already have their final device and dtype: LibTorch drops a tensor's
+// gradient accumulator (and so these hooks) when set_data() changes either. With bucket views,
+// zero gradients in place (zero_grad() here, or grad.zero_()): a gradient set to undefined is
+// re-created outside the bucket by autograd (it is copied back into the bucket, at a cost).
+//
+// Not supported: reentrant activation checkpointing inside the model (its inner backward
+// passes would run the end-of-backward callback early).
+class BucketedAllReduce {
+ public:
+  // `named_params`: the model's parameters in registration order, with names for error
+  // messages; those not requiring grad are left out.
+  // Throws std::invalid_argument for a non-positive bucket size or a sparse parameter.
+  BucketedAllReduce(std::vector<std::pair<std::string, torch::Tensor>> named_params,
+                    std::shared_ptr<dist::ProcessGroup> group, BucketedAllReduceOptions options = {});
+  // Removes the hooks. A backward pass must not be running.
+  ~BucketedAllReduce();
+  BucketedAllReduce(const BucketedAllReduce&) = delete;
+  BucketedAllReduce& operator=(const BucketedAllReduce&) = delete;
+
+  // Off: backward passes accumulate gradients locally without communicating (no_sync).
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+
+  // Zeroes every gradient in place (one fill per bucket with bucket views).
+  void zero_grad();
+
+  // Call before each forward (the plugin's model wrapper does): discards the state of a
+  // backward pass that failed midway (an exception inside autograd), which would otherwise
+  // keep the next pass from synchronising. Cheap when there is nothing to discard.
+  void prepare_for_backward();
+
+  const BucketedAllReduceOptions& options() const { return options_; }
+  const dist::ProcessGroup& group() const { return *group_; }
+  // The reduced parameters (requires_grad ones, registration order) and their names.
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  const std::vector<std::string>& param_names() const { return names_; }
+  // Per bucket, indices into params(), in launch order.
+  const std::vector<std::vector<std::size_t>>& bucket_assignment() const { return assignment_; }
+  std::size_t num_buckets() const { return assignment_.size(); }
+  // The flat buffer that bucket b all-reduces.
+  const torch::Tensor& bucket_buffer(std::size_t b) const { return buckets_.at(b).buffer; }
+  // Backward passes whose gradients were synchronised so far.
+  int64_t synchronized_passes() const;
+
+ private:
+  struct Bucket {
+    torch::Tensor buffer;             // flat, one dtype and device
+    torch::Tensor staging;            // fp32 copy where the backend cannot reduce the dtype
+    std::vector<std::size_t> params;  // indices into params_
+    std::size_t pending = 0;          // gradients still to come in this pass
+    bool ready = false;               // every gradient is in (or the pass ended)
+    dist::Work work;
+  };
+
+  // Hook: param i's gradient has been accumulated.
+  void on_grad_ready(std::size_t i);
+  // Engine callback at the end of a synchronised backward pass.
+  void finish_backward();
+  // Launches every ready bucket whose predecessors are launched. Caller holds mutex_.
+  void launch_ready_buckets();
+  // Puts param i's gradient into its bucket slot (a copy, or re-attaching the view).
+  void gradient_to_bucket(std::size_t i);
+  // Copies the reduced buckets back into param.grad (no bucket views), honouring globally
+  // unused parameters. Caller holds mutex_.
+  void bucket_to_gradients(const std::vector<bool>& used_anywhere);
+  void reset_pass();
+
+  BucketedAllReduceOptions options_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> slots_;    // param i's slice of its bucket, shaped like param i
+  std::vector<std::size_t> bucket_of_;  // param i -> bucket
+  std::vector<std::vector<std::size_t>> assignment_;
+  std::vector<Bucket> buckets_;
+  struct Hooks;  // the gradient-accumulator hooks (their LibTorch types stay out of this header)
+  std::unique_ptr<Hooks> hooks_;
+
+  mutable std::mutex mutex_;
+  bool sync_ = true;
+  // State of the backward pass in flight.
+  bool pass_active_ = false;
+  std::vector<bool> grad_ready_;
+  std::size_t next_launch_ = 0;
+  int64_t synchronized_passes_ = 0;
+};
+
+}  // namespace colo::ddp

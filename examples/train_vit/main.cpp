@@ -1,0 +1,469 @@
+// train_vit: trains a Vision Transformer through a colo plugin (README.md). A user's program:
+// it sees only colo's public headers.
+//
+//   colo-run --nproc-per-node 2 train_vit --plugin torch_ddp
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin_registry.h>
+#include <colo/data/cifar10.h>
+#include <colo/data/data_loader.h>
+#include <colo/data/fashion_mnist.h>
+#include <colo/data/synthetic_dataset.h>
+#include <colo/dist/environment.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/optim/cosine_annealing_warmup_lr.h>
+#include <colo/optim/hybrid_adam.h>
+#include <colo/optim/lamb.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "compute_threads.h"
+#include "evaluate.h"
+#include "metrics_log.h"
+#include <colo/compat/files.h>
+
+#include "state_directory.h"
+#include "train_options.h"
+
+namespace {
+
+using train_vit::TrainOptions;
+using train_vit::UsageError;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Rank 0 speaks for the job: progress on stdout, flushed per line (colo-run forwards whole lines).
+class Console {
+ public:
+  explicit Console(bool master) : master_(master) {}
+  template <typename... Args>
+  void print(fmt::format_string<Args...> format, Args&&... args) const {
+    if (!master_) return;
+    fmt::print(format, std::forward<Args>(args)...);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  bool master() const { return master_; }
+
+ private:
+  bool master_;
+};
+
+struct Datasets {
+  std::shared_ptr<const colo::data::Dataset> train;
+  std::shared_ptr<const colo::data::Dataset> test;
+};
+
+Datasets load_datasets(const TrainOptions& o) {
+  using colo::data::Split;
+  if (o.dataset == "fashion-mnist") {
+    const auto dir =
+        o.data_dir.empty() ? colo::data::FashionMnist::default_directory() : o.data_dir;
+    return {std::make_shared<colo::data::FashionMnist>(Split::kTrain, dir),
+            std::make_shared<colo::data::FashionMnist>(Split::kTest, dir)};
+  }
+  if (o.dataset == "cifar10") {
+    const auto dir = o.data_dir.empty() ? colo::data::Cifar10::default_directory() : o.data_dir;
+    return {std::make_shared<colo::data::Cifar10>(Split::kTrain, dir),
+            std::make_shared<colo::data::Cifar10>(Split::kTest, dir)};
+  }
+  // Synthetic RGB images at the model's input size (32 for mini/custom, timm presets' 224).
+  const bool small_model = o.model == "mini" || o.model == "custom";
+  const int64_t size = o.image_size.value_or(small_model ? 32 : 224);
+  const colo::data::ImageShape shape{3, size, size};
+  return {std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples, shape, 10, o.seed),
+          std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples / 5, shape, 10, o.seed + 1)};
+}
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, colo::nn::LayerStack& model) {
+  // One parameter group over model->parameters(): what the Booster's contract asks for (the
+  // group's order is how plugins and checkpoints match optimizer state to parameters).
+  if (o.optimizer == "adamw") {
+    return std::make_shared<colo::optim::HybridAdam>(model.parameters(),
+                                                     colo::optim::HybridAdamOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  if (o.optimizer == "lamb") {
+    return std::make_shared<colo::optim::Lamb>(model.parameters(),
+                                               colo::optim::LambOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  return std::make_shared<torch::optim::SGD>(model.parameters(),
+                                             torch::optim::SGDOptions(o.lr).momentum(0.9).weight_decay(o.weight_decay));
+}
+
+// What a saved state records of the run that wrote it (train_vit.json beside the Booster's files),
+// so that --resume can tell a continuation from a different run.
+constexpr const char* kRunRecordFile = "train_vit.json";
+
+nlohmann::json run_record(const TrainOptions& o) {
+  return {{"dataset", o.dataset},
+          {"synthetic_samples", o.synthetic_samples},
+          {"batch_size", o.batch_size},
+          {"grad_accum", o.grad_accum},
+          {"seed", o.seed},
+          {"augment", o.augment},
+          {"epochs", o.epochs},
+          {"lr", o.lr},
+          {"warmup", o.warmup_epochs},
+          {"optimizer", o.optimizer},
+          {"weight_decay", o.weight_decay},
+          {"precision", o.precision}};
+}
+
+// Options that give a saved data position another meaning make --resume an error; other changes
+// (a longer schedule, another learning rate) are allowed and returned as notes for the user, as
+// the run is then no longer the saved one's exact continuation.
+std::vector<std::string> check_resume(const TrainOptions& o, const std::string& state_dir) {
+  std::ifstream in(colo::files::join(state_dir, kRunRecordFile));
+  if (!in) return {};  // saved by another program: the Booster's own checks apply
+  const nlohmann::json saved = nlohmann::json::parse(in);
+  const nlohmann::json now = run_record(o);
+  std::vector<std::string> errors, changes;
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key) || saved[key] == value) continue;
+    const bool moves_data =
+        key == "dataset" || key == "synthetic_samples" || key == "batch_size" || key == "grad_accum";
+    (moves_data ? errors : changes).push_back(fmt::format("{} {} (saved: {})", key, value.dump(), saved[key].dump()));
+  }
+  if (!errors.empty()) {
+    std::string list;
+    for (const auto& e : errors) list += "\n  " + e;
+    throw UsageError(
+        fmt::format("--resume {}: the saved run used other data settings, so its data position means "
+                    "nothing here; resume with the saved values:{}",
+                    state_dir, list));
+  }
+  std::vector<std::string> notes;
+  for (const auto& change : changes)
+    notes.push_back(fmt::format("note: resuming with {}: not an exact continuation", change));
+  return notes;
+}
+
+colo::data::DataLoaderOptions train_loader_options(const TrainOptions& o, const colo::nn::ViTConfig& config,
+                                                   const colo::data::Dataset& dataset, c10::Device device,
+                                                   int64_t micro_batch) {
+  return colo::data::DataLoaderOptions(micro_batch)
+      .shuffle(true)
+      .drop_last(true)  // every optimizer step sees a full global batch
+      .seed(o.seed)
+      .augment(o.augment)
+      .image_size(config.image_size() == dataset.image_shape().height ? 0 : config.image_size())
+      .device(device);
+}
+
+int run(const TrainOptions& o, const colo::dist::Environment& env) {
+  const auto job_start = Clock::now();
+  const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
+  train_vit::set_compute_threads(threads);
+
+  // Before the rendezvous: a missing data set or an impossible model fails at once, on its own.
+  const Datasets data = load_datasets(o);
+  const colo::nn::ViTConfig config =
+      train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
+
+  std::shared_ptr<colo::Plugin> plugin;
+  try {
+    plugin = colo::PluginRegistry::global().create(o.plugin, o.plugin_options);
+  } catch (const colo::PluginError& e) {
+    throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(
+        fmt::format("--plugin {} rejected its options (--precision / --plugin-opt): {}", o.plugin, e.what()));
+  }
+  const auto world = plugin->context().world;
+  const int rank = world ? world->rank() : 0;
+  const int world_size = world ? world->size() : 1;
+  const c10::Device device = plugin->context().device;
+  const Console console(rank == 0);
+  colo::Booster booster(plugin);
+
+  torch::manual_seed(o.seed);  // the same initial weights on every rank
+  auto model = colo::nn::make_vision_transformer(config);
+  int64_t num_params = 0;
+  for (const auto& p : model->parameters()) num_params += p.numel();
+  auto optimizer = make_optimizer(o, *model);
+  const float label_smoothing = static_cast<float>(o.label_smoothing);
+  colo::Criterion criterion = [label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
+    return torch::nn::functional::cross_entropy(
+        output.to(torch::kFloat), target,
+        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
+  };
+
+  // The per-rank micro-batch depends on the data-parallel size, which only the plugin knows
+  // (tensor- and pipeline-parallel ranks share batches): guess world size, check after boost.
+  const int64_t per_step_guess = o.batch_size / o.grad_accum;
+  auto loader = std::make_shared<colo::data::DataLoader>(
+      data.train,
+      train_loader_options(o, config, *data.train, device, std::max<int64_t>(1, per_step_guess / world_size)));
+  colo::Boosted b = booster.boost(model, optimizer, criterion, loader);
+  if (plugin->supports_pipeline() && o.grad_accum > 1) {
+    throw UsageError(
+        fmt::format("--grad-accum {}: plugin {} runs a pipeline, which splits every batch into "
+                    "micro-batches itself; drop --grad-accum and set the plugin's micro-batch option",
+                    o.grad_accum, o.plugin));
+  }
+  const int64_t dp_size = b.dataloader->sampler().num_replicas();
+  const int64_t dp_rank = b.dataloader->sampler().rank();
+  if (o.batch_size % (dp_size * o.grad_accum) != 0) {
+    throw UsageError(fmt::format(
+        "--batch-size {} does not split over {} data-parallel ranks x {} accumulation steps; use a multiple of {}",
+        o.batch_size, dp_size, o.grad_accum, dp_size * o.grad_accum));
+  }
+  const int64_t micro_batch = o.batch_size / (dp_size * o.grad_accum);
+  if (b.dataloader->options().batch_size() != micro_batch) {
+    // Same object the plugin holds, rebuilt with the right batch (and the plugin's sharding).
+    *b.dataloader = colo::data::DataLoader(
+        data.train,
+        train_loader_options(o, config, *data.train, device, micro_batch).num_replicas(dp_size).rank(dp_rank));
+  }
+  colo::data::DataLoader& train_loader = *b.dataloader;
+  const int64_t steps_per_epoch = train_loader.num_batches() / o.grad_accum;
+  if (steps_per_epoch == 0) {
+    throw UsageError(fmt::format("--batch-size {} is larger than the training set ({} images): lower it", o.batch_size,
+                                 data.train->size()));
+  }
+  const int64_t total_steps = o.epochs * steps_per_epoch;
+  const int64_t warmup_steps =
+      std::min(total_steps, static_cast<int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch))));
+  // The schedule drives the torch optimizer the boosted one steps (its masters under mixed
+  // precision), so it is built after boosting, over that optimizer.
+  b.lr_scheduler =
+      std::make_shared<colo::optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), total_steps, warmup_steps);
+  if (o.clip > 0) b.optimizer->set_max_grad_norm(o.clip);  // else the plugin's own setting stands
+
+  colo::data::DataLoader test_loader(data.test, colo::data::DataLoaderOptions(o.eval_batch_size)
+                                                    .num_replicas(dp_size)
+                                                    .rank(dp_rank)
+                                                    .image_size(train_loader.options().image_size())
+                                                    .device(device));
+
+  int64_t global_step = 0;
+  std::string resumed_from;
+  std::vector<std::string> resume_notes;
+  if (!o.resume_dir.empty()) {
+    const auto state_dir = train_vit::StateDirectory::resolve(o.resume_dir);
+    resume_notes = check_resume(o, state_dir);
+    const colo::TrainingProgress progress = booster.load_state(b, state_dir);
+    global_step = progress.global_step;
+    resumed_from = fmt::format("resumed from {}: epoch {}, step {}", state_dir,
+                               std::min(progress.data.epoch + 1, o.epochs), global_step);
+  }
+  train_vit::MetricsLog metrics;
+  if (console.master() && !o.metrics_file.empty())
+    metrics = train_vit::MetricsLog(o.metrics_file, !o.resume_dir.empty());
+
+  const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
+  console.print("train_vit: plugin {} ({}), {} rank{} (data-parallel {}) on {}, {} thread{} per rank", plugin->name(),
+                o.precision, world_size, world_size == 1 ? "" : "s", dp_size, device.str(), threads,
+                threads == 1 ? "" : "s");
+  console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
+                config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
+                config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
+  console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
+                o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
+  console.print("schedule: {} epochs x {} steps = {} steps{}; {} lr {:g}, warmup {} steps, cosine to 0", o.epochs,
+                steps_per_epoch, total_steps,
+                stop_step < total_steps ? fmt::format(" (stopping at {})", stop_step) : "", o.optimizer, o.lr,
+                warmup_steps);
+  if (!resumed_from.empty()) console.print("{}", resumed_from);
+  for (const auto& note : resume_notes) console.print("{}", note);
+
+  const train_vit::StateDirectory state_directory(o.save_dir);
+  auto save = [&] {
+    if (o.save_dir.empty()) return;
+    const auto start = Clock::now();
+    if (rank == 0) state_directory.prepare_staging();
+    if (world && world_size > 1) world->barrier().wait();  // staging is empty before anyone writes
+    colo::TrainingProgress progress;
+    progress.epoch = train_loader.epoch();
+    progress.global_step = global_step;
+    progress.data = train_loader.state();
+    booster.save_state(b, progress, state_directory.staging());
+    if (rank == 0) {
+      std::ofstream(colo::files::join(state_directory.staging(), kRunRecordFile)) << run_record(o).dump(2) << '\n';
+      const auto where = state_directory.publish(global_step);
+      console.print("saved the training state of step {} to {} ({:.1f} s)", global_step, where,
+                    seconds_since(start));
+    }
+    if (world && world_size > 1) world->barrier().wait();
+  };
+
+  int64_t last_eval_step = -1;
+  train_vit::EvalResult last_eval;
+  auto run_eval = [&](int64_t epoch) {
+    last_eval = train_vit::evaluate(*b.model, test_loader, world);
+    last_eval_step = global_step;
+    console.print("epoch {}/{}  test top-1 {:.2f}%  loss {:.4f}  ({:.1f} s)", epoch + 1, o.epochs,
+                  100.0 * last_eval.top1, last_eval.loss, last_eval.seconds);
+    metrics.write({{"event", "eval"},
+                   {"epoch", epoch + 1},
+                   {"step", global_step},
+                   {"top1", last_eval.top1},
+                   {"loss", last_eval.loss},
+                   {"images", last_eval.images},
+                   {"seconds", last_eval.seconds},
+                   {"elapsed_s", seconds_since(job_start)}});
+  };
+
+  const bool pipeline = plugin->supports_pipeline();
+  // Loss is summed where it is computed and reduced only when printed: no host sync per step.
+  auto loss_window = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  int64_t window_steps = 0;
+  double train_seconds = 0;  // excluding evaluation and saving, for images/s and the ETA
+  int64_t steps_this_run = 0;
+  auto window_start = Clock::now();
+
+  auto train_step = [&] {
+    if (pipeline) {
+      // The plugin splits the batch into micro-batches and runs its schedule; the loss exists on
+      // the last stage only.
+      auto batch = train_loader.next();
+      const auto result =
+          booster.execute_pipeline(batch->images, batch->labels, *b.model, b.criterion, *b.optimizer, {true, false});
+      if (result.loss.defined()) {
+        loss_window += torch::stack(
+            {result.loss.detach().to(torch::kFloat64).reshape({}), torch::ones({}, loss_window.options())});
+      }
+    } else {
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        auto batch = train_loader.next();
+        auto forward_backward = [&] {
+          auto loss = b.criterion(b.model->forward(batch->images), batch->labels);
+          booster.backward(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss, *b.optimizer);
+          loss_window += torch::stack({loss.detach().to(torch::kFloat64), torch::ones({}, loss_window.options())});
+        };
+        if (micro + 1 < o.grad_accum) {
+          auto no_sync = booster.no_sync(*b.model, *b.optimizer);
+          forward_backward();
+        } else {
+          forward_backward();  // synchronises the gradients of all micro-batches
+        }
+      }
+    }
+    b.optimizer->step();
+    b.optimizer->zero_grad();
+    b.lr_scheduler->step();
+  };
+
+  auto log_progress = [&](int64_t epoch, double lr) {
+    auto sums = loss_window.clone();
+    if (world && world_size > 1) world->all_reduce(sums).wait();
+    sums = sums.cpu();
+    const double loss = sums[1].item<double>() > 0 ? sums[0].item<double>() / sums[1].item<double>() : NAN;
+    const double window_seconds = seconds_since(window_start);
+    const double images_per_s = static_cast<double>(window_steps * o.batch_size) / window_seconds;
+    const double eta =
+        train_seconds / static_cast<double>(steps_this_run) * static_cast<double>(stop_step - global_step);
+    console.print("epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.3e}  {:.0f} img/s  ETA {}", epoch + 1, o.epochs,
+                  global_step, stop_step, loss, lr, images_per_s, format_duration(eta));
+    nlohmann::json record = {{"event", "train"},
+                             {"epoch", epoch + 1},
+                             {"step", global_step},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"images_per_s", images_per_s},
+                             {"skipped_steps", b.optimizer->skipped_steps()},
+                             {"elapsed_s", seconds_since(job_start)}};
+    // Plugins measure the gradient norm only when they clip.
+    if (std::isfinite(b.optimizer->last_grad_norm())) record["grad_norm"] = b.optimizer->last_grad_norm();
+    metrics.write(record);
+    loss_window.zero_();
+    window_steps = 0;
+  };
+
+  // An epoch ends when fewer batches remain than one optimizer step takes (their images are
+  // left out, like the sampler's remainder): a saved state is always at a step boundary.
+  const int64_t batches_per_step = pipeline ? 1 : o.grad_accum;
+  auto epoch_finished = [&] { return train_loader.state().next_batch + batches_per_step > train_loader.num_batches(); };
+
+  for (int64_t epoch = train_loader.epoch(); epoch < o.epochs && global_step < stop_step; ++epoch) {
+    if (train_loader.epoch() != epoch) train_loader.set_epoch(epoch);  // keeps a resumed position
+    b.model->train();
+    window_start = Clock::now();
+    while (global_step < stop_step && !epoch_finished()) {
+      const double lr = b.lr_scheduler->last_lr().front();
+      const auto step_start = Clock::now();
+      train_step();
+      ++global_step;
+      ++window_steps;
+      ++steps_this_run;
+      train_seconds += seconds_since(step_start);
+      if (global_step % o.log_every == 0 || global_step == stop_step) {
+        log_progress(epoch, lr);
+        window_start = Clock::now();
+      }
+    }
+    const bool finished = epoch_finished();
+    run_eval(epoch);
+    if (finished) train_loader.set_epoch(epoch + 1);  // a state saved now resumes at the next epoch
+    save();
+  }
+  if (last_eval_step != global_step) run_eval(std::max<int64_t>(0, train_loader.epoch() - 1));
+
+  console.print("trained {} steps in {}, {} in all", steps_this_run, format_duration(train_seconds),
+                format_duration(seconds_since(job_start)));
+  // The last line: what the job achieved.
+  console.print("final test top-1: {:.2f}%", 100.0 * last_eval.top1);
+  return 0;
+}
+
+void print_error(const std::string& message, bool usage) {
+  std::fprintf(stderr, "train_vit: error: %s\n%s", message.c_str(),
+               usage ? "Run 'train_vit --help' for the options.\n" : "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Read before anything else so that only rank 0 reports a bad command line (every rank would
+  // find the same problems).
+  colo::dist::Environment env;
+  try {
+    env = colo::dist::Environment::from_env();
+  } catch (const std::exception& e) {
+    print_error(e.what(), false);
+    return 2;
+  }
+  TrainOptions options;
+  try {
+    options = train_vit::parse_train_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& e) {
+    if (env.rank == 0) print_error(e.what(), true);
+    return 2;
+  }
+  if (options.show_help) {
+    if (env.rank == 0) std::fputs(train_vit::usage().c_str(), stdout);
+    return 0;
+  }
+  try {
+    return run(options, env);
+  } catch (const UsageError& e) {
+    if (env.rank == 0) print_error(e.what(), true);
+    return 2;
+  } catch (const c10::Error& e) {
+    print_error(e.what_without_backtrace(), false);  // LibTorch's C++ backtrace helps no user
+    return 1;
+  } catch (const std::exception& e) {
+    print_error(e.what(), false);
+    return 1;
+  }
+}

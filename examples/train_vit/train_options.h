@@ -1,0 +1,85 @@
+#pragma once
+
+#include <colo/booster/plugin_options.h>
+#include <colo/data/dataset.h>
+#include <colo/nn/vit_config.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace train_vit {
+
+// The command line is wrong. main() prints the message and exits with status 2 (the shell's
+// convention for usage errors), so scripts can tell a bad invocation from a failed run.
+class UsageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Everything train_vit can be told. Defaults are the main job: Fashion-MNIST on a few CPU
+// cores, >= 85% test top-1 in minutes (see README.md for the measurements behind them).
+struct TrainOptions {
+  bool show_help = false;
+
+  // Plugin by name (libcolo_plugin_<name>.so on the search path) or path, and its options.
+  // `precision` is always among plugin_options (from --precision unless given with --plugin-opt).
+  std::string plugin = "torch_ddp";
+  colo::PluginOptions plugin_options;
+  std::string precision = "fp32";
+
+  // "mini" (the default), a timm preset (tiny, small, base, large) or "custom". The
+  // architecture flags override the chosen preset; "custom" needs patch size, width, depth, heads.
+  std::string model = "mini";
+  std::optional<int64_t> image_size;
+  std::optional<int64_t> patch_size;
+  std::optional<int64_t> embed_dim;
+  std::optional<int64_t> depth;
+  std::optional<int64_t> num_heads;
+  std::optional<double> mlp_ratio;
+  double drop_path = 0.0;
+
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;  // empty: the library's default directory for the data set
+  int64_t synthetic_samples = 10000;
+  bool augment = false;  // random crop + flip: slower to learn, pays off only in long schedules
+
+  int64_t epochs = 6;
+  int64_t batch_size = 128;  // global: images per optimizer step over all data-parallel ranks
+  int64_t grad_accum = 1;
+  std::string optimizer = "adamw";
+  double lr = 2e-3;
+  double warmup_epochs = 0.1;
+  double weight_decay = 0.05;
+  double label_smoothing = 0.0;
+  double clip = 0.0;
+  uint64_t seed = 42;
+
+  std::string save_dir;
+  std::string resume_dir;
+  std::string metrics_file;
+  int64_t log_every = 50;
+  int64_t max_steps = 0;  // 0: no limit
+  int64_t eval_batch_size = 500;
+  int threads = 0;  // 0: this machine's cores / ranks on this node
+};
+
+// Parses the arguments after argv[0]. Throws UsageError listing every problem found (unknown
+// options with the closest valid one, malformed or out-of-range values, conflicting options).
+TrainOptions parse_train_options(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage();
+
+// The model for a data set whose images have `shape` and `num_classes` classes: the chosen
+// preset with the architecture flags applied. Throws UsageError naming the flags to change when
+// the result is not a valid ViT (e.g. an image size the patch size does not divide).
+colo::nn::ViTConfig make_vit_config(const TrainOptions& options, const colo::data::ImageShape& shape,
+                                    int64_t num_classes);
+
+// The names --model accepts.
+std::vector<std::string> model_names();
+
+}  // namespace train_vit

@@ -1,0 +1,138 @@
+#include "torch_ddp_plugin.h"
+
+#include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/booster/plugin_info.h>
+#include <colo/data/data_loader.h>
+#include <colo/ddp/broadcast_coalesced.h>
+#include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/dist/process_group.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "torch_ddp_model.h"
+
+namespace colo::plugins {
+namespace {
+
+const char* const kLossScalerKeys[] = {"initial_scale",  "min_scale",       "max_scale", "growth_factor",
+                                       "backoff_factor", "growth_interval", "hysteresis"};
+
+TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
+  TorchDdpOptions o;
+  o.bucket_cap_mb = in.get_double("bucket_cap_mb", o.bucket_cap_mb,
+                                  "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)");
+  o.find_unused_parameters = in.get_bool("find_unused_parameters", o.find_unused_parameters,
+                                         "allow parameters that get no gradient in some backward passes");
+  o.gradient_as_bucket_view = in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view,
+                                          "gradients are views into the all-reduce buckets (no copies)");
+  o.broadcast_buffers =
+      in.get_bool("broadcast_buffers", o.broadcast_buffers, "broadcast rank 0's buffers before each training forward");
+  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16"},
+                                                   "working precision of weights, activations and gradients"));
+  o.master_weights =
+      in.get_bool("master_weights", o.master_weights, "keep fp32 master weights for the optimizer under fp16/bf16");
+  o.max_grad_norm = in.get_double("max_grad_norm", o.max_grad_norm, "clip gradients to this global L2 norm; 0: off");
+
+  auto& s = o.loss_scaler;
+  s.initial_scale(in.get_double("initial_scale", s.initial_scale(), "fp16: initial loss scale"));
+  s.min_scale(in.get_double("min_scale", s.min_scale(), "fp16: smallest loss scale"));
+  s.max_scale(in.get_double("max_scale", s.max_scale(), "fp16: largest loss scale"));
+  s.growth_factor(in.get_double("growth_factor", s.growth_factor(), "fp16: scale multiplier after clean intervals"));
+  s.backoff_factor(in.get_double("backoff_factor", s.backoff_factor(), "fp16: scale multiplier on overflow"));
+  s.growth_interval(in.get_int("growth_interval", s.growth_interval(), "fp16: clean steps before the scale grows"));
+  s.hysteresis(in.get_int("hysteresis", s.hysteresis(), "fp16: overflows tolerated before backing off"));
+
+  if (!(o.bucket_cap_mb > 0.0) || !std::isfinite(o.bucket_cap_mb)) {
+    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb));
+  }
+  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
+    in.fail(fmt::format("max_grad_norm must be >= 0 (0 disables clipping), got {}", o.max_grad_norm));
+  }
+  try {
+    amp::DynamicLossScaler check(s);
+  } catch (const std::invalid_argument& e) {
+    in.fail(e.what());
+  }
+  if (o.precision != amp::Precision::kFp16) {
+    for (const char* key : kLossScalerKeys) {
+      if (given.count(key)) {
+        in.fail(fmt::format("{} only applies with precision=fp16 (precision is {})", key, amp::to_string(o.precision)));
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+TorchDdpOptions TorchDdpOptions::parse(const PluginOptions& options) {
+  OptionReader in("torch_ddp", options);
+  auto parsed = read_options(in, options);
+  in.finish();
+  return parsed;
+}
+
+TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext& context)
+    : Plugin(context), options_(TorchDdpOptions::parse(options)) {
+  if (!context_.world) {
+    throw std::invalid_argument("torch_ddp needs the job's world process group in its PluginContext");
+  }
+}
+
+Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
+  if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
+    throw std::invalid_argument("torch_ddp boost: the model, the optimizer and the criterion are required");
+  }
+  const auto& world = context_.world;
+  auto model = inputs.model;
+
+  // 1-2. One device, one starting point for every replica (before any rounding to bf16/fp16).
+  model->to(context_.device);
+  {
+    auto states = model->parameters();
+    for (auto& b : model->buffers()) states.push_back(b);
+    ddp::broadcast_coalesced(*world, states, 0);
+  }
+
+  // 3. Casts the working weights and makes the masters.
+  MixedPrecisionOptimizerOptions mp;
+  mp.policy = amp::PrecisionPolicy(options_.precision).master_weights(options_.master_weights);
+  mp.loss_scaler = options_.loss_scaler;
+  mp.max_grad_norm = options_.max_grad_norm;
+  mp.replica_group = world;  // gradients are identical on every rank after the all-reduce
+  auto optimizer = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, model, mp);
+
+  // 4. Hooks go on the final tensors: a later dtype or device change would drop them.
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model->canonical_named_parameters()) named.emplace_back(item.key(), item.value());
+  auto reducer = std::make_shared<ddp::BucketedAllReduce>(std::move(named), world,
+                                                          ddp::BucketedAllReduceOptions()
+                                                              .bucket_cap_mb(options_.bucket_cap_mb)
+                                                              .gradient_as_bucket_view(options_.gradient_as_bucket_view)
+                                                              .find_unused_parameters(options_.find_unused_parameters));
+
+  // 5.
+  auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
+                                                 options_.broadcast_buffers ? world : nullptr);
+
+  // 6.
+  if (inputs.dataloader) inputs.dataloader->reshard(world->size(), world->rank());
+  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler};
+}
+
+NoSyncGuard TorchDdpPlugin::no_sync(ModelWrapper& model, OptimizerWrapper& /*optimizer*/) {
+  auto* ddp_model = dynamic_cast<TorchDdpModel*>(&model);
+  if (!ddp_model) {
+    throw std::invalid_argument("torch_ddp no_sync: the model was not boosted by torch_ddp; pass the boosted model");
+  }
+  auto reducer = ddp_model->reducer();
+  const bool previous = reducer->sync_enabled();
+  reducer->set_sync(false);
+  return NoSyncGuard([reducer, previous] { reducer->set_sync(previous); });
+}
+
+}  // namespace colo::plugins
+
+COLO_PLUGIN(torch_ddp, "0.1.0", colo::plugins::TorchDdpPlugin)

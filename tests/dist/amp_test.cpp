@@ -1,0 +1,66 @@
+// colo::amp across ranks: overflow found on one rank is seen by all; the clipping norm of
+// gradients sharded over a group equals the norm of the whole gradient.
+#include <colo/amp/dynamic_loss_scaler.h>
+#include <colo/amp/grad_clip.h>
+#include <colo/dist/process_group.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+#include "dist_test_env.h"
+
+namespace colo::amp {
+namespace {
+
+using test::world;
+
+// The whole gradient, identical on every rank (same seed), and this rank's disjoint shard.
+torch::Tensor full_gradient() {
+  torch::manual_seed(42);
+  return torch::randn({103}) * 5;
+}
+
+torch::Tensor my_shard(const torch::Tensor& full, const dist::ProcessGroup& group) {
+  return full.tensor_split(group.size())[group.rank()].clone();
+}
+
+TEST(AmpDist, OverflowOnOneRankIsSeenByAll) {
+  auto& g = *world();
+  DynamicLossScaler scaler;
+  EXPECT_FALSE(scaler.has_overflow({torch::randn({4})}, &g));
+  auto grad = torch::randn({4});
+  if (g.rank() == g.size() - 1) grad[2] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(scaler.has_overflow({grad}, &g)) << "rank " << g.rank();
+  // Without the group, only the rank holding the inf knows.
+  EXPECT_EQ(scaler.has_overflow({grad}), g.rank() == g.size() - 1);
+}
+
+TEST(AmpDist, ShardedClipMatchesWholeGradient) {
+  auto& g = *world();
+  const double scale = 256.0, max_norm = 10.0;
+  const auto full = full_gradient();
+  auto reference = full.clone().requires_grad_();
+  reference.mutable_grad() = full.clone();
+  const double expected_norm = torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{reference}, max_norm);
+  ASSERT_GT(expected_norm, max_norm);  // clipping happens
+
+  auto shard = my_shard(full, g) * scale;
+  const auto result = unscale_and_clip({shard}, 1.0 / scale, max_norm, {&g});
+  EXPECT_FALSE(result.found_inf);
+  EXPECT_NEAR(result.total_norm, expected_norm, 1e-5 * expected_norm);
+  EXPECT_TRUE(torch::allclose(shard, my_shard(reference.grad(), g), 1e-6, 1e-7));
+}
+
+TEST(AmpDist, InfInOneShardIsFoundEverywhere) {
+  auto& g = *world();
+  auto shard = my_shard(full_gradient(), g);
+  if (g.rank() == 0) shard[0] = std::numeric_limits<float>::quiet_NaN();
+  const auto before = shard.clone();
+  const auto result = unscale_and_clip({shard}, 0.5, 1.0, {&g});
+  EXPECT_TRUE(result.found_inf) << "rank " << g.rank();
+  EXPECT_TRUE(torch::equal(shard.nan_to_num(), before.nan_to_num()));  // untouched
+}
+
+}  // namespace
+}  // namespace colo::amp

@@ -1,0 +1,1 @@
+extern "C" int colo_test_hidden_dependency() { return 7; }

@@ -1,0 +1,162 @@
+// CheckpointIO in a world of one: sharded and single-file safetensors sets with a JSON index,
+// exact round trips, every mismatch reported, corrupt and missing files named, atomic writes.
+#include <colo/booster/checkpoint_io.h>
+#include <colo/booster/model_wrapper.h>
+#include <colo/checkpoint/checkpoint_error.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/nn/vit_config.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "temporary_directory.h"
+
+namespace colo {
+namespace {
+
+using testing::TemporaryDirectory;
+
+std::shared_ptr<nn::LayerStack> tiny_vit(int64_t embed_dim = 32, uint64_t seed = 3) {
+  torch::manual_seed(seed);
+  return nn::make_vision_transformer(
+      nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(embed_dim).depth(2).num_heads(
+          2));
+}
+
+// No process group: a job of one writes as rank 0 and needs no barrier.
+CheckpointIO checkpoint_io() { return CheckpointIO(nullptr); }
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+void expect_same_state(ModelWrapper& a, ModelWrapper& b) {
+  const auto sa = a.full_state();
+  const auto sb = b.full_state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, sb[i].first);
+    EXPECT_TRUE(torch::equal(sa[i].second, sb[i].second)) << sa[i].first;
+  }
+}
+
+TEST(CheckpointIO, ShardedModelRoundTripIsExactAndIndexed) {
+  TemporaryDirectory dir;
+  ModelWrapper saved(tiny_vit(32, 3));
+  SaveOptions options;
+  options.shard = true;
+  options.max_shard_mb = 0.02;  // ~20 KB per file: the ~60 KB model spans several files
+  checkpoint_io().save_model(saved, dir.path(), options);
+
+  std::ifstream index_file(dir / "model.safetensors.index.json");
+  ASSERT_TRUE(index_file.good()) << "no index written";
+  const auto index = nlohmann::json::parse(index_file);
+  std::set<std::string> shard_files;
+  for (const auto& [name, file] : index.at("weight_map").items()) shard_files.insert(file.get<std::string>());
+  EXPECT_GE(shard_files.size(), 3u);
+  EXPECT_EQ(index.at("weight_map").size(), saved.full_state().size());
+  for (const auto& file : shard_files) EXPECT_TRUE(files::exists(dir / file)) << file;
+  EXPECT_FALSE(files::exists(dir / "model.safetensors")) << "a single file next to the index would be ambiguous";
+  for (const auto& entry : dir.entries()) EXPECT_EQ(entry.find(".tmp"), std::string::npos) << "left over: " << entry;
+
+  ModelWrapper loaded(tiny_vit(32, 99));
+  checkpoint_io().load_model(loaded, dir.path());
+  expect_same_state(saved, loaded);
+}
+
+TEST(CheckpointIO, SingleFileReplacesAnEarlierShardedSet) {
+  TemporaryDirectory dir;
+  ModelWrapper first(tiny_vit(32, 3));
+  SaveOptions sharded;
+  sharded.shard = true;
+  sharded.max_shard_mb = 0.02;
+  checkpoint_io().save_model(first, dir.path(), sharded);
+  ModelWrapper second(tiny_vit(32, 4));
+  checkpoint_io().save_model(second, dir.path());
+  EXPECT_TRUE(files::exists(dir / "model.safetensors"));
+  EXPECT_FALSE(files::exists(dir / "model.safetensors.index.json")) << "a stale index would shadow the new file";
+
+  ModelWrapper loaded(tiny_vit(32, 99));
+  checkpoint_io().load_model(loaded, dir.path());
+  expect_same_state(second, loaded);
+}
+
+TEST(CheckpointIO, LoadingIntoAnotherConfigurationListsEveryMismatch) {
+  TemporaryDirectory dir;
+  ModelWrapper saved(tiny_vit(32));
+  checkpoint_io().save_model(saved, dir.path());
+  ModelWrapper other(tiny_vit(48));
+  const std::string message = error_of([&] { checkpoint_io().load_model(other, dir.path()); });
+  // Every tensor whose shape depends on the width is named, with both shapes.
+  EXPECT_NE(message.find("cls_token (checkpoint [1, 1, 32], model [1, 1, 48])"), std::string::npos) << message;
+  EXPECT_NE(message.find("head.weight (checkpoint [10, 32], model [10, 48])"), std::string::npos) << message;
+  EXPECT_NE(message.find("blocks.1.mlp.fc2.bias"), std::string::npos) << message;
+  EXPECT_NE(message.find("same configuration"), std::string::npos) << message;
+}
+
+TEST(CheckpointIO, MissingAndUnexpectedNamesAndDtypesAreReported) {
+  ModelWrapper model(tiny_vit());
+  auto state = model.full_state();
+  state.erase(state.begin());  // drop the first tensor
+  state.emplace_back("blocks.9.extra", torch::zeros({2}));
+  const std::string missing_name = model.full_state().front().first;
+  const std::string message = error_of([&] { model.load_full_state(state); });
+  EXPECT_NE(message.find("1 missing [" + missing_name + "]"), std::string::npos) << message;
+  EXPECT_NE(message.find("1 unexpected [blocks.9.extra]"), std::string::npos) << message;
+
+  auto integer_state = model.full_state();
+  integer_state.back().second = integer_state.back().second.to(torch::kInt64);
+  const std::string dtype_message = error_of([&] { model.load_full_state(integer_state); });
+  EXPECT_NE(dtype_message.find("(checkpoint Long, model Float)"), std::string::npos) << dtype_message;
+}
+
+TEST(CheckpointIO, MissingAndCorruptFilesAreNamed) {
+  TemporaryDirectory dir;
+  ModelWrapper model(tiny_vit());
+  const std::string none = error_of([&] { checkpoint_io().load_model(model, dir.path()); });
+  EXPECT_NE(none.find(dir.path()), std::string::npos) << none;
+
+  SaveOptions sharded;
+  sharded.shard = true;
+  sharded.max_shard_mb = 0.02;
+  checkpoint_io().save_model(model, dir.path(), sharded);
+  std::ifstream index_file(dir / "model.safetensors.index.json");
+  const auto index = nlohmann::json::parse(index_file);
+  const std::string shard_name = index.at("weight_map").at("blocks.0.attn.qkv.weight").get<std::string>();
+  const std::string shard = dir / shard_name;
+  ASSERT_TRUE(files::exists(shard)) << shard;
+  const auto size = files::file_size(shard);
+  ASSERT_EQ(::truncate(shard.c_str(), static_cast<off_t>(size / 2)), 0);
+  const std::string corrupt = error_of([&] { checkpoint_io().load_model(model, dir.path()); });
+  EXPECT_NE(corrupt.find(shard_name), std::string::npos) << corrupt;
+
+  files::remove(shard);
+  const std::string gone = error_of([&] { checkpoint_io().load_model(model, dir.path()); });
+  EXPECT_NE(gone.find(shard_name), std::string::npos) << gone;
+}
+
+TEST(CheckpointIO, NonPositiveShardSizeIsRejected) {
+  TemporaryDirectory dir;
+  ModelWrapper model(tiny_vit());
+  SaveOptions options;
+  options.shard = true;
+  options.max_shard_mb = 0;
+  EXPECT_NE(error_of([&] { checkpoint_io().save_model(model, dir.path(), options); }).find("max_shard_mb"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo

@@ -1,0 +1,246 @@
+// Tests of the train_vit example, run as a black box: the exit status, the error messages a
+// user sees, the last line it prints, and that --save / --resume continue a run exactly.
+// Every run is one process (a world of one) on tiny synthetic data.
+#include <colo/compat/files.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace files = colo::files;
+
+const std::string kTrainVit = COLO_BINARY_DIR "/bin/train_vit";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+class TrainVitCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!files::exists(kTrainVit)) GTEST_SKIP() << kTrainVit << " is not built (COLO_BUILD_EXAMPLES=OFF?)";
+    dir_ = files::join(files::temp_directory(), "train_vit_cli_" + std::to_string(::getpid()) + "_" +
+                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    files::remove_all(dir_);
+    files::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) files::remove_all(dir_);
+  }
+
+  // Runs train_vit as a job of one (no launcher variables), one thread, with `args`.
+  Result run(const std::vector<std::string>& args) const {
+    std::string command =
+        "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE " + quote(kTrainVit);
+    for (const auto& arg : args) command += " " + quote(arg);
+    const std::string out = files::join(dir_, "stdout.txt");
+    const std::string err = files::join(dir_, "stderr.txt");
+    command += " >" + quote(out) + " 2>" + quote(err);
+    const int status = std::system(command.c_str());
+    Result result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = read_file(out);
+    result.err = read_file(err);
+    return result;
+  }
+
+  // A tiny job: a 16x16 synthetic data set and a two-block ViT, seconds to train.
+  static std::vector<std::string> tiny(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "--dataset",    "synthetic", "--synthetic-samples", "96", "--image-size", "16", "--model",           "custom",
+        "--patch-size", "8",         "--embed-dim",         "16", "--depth",      "2",  "--heads",           "2",
+        "--batch-size", "16",        "--threads",           "1",  "--log-every",  "1",  "--eval-batch-size", "32"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  // step -> loss of the "train" records of a --metrics file.
+  static std::map<int64_t, double> losses(const std::string& metrics) {
+    std::map<int64_t, double> by_step;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record.at("event") == "train") by_step[record.at("step").get<int64_t>()] = record.at("loss").get<double>();
+    }
+    return by_step;
+  }
+
+  static std::string last_line(const std::string& text) {
+    std::string trimmed = text;
+    while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
+    return trimmed.substr(trimmed.rfind('\n') == std::string::npos ? 0 : trimmed.rfind('\n') + 1);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(TrainVitCli, HelpListsTheOptionsAndExitsZero) {
+  const Result r = run({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* option : {"--plugin", "--plugin-opt", "--batch-size", "--grad-accum", "--warmup", "--resume",
+                             "--metrics", "--max-steps", "--threads"}) {
+    EXPECT_NE(r.out.find(option), std::string::npos) << option << " missing from --help";
+  }
+}
+
+TEST_F(TrainVitCli, UnknownOptionIsAUsageErrorWithASuggestion) {
+  const Result r = run({"--epoch", "3", "--bogus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown option '--epoch'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean --epochs?"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown option '--bogus'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("train_vit --help"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
+  const Result r =
+      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue"});
+  EXPECT_EQ(r.exit_code, 2);
+  for (const char* part : {"--batch-size 0", "--precision fp8: not one of fp32, bf16, fp16",
+                           "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue"}) {
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;
+  }
+}
+
+TEST_F(TrainVitCli, MalformedNumberIsAUsageError) {
+  const Result r = run({"--epochs", "three"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("epochs"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, CustomModelNeedsItsShape) {
+  const Result r = run({"--model", "custom", "--depth", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--model custom needs --patch-size, --embed-dim, --heads"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, ConflictingPrecisionsAreRejected) {
+  const Result r = run({"--precision", "bf16", "--plugin-opt", "precision=fp16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--precision bf16 and --plugin-opt precision=fp16 disagree"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, BatchThatDoesNotSplitIntoMicroBatchesIsRejected) {
+  const Result r = run({"--batch-size", "10", "--grad-accum", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--batch-size 10 is not divisible by --grad-accum 4"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, MissingDatasetNamesTheFileAndHowToGetIt) {
+  const Result r = run({"--data-dir", files::join(dir_, "nowhere"), "--threads", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dataset-fashion-mnist"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--data-dir"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, UnknownPluginIsAUsageError) {
+  const Result r = run(tiny({"--plugin", "no_such_plugin"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no_such_plugin"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, UnknownPluginOptionIsAUsageErrorListingTheValidKeys) {
+  const Result r = run(tiny({"--plugin-opt", "bucket_cap=4"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bucket_cap"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bucket_cap_mb"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, TrainsAndPrintsTheFinalAccuracyLast) {
+  const std::string metrics = files::join(dir_, "metrics.jsonl");
+  const Result r = run(tiny({"--epochs", "2", "--metrics", metrics}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string last = last_line(r.out);
+  EXPECT_EQ(last.rfind("final test top-1: ", 0), 0u) << r.out;
+  EXPECT_EQ(last.back(), '%') << r.out;
+
+  // 96 images / batch 16 = 6 steps per epoch: 12 train records and one eval per epoch.
+  std::ifstream in(metrics);
+  int train = 0, eval = 0;
+  double last_top1 = -1;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("event") == "train") ++train;
+    if (record.at("event") == "eval") {
+      ++eval;
+      last_top1 = record.at("top1").get<double>();
+      EXPECT_EQ(record.at("images").get<int64_t>(), 96 / 5);
+    }
+  }
+  EXPECT_EQ(train, 12);
+  EXPECT_EQ(eval, 2);
+  char expected[64];
+  std::snprintf(expected, sizeof(expected), "final test top-1: %.2f%%", 100.0 * last_top1);
+  EXPECT_EQ(last, expected);
+}
+
+// Stopping at --max-steps with --save and going on with --resume gives the very losses of an
+// uninterrupted run, across an epoch boundary, with gradient accumulation and stochastic depth
+// (so the random state must be restored too).
+TEST_F(TrainVitCli, ResumeContinuesExactly) {
+  const std::vector<std::string> job = {"--epochs", "2", "--grad-accum", "2", "--drop-path", "0.2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tiny(args);
+  };
+  const Result whole = run(with({"--metrics", files::join(dir_, "whole.jsonl")}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const Result first = run(with({"--max-steps", "4", "--save", files::join(dir_, "state")}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_TRUE(files::exists(files::join(dir_, "state", "latest", "training_state.json")));
+  const Result second =
+      run(with({"--resume", files::join(dir_, "state"), "--metrics", files::join(dir_, "resumed.jsonl")}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+
+  const auto expected = losses(files::join(dir_, "whole.jsonl"));
+  const auto resumed = losses(files::join(dir_, "resumed.jsonl"));
+  ASSERT_EQ(expected.size(), 12u);  // 6 steps per epoch
+  ASSERT_EQ(resumed.size(), 8u);    // steps 5..12
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_TRUE(expected.count(step)) << "step " << step;
+    EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  }
+  EXPECT_EQ(last_line(second.out), last_line(whole.out));
+}
+
+TEST_F(TrainVitCli, ResumeWithOtherDataSettingsIsRejected) {
+  ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
+  const Result r = run(tiny({"--resume", files::join(dir_, "state"), "--grad-accum", "2"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("grad_accum 2 (saved: 1)"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {
+  files::create_directories(files::join(dir_, "empty"));
+  const Result r = run(tiny({"--resume", files::join(dir_, "empty")}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("holds no complete training state"), std::string::npos) << r.err;
+}
+
+}  // namespace
