@@ -68,10 +68,12 @@ case "$mode" in
     # are newer than the toolkit's copies in the system paths: point the linker at them.
     nvidia_libs=$(python3 -c 'import glob, os, torch; print(":".join(glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia", "*", "lib"))))')
     link_flags="-Wl,-rpath-link,$nvidia_libs"
-    # The torch root comes first so that its lib/ wins over Debian's libtorch in /usr/lib.
+    # The torch root comes first so that its lib/ wins over Debian's libtorch in /usr/lib; TorchConfig
+    # looks for libc10 by name, which can find Debian's copy, so it is named explicitly.
     TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
       cmake -S . -B "${COLO_CUDA_BUILD_DIR:-build-cuda}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$torch_root;$torch_root/share/cmake" -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
+      -Dc10_LIBRARY="$torch_root/lib/libc10.so" \
       -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null
     cmake --build "${COLO_CUDA_BUILD_DIR:-build-cuda}" -j "$jobs"
     echo "colo: the CUDA build compiled against PyTorch $(python3 -c 'import torch; print(torch.__version__)')"

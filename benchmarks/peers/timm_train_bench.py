@@ -104,6 +104,8 @@ def parse_args(argv=None):
     p.add_argument("--peak-seconds", type=float, default=2.0)
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--json", help="write the result record here (rank 0)")
+    p.add_argument("--profile", help="after the timed steps, record 3 more with torch.profiler and write a Chrome "
+                   "trace here (rank 0); summarise it with kernel_summary.py")
     p.add_argument("--commit", help="commit recorded in the JSON (default: git rev-parse of this checkout)")
     p.add_argument("--check-flops", action="store_true",
                    help="count one forward pass with torch.utils.flop_counter and compare with the FLOP model, then exit")
@@ -338,6 +340,17 @@ def main(argv=None):
         step_ms = [events[i].elapsed_time(events[i + 1]) for i in range(args.steps)]
     else:
         step_ms = [1000.0 * (marks[i + 1] - marks[i]) for i in range(args.steps)]
+
+    if args.profile:
+        # After the timed steps, so that profiling overhead never enters the measurement.
+        rank0 = not uses_pg or dist.get_rank() == 0
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if use_cuda else [])
+        with torch.profiler.profile(activities=activities) if rank0 else contextlib.nullcontext() as prof:
+            for _ in range(3):
+                train_step()
+            synchronize(device)
+        if rank0:
+            prof.export_chrome_trace(args.profile)
 
     seconds = reduce(local_seconds, dist.ReduceOp.MAX)
     if use_cuda:

@@ -8,6 +8,7 @@
 // a matmul peak measured in the same run, peak memory and step times; rank 0 writes the JSON
 // record that benchmarks/peers/combine_results.py tabulates next to the PyTorch + timm peers.
 #include "device_metrics.h"
+#include "kernel_trace.h"
 #include "vit_flops.h"
 
 #include <colo/amp/precision.h>
@@ -63,6 +64,7 @@ struct Options {
   std::optional<int64_t> peak_matmul_size;
   double peak_seconds = 0.0;
   std::string json_path;
+  std::string profile_path;
   std::string commit;
   std::string command_line;
 };
@@ -117,6 +119,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("peak-matmul-size", po::value(&matmul), "n of the peak matmul (default 8192 on a GPU, 1024 on the CPU)")
       ("peak-seconds", po::value(&o.peak_seconds)->default_value(2.0), "minimum duration of the peak measurement")
       ("json", po::value(&o.json_path), "write the result record to this file (rank 0)")
+      ("profile", po::value(&o.profile_path),
+       "after the timed steps, record 3 more with the Kineto profiler and write a Chrome trace here (rank 0; "
+       "LibTorch 2.x); summarise it with benchmarks/peers/kernel_summary.py")
       ("commit", po::value(&o.commit)->default_value(COLO_GIT_COMMIT),
        "commit recorded in the JSON (default: the source tree's HEAD at configure time)");
   po::variables_map vm;
@@ -301,6 +306,15 @@ int run(const Options& o) {
   synchronize(device);
   const double local_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   const auto step_ms = timer.step_times_ms();
+
+  if (!o.profile_path.empty()) {
+    // After the timed steps, so that profiling overhead never enters the measurement.
+    KernelTrace trace;
+    if (rank == 0) trace.start();
+    for (int i = 0; i < 3; ++i) train_step();
+    synchronize(device);
+    if (rank == 0) trace.stop_and_save(o.profile_path);
+  }
 
   const double seconds = reduce_over_ranks(world, device, local_seconds, dist::ReduceOp::kMax);
   const double peak_mem =

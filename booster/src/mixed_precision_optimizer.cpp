@@ -150,8 +150,13 @@ bool MixedPrecisionOptimizer::step() {
 void MixedPrecisionOptimizer::zero_grad() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
-  for (const auto& p : model_params_) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+  for (auto& p : model_params_) {
+    if (!p.grad().defined()) continue;
+    if (options_.set_grads_to_none) {
+      p.mutable_grad() = torch::Tensor();
+    } else {
+      grads.push_back(p.grad());
+    }
   }
   if (!grads.empty()) at::_foreach_zero_(grads);
 }

@@ -21,7 +21,7 @@ torch::Tensor TorchDdpModel::forward(const torch::Tensor& input) {
   if (buffer_sync_group_ && !buffers_.empty() && is_training()) {
     ddp::broadcast_coalesced(*buffer_sync_group_, buffers_, 0);
   }
-  if (torch::GradMode::is_enabled()) reducer_->prepare_for_backward();
+  if (reducer_ && torch::GradMode::is_enabled()) reducer_->prepare_for_backward();
   auto output = module_->forward(policy_.cast_to_compute(input));
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }

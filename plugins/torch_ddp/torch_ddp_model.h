@@ -38,6 +38,7 @@ class TorchDdpModel : public ModelWrapper {
   std::vector<std::pair<std::string, torch::Tensor>> full_state() const override;
   void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;
 
+  // Null in a world of one, where there is nothing to average.
   const std::shared_ptr<ddp::BucketedAllReduce>& reducer() const { return reducer_; }
 
  private:

@@ -18,7 +18,7 @@ using test::world;
 // The whole gradient, identical on every rank (same seed), and this rank's disjoint shard.
 torch::Tensor full_gradient() {
   torch::manual_seed(42);
-  return torch::randn({103}) * 5;
+  return (torch::randn({103}) * 5).to(test::device());
 }
 
 torch::Tensor my_shard(const torch::Tensor& full, const dist::ProcessGroup& group) {
@@ -28,8 +28,8 @@ torch::Tensor my_shard(const torch::Tensor& full, const dist::ProcessGroup& grou
 TEST(AmpDist, OverflowOnOneRankIsSeenByAll) {
   auto& g = *world();
   DynamicLossScaler scaler;
-  EXPECT_FALSE(scaler.has_overflow({torch::randn({4})}, &g));
-  auto grad = torch::randn({4});
+  EXPECT_FALSE(scaler.has_overflow({torch::randn({4}).to(test::device())}, &g));
+  auto grad = torch::randn({4}).to(test::device());
   if (g.rank() == g.size() - 1) grad[2] = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(scaler.has_overflow({grad}, &g)) << "rank " << g.rank();
   // Without the group, only the rank holding the inf knows.

@@ -21,9 +21,9 @@ using test::world;
 // Every rank's tensor, concatenated in rank order (all ranks pass the same shape).
 torch::Tensor gather(const torch::Tensor& local) {
   auto group = world();
-  auto all = torch::empty({group->size() * local.size(0)}, local.options());
-  group->all_gather(all, local.contiguous()).wait();
-  return all;
+  auto all = torch::empty({group->size() * local.size(0)}, local.options().device(test::device()));
+  group->all_gather(all, local.contiguous().to(test::device())).wait();
+  return all.cpu();
 }
 
 torch::Tensor as_tensor(const std::vector<int64_t>& values) { return torch::tensor(values, torch::kLong); }

@@ -4,8 +4,10 @@
 // subset of ranks.
 #include "dist_test_env.h"
 
+#include <colo/dist/device.h>
 #include <colo/dist/environment.h>
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 namespace colo::test {
@@ -13,6 +15,18 @@ namespace {
 std::shared_ptr<dist::ProcessGroup> g_world;
 }
 std::shared_ptr<dist::ProcessGroup> world() { return g_world; }
+c10::Device device() {
+  static const c10::Device chosen = [] {
+    if (g_world->backend() != dist::Backend::kNccl) return c10::Device(c10::kCPU);
+    // fp32 equivalence at 1e-5 and bit-exact resume need true fp32 and deterministic kernels:
+    // cuDNN's convolutions default to TF32 (10-bit mantissa) and to non-deterministic algorithms.
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+    at::globalContext().setDeterministicCuDNN(true);
+    return dist::select_device(dist::Environment::from_env());
+  }();
+  return chosen;
+}
 }  // namespace colo::test
 
 int main(int argc, char** argv) {

@@ -12,6 +12,7 @@
 namespace colo::dist {
 namespace {
 
+using test::device;
 using test::world;
 
 std::vector<MeshShape> shapes_for(int n) {
@@ -32,24 +33,24 @@ void check_collectives(ProcessGroup& g) {
   double rank_sum = 0;
   for (int r : ranks) rank_sum += r;
 
-  auto t = torch::full({3}, static_cast<double>(ranks[me]), torch::kFloat64);
+  auto t = torch::full({3}, static_cast<double>(ranks[me]), torch::kFloat64).to(device());
   g.all_reduce(t).wait();
-  EXPECT_TRUE(torch::allclose(t, torch::full({3}, rank_sum, torch::kFloat64))) << g.describe();
+  EXPECT_TRUE(torch::allclose(t, torch::full({3}, rank_sum, torch::kFloat64).to(device()))) << g.describe();
 
-  t = torch::full({2}, static_cast<double>(ranks[me]), torch::kFloat64);
+  t = torch::full({2}, static_cast<double>(ranks[me]), torch::kFloat64).to(device());
   g.all_reduce(t, ReduceOp::kAvg).wait();
   EXPECT_NEAR(t[0].item<double>(), rank_sum / n, 1e-12) << g.describe();
 
-  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64);
+  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64).to(device());
   g.all_reduce(t, ReduceOp::kMax).wait();
   EXPECT_EQ(t.item<double>(), *std::max_element(ranks.begin(), ranks.end()));
-  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64);
+  t = torch::full({1}, static_cast<double>(ranks[me]), torch::kFloat64).to(device());
   g.all_reduce(t, ReduceOp::kMin).wait();
   EXPECT_EQ(t.item<double>(), *std::min_element(ranks.begin(), ranks.end()));
 
   // all_gather: rows [2r, 2r+1] hold rank r's input.
-  auto in = torch::tensor({ranks[me] * 10.0, ranks[me] * 10.0 + 1}, torch::kFloat32);
-  auto out = torch::zeros({2 * n}, torch::kFloat32);
+  auto in = torch::tensor({ranks[me] * 10.0, ranks[me] * 10.0 + 1}, torch::kFloat32).to(device());
+  auto out = torch::zeros({2 * n}, torch::kFloat32).to(device());
   g.all_gather(out, in).wait();
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(out[2 * r].item<float>(), ranks[r] * 10.0f) << g.describe();
@@ -57,8 +58,8 @@ void check_collectives(ProcessGroup& g) {
   }
 
   // reduce_scatter: input row i = i + global rank; this rank keeps rows [2me, 2me+1].
-  auto rs_in = torch::arange(2 * n, torch::kFloat64) + ranks[me];
-  auto rs_out = torch::zeros({2}, torch::kFloat64);
+  auto rs_in = torch::arange(2 * n, torch::kFloat64).to(device()) + ranks[me];
+  auto rs_out = torch::zeros({2}, torch::kFloat64).to(device());
   g.reduce_scatter(rs_out, rs_in).wait();
   EXPECT_EQ(rs_out[0].item<double>(), n * (2.0 * me) + rank_sum);
   EXPECT_EQ(rs_out[1].item<double>(), n * (2.0 * me + 1) + rank_sum);
@@ -66,24 +67,24 @@ void check_collectives(ProcessGroup& g) {
   EXPECT_NEAR(rs_out[0].item<double>(), 2.0 * me + rank_sum / n, 1e-12);
 
   for (int src = 0; src < n; ++src) {
-    auto b = torch::full({4}, me == src ? 7.0 + src : -1.0, torch::kFloat32);
+    auto b = torch::full({4}, me == src ? 7.0 + src : -1.0, torch::kFloat32).to(device());
     g.broadcast(b, src).wait();
-    EXPECT_TRUE(torch::equal(b, torch::full({4}, 7.0 + src, torch::kFloat32))) << "broadcast from " << src;
+    EXPECT_TRUE(torch::equal(b, torch::full({4}, 7.0 + src, torch::kFloat32).to(device()))) << "broadcast from " << src;
   }
 
   if (n > 1) {
     // A ring where every rank sends and receives at once: deadlocks unless batched.
-    auto send = torch::full({5}, static_cast<float>(ranks[me]));
-    auto recv = torch::zeros({5});
+    auto send = torch::full({5}, static_cast<float>(ranks[me])).to(device());
+    auto recv = torch::zeros({5}).to(device());
     const int next = (me + 1) % n;
     const int prev = (me + n - 1) % n;
     g.batch_send_recv({{P2POp::Kind::kSend, send, next}, {P2POp::Kind::kRecv, recv, prev}}).wait();
-    EXPECT_TRUE(torch::equal(recv, torch::full({5}, static_cast<float>(ranks[prev]))));
+    EXPECT_TRUE(torch::equal(recv, torch::full({5}, static_cast<float>(ranks[prev])).to(device())));
     // Plain send/recv, lower rank sends first.
     if (me == 0) {
-      g.send(torch::full({2}, 42.0f), 1).wait();
+      g.send(torch::full({2}, 42.0f).to(device()), 1).wait();
     } else if (me == 1) {
-      auto x = torch::zeros({2});
+      auto x = torch::zeros({2}).to(device());
       g.recv(x, 0).wait();
       EXPECT_EQ(x[1].item<float>(), 42.0f);
     }
@@ -103,9 +104,9 @@ TEST(ProcessGroup, EveryAxisOfEveryMeshShape) {
     const auto& tp_ranks = g.tp->global_ranks();
     for (size_t i = 1; i < tp_ranks.size(); ++i) EXPECT_EQ(tp_ranks[i], tp_ranks[i - 1] + 1);
     // The coordinate this rank computes is the one every other rank computes for it.
-    auto coords = torch::zeros({world()->size() * 3}, torch::kInt64);
+    auto coords = torch::zeros({world()->size() * 3}, torch::kInt64).to(device());
     const auto c = mesh.coordinate();
-    world()->all_gather(coords, torch::tensor({int64_t{c.dp}, int64_t{c.pp}, int64_t{c.tp}})).wait();
+    world()->all_gather(coords, torch::tensor({int64_t{c.dp}, int64_t{c.pp}, int64_t{c.tp}}).to(device())).wait();
     for (int r = 0; r < world()->size(); ++r) {
       const auto expected = mesh.coordinate_of(r);
       EXPECT_EQ(coords[3 * r].item<int64_t>(), expected.dp);
@@ -127,7 +128,7 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
   if (member) pair = world()->new_subgroup({0, 1}, "lonely_pair", timeout);
   if (member && !peer_stays && pair->rank() == 1) pair.reset();
   if (member && pair && pair->rank() == 0) {
-    auto t = torch::ones({1});
+    auto t = torch::ones({1}).to(device());
     const auto start = std::chrono::steady_clock::now();
     try {
       pair->all_reduce(t).wait();
@@ -150,11 +151,21 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
   world()->barrier().wait();
 }
 
+// Over NCCL an abandoned collective cannot be cancelled: its kernel stays on the GPU and
+// PyTorch's NCCL watchdog tears the process down at the timeout (colo-run then stops the job,
+// naming the rank; see colo_run_test.cpp). These two tests need a backend that returns control.
+#define COLO_SKIP_ON_NCCL()                                                                        \
+  if (world()->backend() == dist::Backend::kNccl) {                                                \
+    GTEST_SKIP() << "an abandoned NCCL collective ends the process (watchdog), not the operation"; \
+  }
+
 TEST(ProcessGroup, TimeoutNamesOperationAndGroup) {
+  COLO_SKIP_ON_NCCL();
   expect_lonely_all_reduce_fails(/*peer_stays=*/true, std::chrono::milliseconds(1500));
 }
 
 TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
+  COLO_SKIP_ON_NCCL();
   expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
 }
 

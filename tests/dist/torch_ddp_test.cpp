@@ -49,15 +49,7 @@ constexpr double kLr = 1e-3;
 
 // The CPU with Gloo (CI); this rank's GPU where the world runs on NCCL (the GPU machine), so
 // that the same tests cover the CUDA path: hooks on the autograd device threads, streams, NCCL.
-torch::Device device() {
-  static const torch::Device chosen = [] {
-    if (world()->backend() != dist::Backend::kNccl) return torch::Device(torch::kCPU);
-    // Bit-exact comparisons (resume, replicas) need deterministic convolution gradients.
-    at::globalContext().setDeterministicCuDNN(true);
-    return dist::select_device(dist::Environment::from_env());
-  }();
-  return chosen;
-}
+torch::Device device() { return test::device(); }
 
 nn::ViTConfig tiny_vit() {
   return nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(32).depth(2).num_heads(

@@ -1,4 +1,5 @@
 #include <colo/amp/master_weights.h>
+#include <colo/compat/torch_compat.h>
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -33,6 +34,8 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> params, torch::Dtype wor
 
 void MasterWeights::copy_grads_to_master() {
   torch::NoGradGuard no_grad;
+  // Gradients whose master gradient exists already are copied in one multi-tensor launch.
+  std::vector<torch::Tensor> dst, src;
   for (size_t i = 0; i < working_.size(); ++i) {
     if (masters_[i].is_same(working_[i])) continue;
     const auto& grad = working_[i].grad();
@@ -40,18 +43,24 @@ void MasterWeights::copy_grads_to_master() {
     if (!grad.defined()) {
       master_grad = torch::Tensor();
     } else if (master_grad.defined()) {
-      master_grad.copy_(grad);
+      dst.push_back(master_grad);
+      src.push_back(grad);
     } else {
       master_grad = grad.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
     }
   }
+  compat::foreach_copy(dst, src);
 }
 
 void MasterWeights::copy_master_to_working() {
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> dst, src;
   for (size_t i = 0; i < working_.size(); ++i) {
-    if (!masters_[i].is_same(working_[i])) working_[i].copy_(masters_[i]);
+    if (masters_[i].is_same(working_[i])) continue;
+    dst.push_back(working_[i]);
+    src.push_back(masters_[i]);
   }
+  compat::foreach_copy(dst, src);
 }
 
 }  // namespace colo::amp

@@ -169,6 +169,17 @@ Key optimizer_state_key(const at::Tensor& param) {
   }
 }
 
+// dst[i].copy_(src[i]) for every i (dtypes may differ). LibTorch 2.x does it in a few
+// multi-tensor kernel launches instead of one launch per tensor: for a ViT-B's ~150 parameters,
+// twice per step (gradients to fp32 masters, masters back to the working weights).
+inline void foreach_copy(at::TensorList dst, at::TensorList src) {
+#if COLO_TORCH_AT_LEAST(2, 2)
+  if (!dst.empty()) at::_foreach_copy_(dst, src);
+#else
+  for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
+
 // Adam (decoupled_weight_decay = false: L2 added to the gradient) or AdamW over tensors of one
 // CUDA device and dtype in a single fused kernel, with bias correction; `step` is the step
 // number of this update (1 for the first). Returns false without touching anything where
