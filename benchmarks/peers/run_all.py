@@ -65,17 +65,6 @@ def parse_args(argv=None):
     return args
 
 
-def git_commit():
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def common_args(args, commit):
     a = ["--model", args.model, "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
          "--precision", args.precision, "--warmup-steps", str(args.warmup_steps), "--steps", str(args.steps),
@@ -130,7 +119,7 @@ def main(argv=None):
     elif nvls != "0":
         raise SystemExit(f"NCCL_NVLS_ENABLE={nvls}: this machine needs NCCL_NVLS_ENABLE=0 (source its env script)")
     os.makedirs(args.out, exist_ok=True)
-    commit = git_commit()
+    commit = combine_results.git_commit()
     runs = list(colo_runs(args, commit)) + list(peer_runs(args, commit))
 
     done, failures = [], []

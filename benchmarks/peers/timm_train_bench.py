@@ -43,6 +43,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from combine_results import git_commit  # noqa: E402
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -162,18 +165,6 @@ def check_flops(args):
     print(f"backward: FlopCounterMode {counted_backward:.6e} = {counted_backward / forward:.4f} x formula forward "
           f"({(counted_backward + patch_flops) / forward:.4f} x counting the patch input-gradient the model skips; SDPA backward also recomputes attention)")
     return 0 if abs(counted_forward / forward - 1.0) < 1e-6 else 1
-
-
-def git_commit():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def hardware_name(device):

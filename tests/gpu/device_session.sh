@@ -34,9 +34,9 @@ for stage in "$@"; do
       note "dist tests on $ngpu GPUs rc=$? ($((SECONDS - start)) s)"
       grep -E "FAILED|PASSED|SKIPPED|Failure" "$LOGS/dist_tests.log" | head -30 >>"$LOGS/summary.txt"
       # ViT-B/16 parity with timm (fp32 logits 1e-5, gradients 1e-4), on CUDA.
-      (cd build-gpu && timeout 240 ctest -L gpu --output-on-failure) >"$LOGS/parity.log" 2>&1
+      (cd build-gpu && timeout 240 ctest -L gpu --output-on-failure -V) >"$LOGS/parity.log" 2>&1
       note "gpu parity rc=$? ($((SECONDS - start)) s)"
-      grep -E "rel|error|Passed|Failed" "$LOGS/parity.log" | head -20 >>"$LOGS/summary.txt"
+      grep -E "colo - timm|loss: colo|Passed|Failed" "$LOGS/parity.log" | head -20 >>"$LOGS/summary.txt"
       ;;
     bench1 | bench2)
       # ViT-B/16 224², bf16, batch 256 per GPU, synthetic data: colo torch_ddp vs timm.
@@ -49,6 +49,38 @@ for stage in "$@"; do
           --peers ddp --timeout 250 --out "$LOGS/b2" >"$LOGS/bench2.log" 2>&1
       fi
       note "$stage rc=$? ($((SECONDS - start)) s)"
+      ;;
+    ctas)
+      # NCCL CTAs (SMs) taken by the gradient all-reduce while it overlaps backward: ViT-B/16, 2 GPUs.
+      for c in 4 8 16; do
+        NCCL_MAX_CTAS=$c timeout 100 python3 benchmarks/peers/run_all.py --nproc 2 --build-dir build-gpu --model base \
+          --batch-size 256 --precision bf16 --warmup-steps 10 --steps 30 --plugins torch_ddp --peers \
+          --timeout 90 --out "$LOGS/ctas$c" >"$LOGS/ctas$c.log" 2>&1
+        note "NCCL_MAX_CTAS=$c rc=$?: $(grep -h '"images_per_s"' "$LOGS"/ctas$c/*.json | head -1)"
+      done
+      ;;
+    zero2)
+      # ViT-L/16 bf16, batch 128 per GPU, 2 GPUs: low_level_zero stages vs PyTorch DDP and FSDP2.
+      timeout 420 python3 benchmarks/peers/run_all.py --nproc 2 --build-dir build-gpu --model large --batch-size 128 \
+        --precision bf16 --warmup-steps 8 --steps 20 --peak-seconds 1 \
+        --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 low_level_zero:stage=2,cpu_offload=true \
+        --peers ddp fsdp2 --timeout 150 --out "$LOGS/bz" >"$LOGS/zero2.log" 2>&1
+      note "zero2 rc=$? ($((SECONDS - start)) s)"
+      ;;
+    scaling)
+      # Scaling (issue 5): torch_ddp and low_level_zero 1/2 at 1, 2, ... all GPUs, vs DDP and FSDP2.
+      for model in base large; do
+        batch=256; [ "$model" = large ] && batch=128
+        n=1
+        while [ "$n" -le "$ngpu" ]; do
+          timeout 280 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
+            --batch-size "$batch" --precision bf16 --warmup-steps 5 --steps 15 --peak-seconds 0.5 \
+            --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 --peers ddp fsdp2 --timeout 120 \
+            --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
+          note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
+          n=$((n * 2))
+        done
+      done
       ;;
     profile)
       # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256): colo torch_ddp vs timm eager.

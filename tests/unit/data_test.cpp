@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "scoped_env.h"
 #include "temporary_directory.h"
 
 namespace colo::data {
@@ -128,25 +129,7 @@ std::string invalid_argument(Body body) {
   return "";
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using colo::testing::ScopedEnv;
 
 // ---------------------------------------------------------------------------------------------
 // IDX files and gzip

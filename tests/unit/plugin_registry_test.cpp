@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "scoped_env.h"
 #include "temporary_directory.h"
 
 namespace files = colo::files;
@@ -37,29 +38,7 @@ const std::string kTestPluginDir = COLO_TEST_PLUGIN_DIR;
 
 std::string test_plugin(const std::string& name) { return kTestPluginDir + "/libcolo_plugin_" + name + ".so"; }
 
-// Sets an environment variable for one scope, restoring the previous value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using colo::testing::ScopedEnv;
 
 using TempDir = colo::testing::TemporaryDirectory;
 
