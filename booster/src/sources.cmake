@@ -6,4 +6,5 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/model_wrapper.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp)

@@ -1,4 +1,3 @@
-#include <colo/compat/torch_compat.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/ddp/bucketed_all_reduce.h>
 #include <fmt/format.h>
@@ -12,13 +11,9 @@
 
 namespace colo::ddp {
 
-struct BucketedAllReduce::Hooks {
-  std::vector<compat::GradAccumulatedHook> handles;
-};
-
 BucketedAllReduce::BucketedAllReduce(std::vector<std::pair<std::string, torch::Tensor>> named_params,
                                      std::shared_ptr<dist::ProcessGroup> group, BucketedAllReduceOptions options)
-    : options_(options), group_(std::move(group)), hooks_(std::make_unique<Hooks>()) {
+    : options_(options), group_(std::move(group)) {
   if (!group_) throw std::invalid_argument("BucketedAllReduce: the process group is null");
   if (!(options_.bucket_cap_mb() > 0.0) || !std::isfinite(options_.bucket_cap_mb())) {
     throw std::invalid_argument(fmt::format("BucketedAllReduce: bucket_cap_mb must be a positive number of MiB, got {}",
@@ -39,7 +34,6 @@ BucketedAllReduce::BucketedAllReduce(std::vector<std::pair<std::string, torch::T
 
   torch::NoGradGuard no_grad;
   slots_.resize(params_.size());
-  bucket_of_.resize(params_.size());
   buckets_.resize(assignment_.size());
   for (std::size_t b = 0; b < assignment_.size(); ++b) {
     auto& bucket = buckets_[b];
@@ -47,14 +41,15 @@ BucketedAllReduce::BucketedAllReduce(std::vector<std::pair<std::string, torch::T
     int64_t total = 0;
     for (auto i : bucket.params) total += params_[i].numel();
     bucket.buffer = torch::zeros({total}, params_[bucket.params.front()].options());
-    if (detail::stage_in_fp32(*group_, bucket.buffer.scalar_type())) {
-      bucket.staging = torch::empty({total}, bucket.buffer.options().dtype(torch::kFloat));
+    auto travel = options_.communication_dtype().value_or(bucket.buffer.scalar_type());
+    if (detail::stage_in_fp32(*group_, travel)) travel = torch::kFloat;
+    if (travel != bucket.buffer.scalar_type()) {
+      bucket.staging = torch::empty({total}, bucket.buffer.options().dtype(travel));
     }
     int64_t offset = 0;
     for (auto i : bucket.params) {
       slots_[i] = bucket.buffer.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
       offset += params_[i].numel();
-      bucket_of_[i] = b;
     }
   }
   if (options_.gradient_as_bucket_view()) {
@@ -64,36 +59,18 @@ BucketedAllReduce::BucketedAllReduce(std::vector<std::pair<std::string, torch::T
       grad = slots_[i];
     }
   }
-  grad_ready_.assign(params_.size(), false);
-  reset_pass();
 
-  hooks_->handles.reserve(params_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    hooks_->handles.push_back(compat::add_grad_accumulated_hook(params_[i], [this, i] { on_grad_ready(i); }));
-  }
+  GradBucketCallbacks callbacks;
+  callbacks.grad_ready = [this](std::size_t i) { gradient_to_bucket(i); };
+  callbacks.launch = [this](std::size_t b) { launch(b); };
+  callbacks.finish = [this](const std::vector<std::size_t>& missing) { finish_backward(missing); };
+  scheduler_ = std::make_unique<GradBucketScheduler>(params_, names_, assignment_, std::move(callbacks),
+                                                     options_.overlap_communication());
 }
 
-BucketedAllReduce::~BucketedAllReduce() {
-  for (const auto& hook : hooks_->handles) compat::remove_grad_accumulated_hook(hook);
-}
-
-void BucketedAllReduce::set_sync(bool enabled) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  sync_ = enabled;
-}
-
-bool BucketedAllReduce::sync_enabled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return sync_;
-}
-
-int64_t BucketedAllReduce::synchronized_passes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return synchronized_passes_;
-}
+BucketedAllReduce::~BucketedAllReduce() = default;
 
 void BucketedAllReduce::zero_grad() {
-  std::lock_guard<std::mutex> lock(mutex_);
   torch::NoGradGuard no_grad;
   if (options_.gradient_as_bucket_view()) {
     for (auto& bucket : buckets_) bucket.buffer.zero_();
@@ -108,33 +85,6 @@ void BucketedAllReduce::zero_grad() {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   if (!grads.empty()) at::_foreach_zero_(grads);
-}
-
-void BucketedAllReduce::prepare_for_backward() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (pass_active_) reset_pass();
-}
-
-void BucketedAllReduce::on_grad_ready(std::size_t i) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!sync_) return;
-  if (!pass_active_) {
-    pass_active_ = true;
-    compat::queue_end_of_backward_callback([this] { finish_backward(); });
-  }
-  if (grad_ready_[i]) {
-    throw std::logic_error(fmt::format(
-        "BucketedAllReduce: the gradient of '{}' was accumulated twice in one backward pass; nested (reentrant) "
-        "backward passes such as reentrant activation checkpointing are not supported",
-        names_[i]));
-  }
-  grad_ready_[i] = true;
-  gradient_to_bucket(i);
-  auto& bucket = buckets_[bucket_of_[i]];
-  if (--bucket.pending == 0) {
-    bucket.ready = true;
-    launch_ready_buckets();
-  }
 }
 
 void BucketedAllReduce::gradient_to_bucket(std::size_t i) {
@@ -159,30 +109,23 @@ void BucketedAllReduce::gradient_to_bucket(std::size_t i) {
   }
 }
 
-void BucketedAllReduce::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
-    auto& bucket = buckets_[next_launch_++];
-    // The average of one rank's gradients is themselves.
-    if (group_->size() == 1) continue;
-    if (bucket.staging.defined()) {
-      bucket.staging.copy_(bucket.buffer);
-      bucket.work = group_->all_reduce(bucket.staging, dist::ReduceOp::kAvg);
-    } else {
-      bucket.work = group_->all_reduce(bucket.buffer, dist::ReduceOp::kAvg);
-    }
+void BucketedAllReduce::launch(std::size_t b) {
+  auto& bucket = buckets_[b];
+  // The average of one rank's gradients is themselves.
+  if (group_->size() == 1) return;
+  if (bucket.staging.defined()) {
+    bucket.staging.copy_(bucket.buffer);
+    bucket.work = group_->all_reduce(bucket.staging, dist::ReduceOp::kAvg);
+  } else {
+    bucket.work = group_->all_reduce(bucket.buffer, dist::ReduceOp::kAvg);
   }
 }
 
-void BucketedAllReduce::finish_backward() {
-  std::lock_guard<std::mutex> lock(mutex_);
+void BucketedAllReduce::finish_backward(const std::vector<std::size_t>& missing) {
   try {
-    std::vector<std::size_t> missing;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (!grad_ready_[i]) missing.push_back(i);
-    }
     if (!missing.empty() && !options_.find_unused_parameters()) {
       // Complete what was launched so that no collective is left half-matched, then fail.
-      for (std::size_t b = 0; b < next_launch_; ++b) buckets_[b].work.wait();
+      for (std::size_t b = 0; b < scheduler_->launched(); ++b) buckets_[b].work.wait();
       std::vector<std::string> names;
       for (auto i : missing) names.push_back(names_[i]);
       throw std::runtime_error(fmt::format(
@@ -200,8 +143,7 @@ void BucketedAllReduce::finish_backward() {
       has_grad[i] = params_[i].grad().defined();
       gradient_to_bucket(i);
     }
-    for (auto& bucket : buckets_) bucket.ready = true;
-    launch_ready_buckets();
+    scheduler_->launch_remaining();
 
     // Without bucket views a parameter that has no gradient on ANY rank keeps an undefined
     // gradient, so that optimizers skip it as they would in single-process training (with
@@ -228,12 +170,11 @@ void BucketedAllReduce::finish_backward() {
       for (std::size_t i = 0; i < params_.size(); ++i) used_anywhere[i] = flag[i] != 0;
     }
     if (!options_.gradient_as_bucket_view()) bucket_to_gradients(used_anywhere);
-    ++synchronized_passes_;
-    reset_pass();
   } catch (...) {
-    reset_pass();
+    for (auto& bucket : buckets_) bucket.work = dist::Work();
     throw;
   }
+  for (auto& bucket : buckets_) bucket.work = dist::Work();
 }
 
 void BucketedAllReduce::bucket_to_gradients(const std::vector<bool>& used_anywhere) {
@@ -246,17 +187,6 @@ void BucketedAllReduce::bucket_to_gradients(const std::vector<bool>& used_anywhe
       grad = slots_[i].clone();
     }
   }
-}
-
-void BucketedAllReduce::reset_pass() {
-  pass_active_ = false;
-  std::fill(grad_ready_.begin(), grad_ready_.end(), false);
-  for (auto& bucket : buckets_) {
-    bucket.pending = bucket.params.size();
-    bucket.ready = false;
-    bucket.work = dist::Work();
-  }
-  next_launch_ = 0;
 }
 
 }  // namespace colo::ddp

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/ddp/grad_bucket_scheduler.h>
 #include <colo/dist/process_group.h>
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -7,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,12 @@ struct BucketedAllReduceOptions {
   // Without bucket views it costs one more small all-reduce and a host synchronisation per
   // pass (to learn which parameters no rank used, whose gradients then stay undefined).
   TORCH_ARG(bool, find_unused_parameters) = false;
+  // Launch each bucket's all-reduce as soon as its gradients are in, overlapping backward. Off,
+  // every bucket is launched at the end of backward.
+  TORCH_ARG(bool, overlap_communication) = true;
+  // The dtype buckets are reduced in (e.g. fp32 for bf16 gradients, for a more accurate sum);
+  // unset: the gradients' own. Buckets of another dtype travel through a copy in this one.
+  TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
 };
 
 // Data-parallel gradient synchronisation: after each backward pass, every parameter's gradient
@@ -38,17 +45,16 @@ struct BucketedAllReduceOptions {
 // How:
 //   - Parameters are grouped into per-dtype flat buckets by assign_buckets(): reverse
 //     registration order, about bucket_cap_mb each.
-//   - A hook on each parameter's gradient accumulator fires once autograd has accumulated its
-//     gradient (on the autograd thread). When the last gradient of a bucket has arrived, the
-//     bucket is all-reduced asynchronously. Buckets are LAUNCHED IN ORDER on every rank (bucket
-//     i only after buckets < i): collectives are matched by order, and hooks can fire in a
-//     different order on different ranks.
-//   - A callback queued on the autograd engine runs at the end of backward: it launches what
-//     is left (only parameters without gradient: an error unless find_unused_parameters), waits
-//     for every bucket and, without bucket views, copies the averages back into param.grad.
+//   - A GradBucketScheduler (the hooks on the gradient accumulators) says when a bucket's
+//     gradients are all in: the bucket is then all-reduced asynchronously, buckets launched in
+//     the same order on every rank.
+//   - At the end of backward, what is left is launched (only parameters without gradient: an
+//     error unless find_unused_parameters), every bucket is waited for and, without bucket
+//     views, the averages are copied back into param.grad.
 // Hooks do constant work, launch no per-parameter collectives and never synchronise with the
 // device; with NCCL, waiting only orders the current stream after the all-reduce. (Gloo, which
-// cannot reduce bf16 in LibTorch 1.13, reduces bf16 buckets through fp32 copies.)
+// cannot reduce bf16 in LibTorch 1.13, reduces bf16 buckets through fp32 copies, whatever
+// communication_dtype says.)
 //
 // Gradient accumulation: with set_sync(false), hooks do nothing and gradients accumulate
 // locally; the next synchronised backward reduces the accumulated sum.
@@ -73,16 +79,16 @@ class BucketedAllReduce {
   BucketedAllReduce& operator=(const BucketedAllReduce&) = delete;
 
   // Off: backward passes accumulate gradients locally without communicating (no_sync).
-  void set_sync(bool enabled);
-  bool sync_enabled() const;
+  void set_sync(bool enabled) { scheduler_->set_sync(enabled); }
+  bool sync_enabled() const { return scheduler_->sync_enabled(); }
 
-  // Zeroes every gradient in place (one fill per bucket with bucket views).
+  // Zeroes every gradient in place (one fill per bucket with bucket views). Not during backward.
   void zero_grad();
 
   // Call before each forward (the plugin's model wrapper does): discards the state of a
   // backward pass that failed midway (an exception inside autograd), which would otherwise
   // keep the next pass from synchronising. Cheap when there is nothing to discard.
-  void prepare_for_backward();
+  void prepare_for_backward() { scheduler_->prepare_for_backward(); }
 
   const BucketedAllReduceOptions& options() const { return options_; }
   const dist::ProcessGroup& group() const { return *group_; }
@@ -95,49 +101,35 @@ class BucketedAllReduce {
   // The flat buffer that bucket b all-reduces.
   const torch::Tensor& bucket_buffer(std::size_t b) const { return buckets_.at(b).buffer; }
   // Backward passes whose gradients were synchronised so far.
-  int64_t synchronized_passes() const;
+  int64_t synchronized_passes() const { return scheduler_->synchronized_passes(); }
 
  private:
   struct Bucket {
     torch::Tensor buffer;             // flat, one dtype and device
-    torch::Tensor staging;            // fp32 copy where the backend cannot reduce the dtype
+    torch::Tensor staging;            // the copy reduced where it travels in another dtype
     std::vector<std::size_t> params;  // indices into params_
-    std::size_t pending = 0;          // gradients still to come in this pass
-    bool ready = false;               // every gradient is in (or the pass ended)
     dist::Work work;
   };
 
-  // Hook: param i's gradient has been accumulated.
-  void on_grad_ready(std::size_t i);
-  // Engine callback at the end of a synchronised backward pass.
-  void finish_backward();
-  // Launches every ready bucket whose predecessors are launched. Caller holds mutex_.
-  void launch_ready_buckets();
+  // Starts bucket b's all-reduce (scheduler callback).
+  void launch(std::size_t b);
+  // End of a synchronised backward pass (scheduler callback).
+  void finish_backward(const std::vector<std::size_t>& missing);
   // Puts param i's gradient into its bucket slot (a copy, or re-attaching the view).
   void gradient_to_bucket(std::size_t i);
   // Copies the reduced buckets back into param.grad (no bucket views), honouring globally
-  // unused parameters. Caller holds mutex_.
+  // unused parameters.
   void bucket_to_gradients(const std::vector<bool>& used_anywhere);
-  void reset_pass();
 
   BucketedAllReduceOptions options_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<torch::Tensor> slots_;    // param i's slice of its bucket, shaped like param i
-  std::vector<std::size_t> bucket_of_;  // param i -> bucket
+  std::vector<torch::Tensor> slots_;  // param i's slice of its bucket, shaped like param i
   std::vector<std::vector<std::size_t>> assignment_;
   std::vector<Bucket> buckets_;
-  struct Hooks;  // the gradient-accumulator hooks (their LibTorch types stay out of this header)
-  std::unique_ptr<Hooks> hooks_;
-
-  mutable std::mutex mutex_;
-  bool sync_ = true;
-  // State of the backward pass in flight.
-  bool pass_active_ = false;
-  std::vector<bool> grad_ready_;
-  std::size_t next_launch_ = 0;
-  int64_t synchronized_passes_ = 0;
+  // Last: destroyed first, so that its hooks are gone before what they use.
+  std::unique_ptr<GradBucketScheduler> scheduler_;
 };
 
 }  // namespace colo::ddp

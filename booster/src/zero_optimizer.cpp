@@ -1,0 +1,433 @@
+#include <c10/util/Type.h>
+#include <colo/amp/grad_clip.h>
+#include <colo/booster/zero_optimizer.h>
+#include <colo/ddp/bucket_assignment.h>
+#include <colo/dist/process_group.h>
+#include <colo/optim/hybrid_adam.h>
+#include <colo/optim/optimizer_state.h>
+#include <colo/zero/all_reduce_grad_reducer.h>
+#include <colo/zero/bucketed_all_gather.h>
+#include <colo/zero/gather_full_tensors.h>
+#include <colo/zero/reduce_scatter_grad_reducer.h>
+#include <colo/zero/shard_layout.h>
+#include <colo/zero/sharded_adam.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <typeinfo>
+#include <unordered_map>
+
+namespace colo {
+namespace {
+
+std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+// Adam-like hyper-parameters of one parameter group, whatever the optimizer's own options type.
+optim::HybridAdamOptions adam_options(const torch::optim::Optimizer& optimizer, std::size_t group) {
+  const auto& options = optimizer.param_groups().at(group).options();
+  if (auto* o = dynamic_cast<const optim::HybridAdamOptions*>(&options)) return *o;
+  if (auto* o = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) {
+    return optim::HybridAdamOptions(o->lr())
+        .betas(o->betas())
+        .eps(o->eps())
+        .weight_decay(o->weight_decay())
+        .adamw_mode(true);
+  }
+  if (auto* o = dynamic_cast<const torch::optim::AdamOptions*>(&options)) {
+    return optim::HybridAdamOptions(o->lr())
+        .betas(o->betas())
+        .eps(o->eps())
+        .weight_decay(o->weight_decay())
+        .adamw_mode(false);
+  }
+  throw std::logic_error("ZeroOptimizer: a parameter group's options are not Adam options");  // check_optimizer
+}
+
+int64_t cap_bytes(double mb) { return std::max<int64_t>(1, static_cast<int64_t>(mb * 1024.0 * 1024.0)); }
+
+}  // namespace
+
+void ZeroOptimizer::check_optimizer(const torch::optim::Optimizer& optimizer) {
+  const bool adam_like = dynamic_cast<const optim::HybridAdam*>(&optimizer) ||
+                         dynamic_cast<const torch::optim::AdamW*>(&optimizer) ||
+                         dynamic_cast<const torch::optim::Adam*>(&optimizer);
+  if (!adam_like) {
+    throw std::invalid_argument(fmt::format(
+        "ZeRO (low_level_zero) updates flat shards of the master weights with an Adam step, so it needs an Adam-like "
+        "optimizer: torch::optim::Adam, torch::optim::AdamW or colo::optim::HybridAdam; got {}. Use one of those, "
+        "or the torch_ddp plugin for other optimizers",
+        c10::demangle(typeid(optimizer).name())));
+  }
+  for (std::size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& options = optimizer.param_groups()[g].options();
+    const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options);
+    const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options);
+    if ((adam && adam->amsgrad()) || (adamw && adamw->amsgrad())) {
+      throw std::invalid_argument(fmt::format(
+          "ZeRO (low_level_zero) does not implement amsgrad (parameter group {} has it on); turn it off", g));
+    }
+  }
+}
+
+ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, std::shared_ptr<nn::LayerStack> model,
+                             std::shared_ptr<dist::ProcessGroup> group, ZeroOptimizerOptions options)
+    : optimizer_(std::move(optimizer)),
+      model_(std::move(model)),
+      group_(std::move(group)),
+      options_(std::move(options)),
+      policy_(options_.precision) {
+  if (!optimizer_) throw std::invalid_argument("ZeroOptimizer: the optimizer is null");
+  if (!model_) throw std::invalid_argument("ZeroOptimizer: the model is null");
+  if (!group_) throw std::invalid_argument("ZeroOptimizer: the data-parallel process group is null");
+  check_optimizer(*optimizer_);
+  std::vector<std::string> errors;
+  if (options_.stage != 1 && options_.stage != 2) {
+    errors.push_back(fmt::format("stage must be 1 or 2, got {}", options_.stage));
+  }
+  if (!(options_.max_grad_norm >= 0.0) || !std::isfinite(options_.max_grad_norm)) {
+    errors.push_back(
+        fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", options_.max_grad_norm));
+  }
+  if (!(options_.bucket_cap_mb > 0.0) || !std::isfinite(options_.bucket_cap_mb)) {
+    errors.push_back(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", options_.bucket_cap_mb));
+  }
+  if (!errors.empty()) throw std::invalid_argument(fmt::format("ZeroOptimizer: {}", fmt::join(errors, "; ")));
+  max_grad_norm_ = options_.max_grad_norm;
+
+  // 1. The sharded parameters: the optimizer's, in the model's canonical order.
+  std::unordered_map<const void*, std::size_t> group_of;
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+    for (const auto& p : optimizer_->param_groups()[g].params()) group_of.emplace(p.unsafeGetTensorImpl(), g);
+  }
+  std::vector<std::size_t> param_groups;
+  std::set<const void*> in_model;
+  for (const auto& item : model_->canonical_named_parameters()) {
+    model_names_.push_back(item.key());
+    model_params_.push_back(item.value());
+    in_model.insert(item.value().unsafeGetTensorImpl());
+    auto it = group_of.find(item.value().unsafeGetTensorImpl());
+    if (it == group_of.end() || !item.value().requires_grad()) {
+      unsharded_.push_back(item.value());
+      continue;
+    }
+    if (!item.value().is_floating_point()) {
+      throw std::invalid_argument(fmt::format("ZeroOptimizer: parameter '{}' is not floating point", item.key()));
+    }
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+    param_groups.push_back(it->second);
+  }
+  std::vector<std::string> strangers;
+  const auto given = optim::optimizer_params(*optimizer_);
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    if (!in_model.count(given[k].unsafeGetTensorImpl())) {
+      strangers.push_back(fmt::format("#{} {}", k, shape_of(given[k])));
+    }
+  }
+  if (!strangers.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "ZeroOptimizer: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer over "
+        "model->parameters()",
+        strangers.size(), fmt::join(strangers, ", ")));
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> fp32_values;
+  fp32_values.reserve(params_.size());
+  for (const auto& p : params_) fp32_values.push_back(p.detach().to(torch::kFloat, false, /*copy=*/true));
+  const auto compute = policy_.compute_dtype();
+  for (auto& p : model_params_) {
+    if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));
+  }
+
+  // 2.
+  std::vector<int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel());
+  layout_ = std::make_shared<zero::ShardLayout>(numels, ddp::assign_buckets(params_, cap_bytes(options_.bucket_cap_mb)),
+                                                group_->size());
+
+  // 3.
+  const auto device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
+  auto shard_options = torch::TensorOptions(device);
+  if (options_.cpu_offload) shard_options = torch::TensorOptions(torch::kCPU).pinned_memory(device.is_cuda());
+  adam_ = std::make_shared<zero::ShardedAdam>(layout_, group_->rank(), param_groups, shard_options);
+  auto master = adam_->master();
+  layout_->copy_to_shard(group_->rank(), fp32_values, master);
+  fp32_values.clear();
+
+  // 4.
+  gather_ = std::make_shared<zero::BucketedAllGather>(params_, layout_, group_, compute);
+
+  // 5.
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (std::size_t i = 0; i < params_.size(); ++i) named.emplace_back(names_[i], params_[i]);
+  if (options_.stage == 1) {
+    reducer_ = std::make_unique<zero::AllReduceGradReducer>(std::move(named), group_, layout_, adam_->grad(),
+                                                            ddp::BucketedAllReduceOptions()
+                                                                .bucket_cap_mb(options_.bucket_cap_mb)
+                                                                .overlap_communication(options_.overlap_communication)
+                                                                .communication_dtype(options_.communication_dtype));
+  } else {
+    reducer_ =
+        std::make_unique<zero::ReduceScatterGradReducer>(std::move(named), group_, layout_, adam_->grad(),
+                                                         zero::ReduceScatterGradReducerOptions()
+                                                             .overlap_communication(options_.overlap_communication)
+                                                             .communication_dtype(options_.communication_dtype));
+  }
+
+  // 6.
+  if (policy_.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler);
+}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+void ZeroOptimizer::backward(const torch::Tensor& loss) {
+  if (scaler_) {
+    scaler_->scale_loss(loss).backward();
+  } else {
+    loss.backward();
+  }
+}
+
+std::vector<optim::HybridAdamOptions> ZeroOptimizer::hyperparameters() const {
+  std::vector<optim::HybridAdamOptions> groups;
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) groups.push_back(adam_options(*optimizer_, g));
+  return groups;
+}
+
+bool ZeroOptimizer::step() {
+  reducer_->finalize();
+  bool found_inf = false;
+  if (scaler_ || max_grad_norm_ > 0.0) {
+    const double inv_scale = scaler_ ? scaler_->inv_scale() : 1.0;
+    // The shards are disjoint: their squared norms sum to the global one (padding adds zeros).
+    const auto result = amp::unscale_and_clip({adam_->grad()}, inv_scale, max_grad_norm_, {group_.get()});
+    last_grad_norm_ = result.total_norm;
+    found_inf = result.found_inf;
+  }
+  if (scaler_ && !scaler_->update(found_inf)) return false;
+  adam_->step(hyperparameters());
+  gather_->launch(adam_->master());
+  if (!options_.overlap_communication) gather_->wait_all();
+  return true;
+}
+
+void ZeroOptimizer::zero_grad() {
+  reducer_->zero_grad();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : unsharded_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ZeroOptimizer::full_masters() const {
+  auto full = zero::gather_full_tensors(*layout_, *group_, adam_->master());
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  out.reserve(full.size());
+  for (std::size_t i = 0; i < full.size(); ++i) out.emplace_back(names_[i], full[i].view(params_[i].sizes()));
+  return out;
+}
+
+void ZeroOptimizer::load_masters(const std::map<std::string, torch::Tensor>& values) {
+  std::vector<torch::Tensor> full;
+  full.reserve(names_.size());
+  for (const auto& name : names_) full.push_back(values.at(name));
+  gather_->wait_all();
+  torch::NoGradGuard no_grad;
+  auto master = adam_->master();
+  layout_->copy_to_shard(group_->rank(), full, master);
+  // Every rank has every value: the working weights are their rounding, without a gather.
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].copy_(full[i].view(params_[i].sizes()));
+}
+
+OptimizerWrapper::FullState ZeroOptimizer::full_state() const {
+  FullState state;
+  if (adam_->step_count() > 0) {
+    const auto exp_avg = zero::gather_full_tensors(*layout_, *group_, adam_->exp_avg());
+    const auto exp_avg_sq = zero::gather_full_tensors(*layout_, *group_, adam_->exp_avg_sq());
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      state.tensors.emplace_back(names_[i] + ".step",
+                                 torch::full({}, static_cast<double>(adam_->step_count()), torch::kFloat));
+      state.tensors.emplace_back(names_[i] + ".exp_avg", exp_avg[i].view(params_[i].sizes()));
+      state.tensors.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq[i].view(params_[i].sizes()));
+    }
+  }
+  if (policy_.uses_master_weights()) {
+    std::unordered_map<std::string, torch::Tensor> masters;
+    for (auto& [name, value] : full_masters()) masters.emplace(name, value);
+    for (std::size_t i = 0; i < model_names_.size(); ++i) {
+      auto it = masters.find(model_names_[i]);
+      state.tensors.emplace_back("master." + model_names_[i],
+                                 it != masters.end() ? it->second : model_params_[i].detach().to(torch::kFloat));
+    }
+  }
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+    state.scalars["lr." + std::to_string(g)] = optim::get_lr(*optimizer_, g);
+  }
+  if (scaler_) {
+    for (const auto& [key, value] : scaler_->state_dict()) state.scalars["loss_scaler." + key] = value;
+  }
+  return state;
+}
+
+void ZeroOptimizer::load_full_state(const FullState& state) {
+  std::vector<std::string> errors;
+  std::unordered_map<std::string, std::size_t> param_index;
+  for (std::size_t i = 0; i < names_.size(); ++i) param_index.emplace(names_[i], i);
+  std::unordered_map<std::string, std::size_t> model_index;
+  for (std::size_t i = 0; i < model_names_.size(); ++i) model_index.emplace(model_names_[i], i);
+
+  // 1. Sort and check every entry; change nothing yet.
+  std::vector<std::map<std::string, torch::Tensor>> param_states(names_.size());
+  std::map<std::string, torch::Tensor> master_values;
+  bool any_master = false;
+  for (const auto& [key, tensor] : state.tensors) {
+    if (key.rfind("master.", 0) == 0) {
+      any_master = true;
+      const auto name = key.substr(7);
+      auto it = model_index.find(name);
+      if (it == model_index.end()) {
+        errors.push_back(fmt::format("unexpected '{}' (no model parameter '{}')", key, name));
+      } else if (!tensor.defined() || tensor.sizes() != model_params_[it->second].sizes()) {
+        errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
+                                     tensor.defined() ? shape_of(tensor) : "undefined",
+                                     shape_of(model_params_[it->second])));
+      } else {
+        master_values[name] = tensor;
+      }
+      continue;
+    }
+    const auto dot = key.rfind('.');
+    auto it = dot == std::string::npos ? param_index.end() : param_index.find(key.substr(0, dot));
+    if (it == param_index.end()) {
+      errors.push_back(fmt::format("unexpected '{}' (not '<parameter>.<state key>' of an optimized parameter)", key));
+      continue;
+    }
+    const auto state_key = key.substr(dot + 1);
+    const auto& param = params_[it->second];
+    if (state_key == "max_exp_avg_sq") {
+      errors.push_back(fmt::format("'{}' is amsgrad state, which ZeRO does not implement", key));
+    } else if (state_key != "step" && state_key != "exp_avg" && state_key != "exp_avg_sq") {
+      errors.push_back(fmt::format("unexpected '{}' (an Adam state has step, exp_avg and exp_avg_sq)", key));
+    } else if (!tensor.defined() || (state_key == "step" ? tensor.numel() != 1 : tensor.sizes() != param.sizes())) {
+      errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
+                                   tensor.defined() ? shape_of(tensor) : "undefined", shape_of(param)));
+    } else {
+      param_states[it->second][state_key] = tensor;
+    }
+  }
+
+  // Every parameter has a whole Adam state, all with one step count, or none has any.
+  std::vector<std::string> with_state, without_state;
+  std::map<int64_t, std::string> steps;  // step count -> a parameter with it
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    const auto& s = param_states[i];
+    if (s.empty()) {
+      without_state.push_back(names_[i]);
+      continue;
+    }
+    with_state.push_back(names_[i]);
+    for (const char* key : {"step", "exp_avg", "exp_avg_sq"}) {
+      if (!s.count(key)) errors.push_back(fmt::format("missing '{}.{}'", names_[i], key));
+    }
+    if (s.count("step")) {
+      const double value = s.at("step").item<double>();
+      if (!(value >= 0.0) || value != std::floor(value)) {
+        errors.push_back(fmt::format("'{}.step' must be a non-negative whole number, got {}", names_[i], value));
+      } else {
+        steps.emplace(static_cast<int64_t>(value), names_[i]);
+      }
+    }
+  }
+  if (!with_state.empty() && !without_state.empty()) {
+    errors.push_back(
+        fmt::format("{} parameter(s) have optimizer state and {} have none (e.g. '{}'); ZeRO steps every "
+                    "parameter together",
+                    with_state.size(), without_state.size(), without_state.front()));
+  }
+  if (steps.size() > 1) {
+    std::vector<std::string> seen;
+    for (const auto& [step, name] : steps) seen.push_back(fmt::format("{} for '{}'", step, name));
+    errors.push_back(
+        fmt::format("parameters have different step counts ({}); ZeRO keeps one for all", fmt::join(seen, ", ")));
+  }
+  if (policy_.uses_master_weights() && any_master) {
+    for (const auto& name : model_names_) {
+      if (!master_values.count(name)) errors.push_back(fmt::format("missing 'master.{}'", name));
+    }
+  }
+
+  const auto num_groups = optimizer_->param_groups().size();
+  std::map<std::string, double> scaler_state;
+  std::vector<double> lrs(num_groups);
+  std::vector<bool> lr_given(num_groups, false);
+  for (const auto& [key, value] : state.scalars) {
+    if (key.rfind("loss_scaler.", 0) == 0) {
+      scaler_state[key.substr(12)] = value;
+      continue;
+    }
+    const auto suffix = key.rfind("lr.", 0) == 0 ? key.substr(3) : std::string();
+    const bool known = !suffix.empty() && suffix.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoull(suffix) < num_groups;
+    if (!known) {
+      errors.push_back(fmt::format("unexpected scalar '{}' (the optimizer has {} parameter groups)", key, num_groups));
+      continue;
+    }
+    lrs[std::stoull(suffix)] = value;
+    lr_given[std::stoull(suffix)] = true;
+  }
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    if (!lr_given[g])
+      errors.push_back(fmt::format("missing scalar 'lr.{}' (the optimizer has {} groups)", g, num_groups));
+  }
+  if (scaler_ && !scaler_state.empty()) {
+    try {
+      amp::DynamicLossScaler probe(scaler_->options());
+      probe.load_state_dict(scaler_state);
+    } catch (const std::invalid_argument& e) {
+      errors.push_back(fmt::format("loss scaler: {}", e.what()));
+    }
+  }
+  if (!errors.empty()) {
+    throw std::invalid_argument(
+        fmt::format("ZeroOptimizer::load_full_state: the optimizer state does not fit this optimizer ({} problem(s)): "
+                    "{}. Was it saved from the same model and an Adam-like optimizer?",
+                    errors.size(), fmt::join(errors, "; ")));
+  }
+
+  // 2. Nothing can fail any more.
+  torch::NoGradGuard no_grad;
+  const int rank = group_->rank();
+  if (with_state.empty()) {
+    adam_->exp_avg().zero_();
+    adam_->exp_avg_sq().zero_();
+    adam_->set_step_count(0);
+  } else {
+    std::vector<torch::Tensor> exp_avg, exp_avg_sq;
+    for (auto& s : param_states) {
+      exp_avg.push_back(s.at("exp_avg"));
+      exp_avg_sq.push_back(s.at("exp_avg_sq"));
+    }
+    auto m = adam_->exp_avg();
+    auto v = adam_->exp_avg_sq();
+    layout_->copy_to_shard(rank, exp_avg, m);
+    layout_->copy_to_shard(rank, exp_avg_sq, v);
+    adam_->set_step_count(steps.begin()->first);
+  }
+  if (policy_.uses_master_weights() && !master_values.empty()) {
+    load_masters(master_values);
+    // Parameters outside the optimizer have no fp32 master here: their working weights take the values.
+    for (std::size_t i = 0; i < model_names_.size(); ++i) {
+      if (!param_index.count(model_names_[i])) model_params_[i].copy_(master_values.at(model_names_[i]));
+    }
+  }
+  for (std::size_t g = 0; g < num_groups; ++g) optim::set_lr(*optimizer_, g, lrs[g]);
+  if (scaler_ && !scaler_state.empty()) scaler_->load_state_dict(scaler_state);
+}
+
+}  // namespace colo

@@ -1,0 +1,114 @@
+#include <colo/compat/torch_compat.h>
+#include <colo/optim/adam_step_cpu.h>
+#include <colo/optim/hybrid_adam.h>
+#include <colo/zero/shard_layout.h>
+#include <colo/zero/sharded_adam.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace colo::zero {
+namespace {
+
+double bias_correction(const optim::HybridAdamOptions& o, double beta, int64_t step) {
+  return o.bias_correction() ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
+}
+
+// Adam/AdamW in multi-tensor ops, in torch::optim::AdamW / Adam's order: where no fused kernel
+// serves (CUDA on LibTorch < 2.1, or bias correction off).
+void adam_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
+                       std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs, int64_t step,
+                       const optim::HybridAdamOptions& o) {
+  const auto [beta1, beta2] = o.betas();
+  const double bc1 = bias_correction(o, beta1, step);
+  const double bc2 = bias_correction(o, beta2, step);
+  if (o.adamw_mode()) {
+    at::_foreach_mul_(params, 1.0 - o.lr() * o.weight_decay());
+  } else if (o.weight_decay() != 0.0) {
+    grads = at::_foreach_add(grads, params, o.weight_decay());
+  }
+  at::_foreach_mul_(exp_avgs, beta1);
+  at::_foreach_add_(exp_avgs, grads, 1.0 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
+  auto denoms = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denoms, std::sqrt(bc2));
+  at::_foreach_add_(denoms, o.eps());
+  at::_foreach_addcdiv_(params, exp_avgs, denoms, -o.lr() / bc1);
+}
+
+}  // namespace
+
+ShardedAdam::ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank,
+                         const std::vector<std::size_t>& group_of_param, torch::TensorOptions options)
+    : layout_(std::move(layout)), rank_(rank) {
+  if (!layout_) throw std::invalid_argument("ShardedAdam: the layout is null");
+  if (group_of_param.size() != layout_->num_params()) {
+    throw std::invalid_argument(
+        fmt::format("ShardedAdam: {} group indices for {} parameters", group_of_param.size(), layout_->num_params()));
+  }
+  for (auto g : group_of_param) num_groups_ = std::max(num_groups_, g + 1);
+
+  // Runs: consecutive pieces of one group; each run reaches up to the next, so that padding
+  // (zero weight, zero gradient, hence zero update) is covered too.
+  for (const auto& piece : layout_->pieces(rank_)) {
+    const auto group = group_of_param[piece.param];
+    if (!runs_.empty() && runs_.back().group == group) {
+      runs_.back().numel = piece.shard_offset + piece.numel - runs_.back().offset;
+    } else {
+      const int64_t start = runs_.empty() ? 0 : runs_.back().offset + runs_.back().numel;
+      runs_.push_back({start, piece.shard_offset + piece.numel - start, group});
+    }
+  }
+  const int64_t shard = layout_->shard_numel();
+  if (runs_.empty() && shard > 0) runs_.push_back({0, shard, 0});
+  if (!runs_.empty()) runs_.back().numel = shard - runs_.back().offset;
+
+  options = options.dtype(torch::kFloat);
+  master_ = torch::zeros({shard}, options);
+  grad_ = torch::zeros({shard}, options);
+  exp_avg_ = torch::zeros({shard}, options);
+  exp_avg_sq_ = torch::zeros({shard}, options);
+}
+
+void ShardedAdam::set_step_count(int64_t steps) {
+  if (steps < 0) throw std::invalid_argument(fmt::format("ShardedAdam: a step count cannot be negative ({})", steps));
+  step_count_ = steps;
+}
+
+void ShardedAdam::step(const std::vector<optim::HybridAdamOptions>& groups) {
+  if (groups.size() != num_groups_) {
+    throw std::invalid_argument(fmt::format("ShardedAdam::step: hyper-parameters for {} groups, the optimizer has {}",
+                                            groups.size(), num_groups_));
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t step = ++step_count_;
+  const bool on_cpu = master_.device().is_cpu();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& o = groups[g];
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    for (const auto& run : runs_) {
+      if (run.group != g || run.numel == 0) continue;
+      params.push_back(master_.narrow(0, run.offset, run.numel));
+      grads.push_back(grad_.narrow(0, run.offset, run.numel));
+      exp_avgs.push_back(exp_avg_.narrow(0, run.offset, run.numel));
+      exp_avg_sqs.push_back(exp_avg_sq_.narrow(0, run.offset, run.numel));
+    }
+    if (params.empty()) continue;
+    if (on_cpu) {
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        optim::adam_step_cpu(params[k], grads[k], exp_avgs[k], exp_avg_sqs[k], step, o);
+      }
+      continue;
+    }
+    const auto [beta1, beta2] = o.betas();
+    const bool fused =
+        o.bias_correction() && compat::fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, step, o.lr(), beta1, beta2,
+                                                       o.weight_decay(), o.eps(), o.adamw_mode());
+    if (!fused) adam_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, step, o);
+  }
+}
+
+}  // namespace colo::zero
