@@ -67,14 +67,8 @@ constexpr double kLr = 1e-3;
 constexpr double kEps = 1e-3;  // see the file comment
 constexpr double kFp32Tolerance = 1e-5;
 
-torch::Device device() {
-  static const torch::Device chosen = [] {
-    if (world()->backend() != dist::Backend::kNccl) return torch::Device(torch::kCPU);
-    at::globalContext().setDeterministicCuDNN(true);
-    return dist::select_device(dist::Environment::from_env());
-  }();
-  return chosen;
-}
+// The CPU with Gloo; this rank's GPU over NCCL (true fp32, deterministic kernels: main.cpp).
+torch::Device device() { return test::device(); }
 
 nn::ViTConfig tiny_vit() {
   return nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(32).depth(2).num_heads(
@@ -405,7 +399,11 @@ double update_error(const ModelWrapper& model, const nn::LayerStack& reference, 
 //            itself checked against fp32 in torch_ddp_test.cpp): ZeRO changes where the
 //            mixed-precision arithmetic happens, not what it computes. 1e-5 per tensor, as fp32;
 //            measured 2e-7 (the Adam kernels' rounding). Gloo reduces bf16 through fp32 copies in
-//            both and rounds the result to bf16, as NCCL would deliver it.
+//            both and rounds the result to bf16. NCCL instead adds bf16 partial sums in bf16, in
+//            an order that differs between torch_ddp's all-reduce and ZeRO's reduce-scatter, so
+//            over NCCL the two agree only to bf16's resolution: kBf16VersusDdpNcclTolerance = 1e-2
+//            per tensor (2^-8 = 3.9e-3 per rounding; measured 2.8e-3 on 4 H200s over 5 steps).
+constexpr double kBf16VersusDdpNcclTolerance = 1e-2;
 constexpr double kBf16LossTolerance = 5e-3;
 constexpr double kBf16UpdateTolerance = 0.1;
 
@@ -446,7 +444,8 @@ TEST(LowLevelZero, Bf16TracksTheFp32Reference) {
       if (!like_ddp) break;
       const double error = relative_error(mine.at(name), tensor);
       versus_ddp = std::max(versus_ddp, error);
-      EXPECT_LE(error, kFp32Tolerance) << name << " (" << label << " vs torch_ddp bf16)";
+      EXPECT_LE(error, world()->backend() == dist::Backend::kNccl ? kBf16VersusDdpNcclTolerance : kFp32Tolerance)
+          << name << " (" << label << " vs torch_ddp bf16)";
     }
     if (world()->rank() == 0) {
       std::cout << fmt::format(

@@ -67,19 +67,19 @@ for stage in "$@"; do
         --peers ddp fsdp2 --timeout 150 --out "$LOGS/bz" >"$LOGS/zero2.log" 2>&1
       note "zero2 rc=$? ($((SECONDS - start)) s)"
       ;;
-    scaling)
-      # Scaling (issue 5): torch_ddp and low_level_zero 1/2 at 1, 2, ... all GPUs, vs DDP and FSDP2.
-      for model in base large; do
-        batch=256; [ "$model" = large ] && batch=128
-        n=1
-        while [ "$n" -le "$ngpu" ]; do
-          timeout 280 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
-            --batch-size "$batch" --precision bf16 --warmup-steps 5 --steps 15 --peak-seconds 0.5 \
-            --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 --peers ddp fsdp2 --timeout 120 \
-            --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
-          note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
-          n=$((n * 2))
-        done
+    scaling-base | scaling-large)
+      # Scaling (issue 5): torch_ddp and low_level_zero 1/2 at 1, 2, 4, ... GPUs, vs DDP and FSDP2.
+      model=${stage#scaling-}
+      batch=256; [ "$model" = large ] && batch=128
+      n=1
+      while [ "$n" -le "$ngpu" ]; do
+        timeout 200 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
+          --batch-size "$batch" --precision bf16 --warmup-steps 5 --steps 12 --peak-seconds 0.3 \
+          --peak-matmul-size 4096 --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 \
+          --peers ddp fsdp2 --timeout 90 --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
+        note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
+        grep -h -A8 '^| run' "$LOGS/s_${model}_$n/table.md" | grep '^| [ct]' >>"$LOGS/summary.txt"
+        n=$((n * 2))
       done
       ;;
     profile)
