@@ -19,7 +19,12 @@ from collections import OrderedDict
 
 
 def git_commit():
-    """The checkout's commit (12 hex digits), with -dirty when tracked files have changed."""
+    """The checkout's commit (12 hex digits), with -dirty when tracked files have changed.
+
+    COLO_COMMIT overrides it: a copy of the tree on another machine (the GPU machine's) may
+    carry stale git metadata, so the session that sent it names the commit instead."""
+    if os.environ.get("COLO_COMMIT"):
+        return os.environ["COLO_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True,

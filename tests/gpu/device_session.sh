@@ -4,7 +4,9 @@
 # one archive (the device returns only a few files). From the repo root, .gpu-deps carried:
 #   bash tests/gpu/device_session.sh build test      # CUDA build; NCCL dist tests; ViT-B parity
 #   bash tests/gpu/device_session.sh bench1 bench2   # ViT-B/16 benchmarks on 1 and 2 GPUs vs timm
-# Stages: build test bench1 bench2 (any order; build is skipped when build-gpu is complete).
+# Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
+# git metadata, and the benchmark records name the commit they measured.
+# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -14,7 +16,8 @@ if [ ! -d /opt/colo-deps ]; then bash .gpu-deps/unpack-deps.sh >"$LOGS/deps.log"
 source /opt/colo-deps/env.sh
 nvidia-smi -L >"$LOGS/gpus.txt" 2>&1
 ngpu=$(nvidia-smi -L | wc -l)
-note() { echo "$*" | tee -a "$LOGS/summary.txt"; }
+# Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
+note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 
 for stage in "$@"; do
   start=$SECONDS
@@ -70,15 +73,16 @@ for stage in "$@"; do
     scaling-base | scaling-large)
       # Scaling (issue 5): torch_ddp and low_level_zero 1/2 at 1, 2, 4, ... GPUs, vs DDP and FSDP2.
       model=${stage#scaling-}
-      batch=256; [ "$model" = large ] && batch=128
+      batch=256 steps=12
+      [ "$model" = large ] && batch=128 steps=8
       n=1
       while [ "$n" -le "$ngpu" ]; do
         timeout 200 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
-          --batch-size "$batch" --precision bf16 --warmup-steps 5 --steps 12 --peak-seconds 0.3 \
+          --batch-size "$batch" --precision bf16 --warmup-steps 4 --steps "$steps" --peak-seconds 0.3 \
           --peak-matmul-size 4096 --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 \
           --peers ddp fsdp2 --timeout 90 --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
         note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
-        grep -h -A8 '^| run' "$LOGS/s_${model}_$n/table.md" | grep '^| [ct]' >>"$LOGS/summary.txt"
+        grep -h -A8 '^| run' "$LOGS/s_${model}_$n/table.md" | grep '^| [ct]' | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
         n=$((n * 2))
       done
       ;;
