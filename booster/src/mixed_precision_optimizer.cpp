@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "optimizer_scalars.h"
+
 namespace colo {
 namespace {
 
@@ -178,12 +180,7 @@ OptimizerWrapper::FullState MixedPrecisionOptimizer::full_state() const {
                                  master_of.at(model_params_[i].unsafeGetTensorImpl()).detach());
     }
   }
-  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
-    state.scalars["lr." + std::to_string(g)] = optim::get_lr(*optimizer_, g);
-  }
-  if (scaler_) {
-    for (const auto& [key, value] : scaler_->state_dict()) state.scalars["loss_scaler." + key] = value;
-  }
+  state.scalars = detail::optimizer_scalars(*optimizer_, scaler_.get());
   return state;
 }
 
@@ -245,39 +242,8 @@ void MixedPrecisionOptimizer::load_full_state(const FullState& state) {
     }
   }
 
-  const auto num_groups = optimizer_->param_groups().size();
-  std::map<std::string, double> scaler_state;
-  for (const auto& [key, value] : state.scalars) {
-    if (key.rfind("loss_scaler.", 0) == 0) {
-      scaler_state[key.substr(12)] = value;
-    } else if (key.rfind("lr.", 0) != 0) {
-      errors.push_back(fmt::format("unexpected scalar '{}'", key));
-    }
-  }
-  std::vector<double> lrs(num_groups);
-  for (std::size_t g = 0; g < num_groups; ++g) {
-    auto it = state.scalars.find("lr." + std::to_string(g));
-    if (it == state.scalars.end()) {
-      errors.push_back(fmt::format("missing scalar 'lr.{}' (the optimizer has {} parameter groups)", g, num_groups));
-    } else {
-      lrs[g] = it->second;
-    }
-  }
-  for (const auto& [key, value] : state.scalars) {
-    if (key.rfind("lr.", 0) != 0) continue;
-    const auto suffix = key.substr(3);
-    const bool known = !suffix.empty() && suffix.find_first_not_of("0123456789") == std::string::npos &&
-                       std::stoull(suffix) < num_groups;
-    if (!known) errors.push_back(fmt::format("unexpected scalar '{}' (the optimizer has {} groups)", key, num_groups));
-  }
-  if (scaler_ && !scaler_state.empty()) {
-    try {
-      amp::DynamicLossScaler probe(scaler_->options());
-      probe.load_state_dict(scaler_state);
-    } catch (const std::invalid_argument& e) {
-      errors.push_back(fmt::format("loss scaler: {}", e.what()));
-    }
-  }
+  const auto scalars =
+      detail::parse_optimizer_scalars(state.scalars, optimizer_->param_groups().size(), scaler_.get(), errors);
   const auto fail = [&errors] {
     throw std::invalid_argument(
         fmt::format("MixedPrecisionOptimizer::load_full_state: the optimizer state does not fit this optimizer "
@@ -309,8 +275,7 @@ void MixedPrecisionOptimizer::load_full_state(const FullState& state) {
     for (const auto& [i, value] : master_values) master_of.at(model_params_[i].unsafeGetTensorImpl()).copy_(value);
     masters_->copy_master_to_working();
   }
-  for (std::size_t g = 0; g < num_groups; ++g) optim::set_lr(*optimizer_, g, lrs[g]);
-  if (scaler_ && !scaler_state.empty()) scaler_->load_state_dict(scaler_state);
+  detail::apply_optimizer_scalars(scalars, *optimizer_, scaler_.get());
 }
 
 }  // namespace colo

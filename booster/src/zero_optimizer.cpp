@@ -21,6 +21,8 @@
 #include <typeinfo>
 #include <unordered_map>
 
+#include "optimizer_scalars.h"
+
 namespace colo {
 namespace {
 
@@ -266,12 +268,7 @@ OptimizerWrapper::FullState ZeroOptimizer::full_state() const {
                                  it != masters.end() ? it->second : model_params_[i].detach().to(torch::kFloat));
     }
   }
-  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
-    state.scalars["lr." + std::to_string(g)] = optim::get_lr(*optimizer_, g);
-  }
-  if (scaler_) {
-    for (const auto& [key, value] : scaler_->state_dict()) state.scalars["loss_scaler." + key] = value;
-  }
+  state.scalars = detail::optimizer_scalars(*optimizer_, scaler_.get());
   return state;
 }
 
@@ -362,37 +359,8 @@ void ZeroOptimizer::load_full_state(const FullState& state) {
     }
   }
 
-  const auto num_groups = optimizer_->param_groups().size();
-  std::map<std::string, double> scaler_state;
-  std::vector<double> lrs(num_groups);
-  std::vector<bool> lr_given(num_groups, false);
-  for (const auto& [key, value] : state.scalars) {
-    if (key.rfind("loss_scaler.", 0) == 0) {
-      scaler_state[key.substr(12)] = value;
-      continue;
-    }
-    const auto suffix = key.rfind("lr.", 0) == 0 ? key.substr(3) : std::string();
-    const bool known = !suffix.empty() && suffix.find_first_not_of("0123456789") == std::string::npos &&
-                       std::stoull(suffix) < num_groups;
-    if (!known) {
-      errors.push_back(fmt::format("unexpected scalar '{}' (the optimizer has {} parameter groups)", key, num_groups));
-      continue;
-    }
-    lrs[std::stoull(suffix)] = value;
-    lr_given[std::stoull(suffix)] = true;
-  }
-  for (std::size_t g = 0; g < num_groups; ++g) {
-    if (!lr_given[g])
-      errors.push_back(fmt::format("missing scalar 'lr.{}' (the optimizer has {} groups)", g, num_groups));
-  }
-  if (scaler_ && !scaler_state.empty()) {
-    try {
-      amp::DynamicLossScaler probe(scaler_->options());
-      probe.load_state_dict(scaler_state);
-    } catch (const std::invalid_argument& e) {
-      errors.push_back(fmt::format("loss scaler: {}", e.what()));
-    }
-  }
+  const auto scalars =
+      detail::parse_optimizer_scalars(state.scalars, optimizer_->param_groups().size(), scaler_.get(), errors);
   if (!errors.empty()) {
     throw std::invalid_argument(
         fmt::format("ZeroOptimizer::load_full_state: the optimizer state does not fit this optimizer ({} problem(s)): "
@@ -426,8 +394,7 @@ void ZeroOptimizer::load_full_state(const FullState& state) {
       if (!param_index.count(model_names_[i])) model_params_[i].copy_(master_values.at(model_names_[i]));
     }
   }
-  for (std::size_t g = 0; g < num_groups; ++g) optim::set_lr(*optimizer_, g, lrs[g]);
-  if (scaler_ && !scaler_state.empty()) scaler_->load_state_dict(scaler_state);
+  detail::apply_optimizer_scalars(scalars, *optimizer_, scaler_.get());
 }
 
 }  // namespace colo

@@ -1,6 +1,7 @@
 #include "low_level_zero_plugin.h"
 
 #include <colo/booster/plugin_info.h>
+#include <colo/booster/precision_options.h>
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/dist/process_group.h>
@@ -14,9 +15,6 @@
 
 namespace colo::plugins {
 namespace {
-
-const char* const kLossScalerKeys[] = {"initial_scale",  "min_scale",       "max_scale", "growth_factor",
-                                       "backoff_factor", "growth_interval", "hysteresis"};
 
 LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
   LowLevelZeroOptions parsed;
@@ -32,8 +30,10 @@ LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
   } else {
     o.stage = static_cast<int>(stage);
   }
-  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16"},
-                                                   "working precision of weights, activations and gradients"));
+  const auto precision = PrecisionOptions::read(in, given);
+  o.precision = precision.precision;
+  o.max_grad_norm = precision.max_grad_norm;
+  o.loss_scaler = precision.loss_scaler;
   o.bucket_cap_mb = in.get_double("reduce_bucket_size_mb", o.bucket_cap_mb,
                                   "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
                                   "launches)");
@@ -44,34 +44,9 @@ LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
   const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
                                            "dtype gradients are reduced in; auto: the precision's");
   if (communication != "auto") o.communication_dtype = amp::to_dtype(amp::parse_precision(communication));
-  o.max_grad_norm = in.get_double("max_grad_norm", o.max_grad_norm, "clip gradients to this global L2 norm; 0: off");
-
-  auto& s = o.loss_scaler;
-  s.initial_scale(in.get_double("initial_scale", s.initial_scale(), "fp16: initial loss scale"));
-  s.min_scale(in.get_double("min_scale", s.min_scale(), "fp16: smallest loss scale"));
-  s.max_scale(in.get_double("max_scale", s.max_scale(), "fp16: largest loss scale"));
-  s.growth_factor(in.get_double("growth_factor", s.growth_factor(), "fp16: scale multiplier after clean intervals"));
-  s.backoff_factor(in.get_double("backoff_factor", s.backoff_factor(), "fp16: scale multiplier on overflow"));
-  s.growth_interval(in.get_int("growth_interval", s.growth_interval(), "fp16: clean steps before the scale grows"));
-  s.hysteresis(in.get_int("hysteresis", s.hysteresis(), "fp16: overflows tolerated before backing off"));
 
   if (!(o.bucket_cap_mb > 0.0) || !std::isfinite(o.bucket_cap_mb)) {
     in.fail(fmt::format("reduce_bucket_size_mb must be a positive number of MiB, got {}", o.bucket_cap_mb));
-  }
-  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
-    in.fail(fmt::format("max_grad_norm must be >= 0 (0 disables clipping), got {}", o.max_grad_norm));
-  }
-  try {
-    amp::DynamicLossScaler check(s);
-  } catch (const std::invalid_argument& e) {
-    in.fail(e.what());
-  }
-  if (o.precision != amp::Precision::kFp16) {
-    for (const char* key : kLossScalerKeys) {
-      if (given.count(key)) {
-        in.fail(fmt::format("{} only applies with precision=fp16 (precision is {})", key, amp::to_string(o.precision)));
-      }
-    }
   }
   return parsed;
 }

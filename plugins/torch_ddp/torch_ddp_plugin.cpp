@@ -2,6 +2,7 @@
 
 #include <colo/booster/mixed_precision_optimizer.h>
 #include <colo/booster/plugin_info.h>
+#include <colo/booster/precision_options.h>
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/ddp/bucketed_all_reduce.h>
@@ -16,9 +17,6 @@
 namespace colo::plugins {
 namespace {
 
-const char* const kLossScalerKeys[] = {"initial_scale",  "min_scale",       "max_scale", "growth_factor",
-                                       "backoff_factor", "growth_interval", "hysteresis"};
-
 TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   TorchDdpOptions o;
   o.bucket_cap_mb = in.get_double("bucket_cap_mb", o.bucket_cap_mb,
@@ -29,38 +27,15 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
                                           "gradients are views into the all-reduce buckets (no copies)");
   o.broadcast_buffers =
       in.get_bool("broadcast_buffers", o.broadcast_buffers, "broadcast rank 0's buffers before each training forward");
-  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16"},
-                                                   "working precision of weights, activations and gradients"));
+  const auto precision = PrecisionOptions::read(in, given);
+  o.precision = precision.precision;
+  o.max_grad_norm = precision.max_grad_norm;
+  o.loss_scaler = precision.loss_scaler;
   o.master_weights =
       in.get_bool("master_weights", o.master_weights, "keep fp32 master weights for the optimizer under fp16/bf16");
-  o.max_grad_norm = in.get_double("max_grad_norm", o.max_grad_norm, "clip gradients to this global L2 norm; 0: off");
-
-  auto& s = o.loss_scaler;
-  s.initial_scale(in.get_double("initial_scale", s.initial_scale(), "fp16: initial loss scale"));
-  s.min_scale(in.get_double("min_scale", s.min_scale(), "fp16: smallest loss scale"));
-  s.max_scale(in.get_double("max_scale", s.max_scale(), "fp16: largest loss scale"));
-  s.growth_factor(in.get_double("growth_factor", s.growth_factor(), "fp16: scale multiplier after clean intervals"));
-  s.backoff_factor(in.get_double("backoff_factor", s.backoff_factor(), "fp16: scale multiplier on overflow"));
-  s.growth_interval(in.get_int("growth_interval", s.growth_interval(), "fp16: clean steps before the scale grows"));
-  s.hysteresis(in.get_int("hysteresis", s.hysteresis(), "fp16: overflows tolerated before backing off"));
 
   if (!(o.bucket_cap_mb > 0.0) || !std::isfinite(o.bucket_cap_mb)) {
     in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb));
-  }
-  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
-    in.fail(fmt::format("max_grad_norm must be >= 0 (0 disables clipping), got {}", o.max_grad_norm));
-  }
-  try {
-    amp::DynamicLossScaler check(s);
-  } catch (const std::invalid_argument& e) {
-    in.fail(e.what());
-  }
-  if (o.precision != amp::Precision::kFp16) {
-    for (const char* key : kLossScalerKeys) {
-      if (given.count(key)) {
-        in.fail(fmt::format("{} only applies with precision=fp16 (precision is {})", key, amp::to_string(o.precision)));
-      }
-    }
   }
   return o;
 }

@@ -87,7 +87,7 @@ for stage in "$@"; do
       done
       ;;
     profile)
-      # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256): colo torch_ddp vs timm eager.
+      # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256): colo torch_ddp vs timm eager and FSDP2.
       common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20)
       timeout 120 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
         "${common[@]}" --profile "$LOGS/colo_trace.json" --json "$LOGS/colo_profiled.json" >"$LOGS/profile_colo.log" 2>&1
@@ -95,8 +95,13 @@ for stage in "$@"; do
       timeout 150 python3 benchmarks/peers/timm_train_bench.py --mode eager "${common[@]}" \
         --profile "$LOGS/timm_trace.json" --json "$LOGS/timm_profiled.json" >"$LOGS/profile_timm.log" 2>&1
       note "profile timm rc=$?"
+      # FSDP2's mixed precision is pure-bf16 compute like colo's, and it is the fastest peer on one GPU.
+      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        benchmarks/peers/timm_train_bench.py --mode fsdp2 "${common[@]}" --profile "$LOGS/fsdp2_trace.json" \
+        --json "$LOGS/fsdp2_profiled.json" >"$LOGS/profile_fsdp2.log" 2>&1
+      note "profile fsdp2 rc=$?"
       python3 benchmarks/peers/kernel_summary.py colo="$LOGS/colo_trace.json" timm="$LOGS/timm_trace.json" \
-        --top 30 >"$LOGS/kernels.md" 2>&1
+        fsdp2="$LOGS/fsdp2_trace.json" --top 30 >"$LOGS/kernels.md" 2>&1
       grep -h '"images_per_s"' "$LOGS"/*_profiled.json | tee -a "$LOGS/summary.txt"
       cp "$LOGS/kernels.md" "$OUT/"
       rm -f "$LOGS"/*_trace.json

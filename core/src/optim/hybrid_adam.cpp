@@ -1,6 +1,7 @@
 #include <ATen/Parallel.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/optim/adam_step_cpu.h>
+#include <colo/optim/adam_step_multi_tensor.h>
 #include <colo/optim/hybrid_adam.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -47,9 +48,26 @@ void require_cpu_fp32(const torch::Tensor& t, const char* name, int64_t numel) {
   }
 }
 
-// Multi-tensor update of tensors sharing device, dtype and step count, with LibTorch's ops in
-// torch::optim::AdamW / Adam's order (and so their results).
-void adam_step_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& grads,
+// Tensors updated together: one device, dtype and step count, and all contiguous or not (the
+// fused kernel takes contiguous tensors only; the others go through multi-tensor ops).
+struct BucketKey {
+  std::string device;
+  c10::ScalarType dtype;
+  int64_t step;
+  bool contiguous;
+  bool operator<(const BucketKey& other) const {
+    return std::tie(device, dtype, step, contiguous) <
+           std::tie(other.device, other.dtype, other.step, other.contiguous);
+  }
+};
+
+struct Bucket {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+};
+
+}  // namespace
+
+void adam_step_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
                             std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs, int64_t step,
                             const HybridAdamOptions& o) {
   const auto [beta1, beta2] = o.betas();
@@ -69,25 +87,6 @@ void adam_step_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torc
   at::_foreach_add_(denoms, o.eps());
   at::_foreach_addcdiv_(params, exp_avgs, denoms, -o.lr() / bc1);
 }
-
-// Tensors updated together: one device, dtype and step count, and all contiguous or not (the
-// fused kernel takes contiguous tensors only; the others go through multi-tensor ops).
-struct BucketKey {
-  std::string device;
-  c10::ScalarType dtype;
-  int64_t step;
-  bool contiguous;
-  bool operator<(const BucketKey& other) const {
-    return std::tie(device, dtype, step, contiguous) <
-           std::tie(other.device, other.dtype, other.step, other.contiguous);
-  }
-};
-
-struct Bucket {
-  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-};
-
-}  // namespace
 
 // ---- options and state serialisation ---------------------------------------------------------
 

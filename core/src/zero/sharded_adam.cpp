@@ -1,5 +1,6 @@
 #include <colo/compat/torch_compat.h>
 #include <colo/optim/adam_step_cpu.h>
+#include <colo/optim/adam_step_multi_tensor.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/zero/shard_layout.h>
 #include <colo/zero/sharded_adam.h>
@@ -10,36 +11,6 @@
 #include <stdexcept>
 
 namespace colo::zero {
-namespace {
-
-double bias_correction(const optim::HybridAdamOptions& o, double beta, int64_t step) {
-  return o.bias_correction() ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
-}
-
-// Adam/AdamW in multi-tensor ops, in torch::optim::AdamW / Adam's order: where no fused kernel
-// serves (CUDA on LibTorch < 2.1, or bias correction off).
-void adam_multi_tensor(std::vector<torch::Tensor>& params, std::vector<torch::Tensor> grads,
-                       std::vector<torch::Tensor>& exp_avgs, std::vector<torch::Tensor>& exp_avg_sqs, int64_t step,
-                       const optim::HybridAdamOptions& o) {
-  const auto [beta1, beta2] = o.betas();
-  const double bc1 = bias_correction(o, beta1, step);
-  const double bc2 = bias_correction(o, beta2, step);
-  if (o.adamw_mode()) {
-    at::_foreach_mul_(params, 1.0 - o.lr() * o.weight_decay());
-  } else if (o.weight_decay() != 0.0) {
-    grads = at::_foreach_add(grads, params, o.weight_decay());
-  }
-  at::_foreach_mul_(exp_avgs, beta1);
-  at::_foreach_add_(exp_avgs, grads, 1.0 - beta1);
-  at::_foreach_mul_(exp_avg_sqs, beta2);
-  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2);
-  auto denoms = at::_foreach_sqrt(exp_avg_sqs);
-  at::_foreach_div_(denoms, std::sqrt(bc2));
-  at::_foreach_add_(denoms, o.eps());
-  at::_foreach_addcdiv_(params, exp_avgs, denoms, -o.lr() / bc1);
-}
-
-}  // namespace
 
 ShardedAdam::ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank,
                          const std::vector<std::size_t>& group_of_param, torch::TensorOptions options)
@@ -107,7 +78,7 @@ void ShardedAdam::step(const std::vector<optim::HybridAdamOptions>& groups) {
     const bool fused =
         o.bias_correction() && compat::fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, step, o.lr(), beta1, beta2,
                                                        o.weight_decay(), o.eps(), o.adamw_mode());
-    if (!fused) adam_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, step, o);
+    if (!fused) optim::adam_step_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, step, o);
   }
 }
 

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <colo/amp/dynamic_loss_scaler.h>
+#include <colo/amp/precision.h>
+#include <colo/booster/plugin_options.h>
+
+namespace colo {
+
+// The options every mixed-precision plugin takes alike, declared, parsed and checked in one
+// place: `precision` fp32|fp16|bf16, `max_grad_norm` (0: no clipping) and the fp16 loss
+// scaler's (initial_scale, min_scale, max_scale, growth_factor, backoff_factor,
+// growth_interval, hysteresis). A loss-scaler key given with another precision is an error,
+// not silently ignored.
+struct PrecisionOptions {
+  amp::Precision precision = amp::Precision::kFp32;
+  double max_grad_norm = 0.0;
+  amp::LossScalerOptions loss_scaler;
+
+  // Declares the keys on `in` and records every problem there (in.fail); `given` is the
+  // plugin's options as passed, to tell a key given from a default.
+  static PrecisionOptions read(OptionReader& in, const PluginOptions& given);
+};
+
+}  // namespace colo
