@@ -49,14 +49,15 @@ configure_and_build() {
 case "$mode" in
   main)
     install_apt
-    configure_and_build -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=OFF
+    configure_and_build -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_EXAMPLES=ON -DCOLO_BUILD_BENCHMARKS=OFF
     # Two ranks of torch_ddp: on the first two GPUs where there are GPUs, else on CPU threads.
     exec "$build/bin/colo-run" --nproc-per-node 2 "$build/bin/train_vit" --plugin torch_ddp "$@"
     ;;
   test)
     install_apt
     install_oracles
-    configure_and_build
+    # Explicit: a build tree configured by `main` (tests off) must not stay that way.
+    configure_and_build -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_EXAMPLES=ON -DCOLO_BUILD_BENCHMARKS=ON
     cd "$build"
     ctest --output-on-failure -j 1 --timeout 900 "$@"
     ;;
