@@ -7,10 +7,14 @@ time the other does not.
 
 Times are per training step (the traces hold --steps steps). Kernel classes come from the
 kernel names (GEMM, attention, NCCL, optimizer, copies/casts, elementwise, reductions, norms).
+Each of the top kernels also names the operators that launched it (innermost CPU op, then its
+parents, found from the launch's correlation id and the op ranges on the launching thread), which
+tells a bias copy in addmm from a copy in a backward function.
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import json
 import re
@@ -40,17 +44,76 @@ def short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def launching_ops(events):
+    """correlation id -> "innermost op < parent < grandparent" for every kernel launch."""
+    ops_by_tid = collections.defaultdict(list)
+    launches = []
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            ops_by_tid[e.get("tid")].append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e["name"]))
+        elif e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+            launches.append((e.get("tid"), float(e["ts"]), e["args"]["correlation"]))
+    starts = {}
+    for tid, ops in ops_by_tid.items():
+        ops.sort()
+        starts[tid] = [o[0] for o in ops]
+    chain = {}
+    for tid, ts, corr in launches:
+        ops = ops_by_tid.get(tid, [])
+        # Ops enclosing the launch, outermost first (ops are sorted by start; nesting is by range).
+        end = bisect.bisect_right(starts.get(tid, []), ts)
+        enclosing = [o for o in ops[max(0, end - 400):end] if o[1] >= ts]
+        names = [o[2] for o in reversed(enclosing)][:3]
+        chain[corr] = " < ".join(names) if names else "?"
+    return chain
+
+
 def load(path: str):
     with open(path) as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    chain = launching_ops(events)
     kernels = collections.Counter()
     counts = collections.Counter()
+    origins = collections.defaultdict(collections.Counter)
+    nccl, compute = [], []
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel", "gpu_memcpy", "gpu_memset"):
             kernels[e["name"]] += float(e.get("dur", 0.0))
             counts[e["name"]] += 1
-    return kernels, counts
+            origins[e["name"]][chain.get(e.get("args", {}).get("correlation"), "?")] += float(e.get("dur", 0.0))
+            span = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+            (nccl if classify(e["name"]) == "nccl" else compute).append(span)
+    return kernels, counts, origins, exposed_time(nccl, compute)
+
+
+def exposed_time(nccl, compute):
+    """Time (us) during which an NCCL kernel runs and no other kernel does: communication that
+    nothing hides."""
+    merged = []
+    for lo, hi in sorted(compute):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    busy = []
+    for lo, hi in sorted(nccl):
+        if busy and lo <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], hi)
+        else:
+            busy.append([lo, hi])
+    starts = [m[0] for m in merged]
+    exposed = 0.0
+    for lo, hi in busy:
+        covered = 0.0
+        k = max(0, bisect.bisect_right(starts, lo) - 1)
+        while k < len(merged) and merged[k][0] < hi:
+            covered += max(0.0, min(hi, merged[k][1]) - max(lo, merged[k][0]))
+            k += 1
+        exposed += (hi - lo) - covered
+    return exposed
 
 
 def main(argv=None) -> int:
@@ -62,8 +125,7 @@ def main(argv=None) -> int:
     runs = []
     for item in args.traces:
         label, _, path = item.partition("=")
-        kernels, counts = load(path)
-        runs.append((label, kernels, counts))
+        runs.append((label, *load(path)))
 
     labels = [r[0] for r in runs]
     print("## GPU time per step by kernel class (ms)\n")
@@ -71,16 +133,19 @@ def main(argv=None) -> int:
     print("|---|" + "---|" * len(labels))
     classes = collections.OrderedDict((c, None) for c, _ in CLASSES + [("other", "")])
     for c in classes:
-        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, _ in runs]
+        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, _, _, _ in runs]
         print(f"| {c} | " + " | ".join(f"{v:.2f}" for v in row) + " |")
-    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, _ in runs]
-    launches = [sum(c.values()) / args.steps for _, _, c in runs]
+    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, _, _, _ in runs]
+    launches = [sum(c.values()) / args.steps for _, _, c, _, _ in runs]
     print("| **total** | " + " | ".join(f"**{v:.2f}**" for v in totals) + " |")
     print("| launches/step | " + " | ".join(f"{v:.0f}" for v in launches) + " |")
-    for label, kernels, counts in runs:
-        print(f"\n## {label}: top {args.top} kernels (ms per step, launches per step)\n")
+    print("| NCCL alone (no other kernel running) | " + " | ".join(f"{r[4] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
+    for label, kernels, counts, origins, _ in runs:
+        print(f"\n## {label}: top {args.top} kernels (ms per step, launches per step; launched by)\n")
         for name, dur in kernels.most_common(args.top):
             print(f"- {dur / 1000.0 / args.steps:7.2f} ms  x{counts[name] / args.steps:5.0f}  [{classify(name)}] {short(name)}")
+            for origin, odur in origins[name].most_common(2):
+                print(f"  - {odur / 1000.0 / args.steps:6.2f} ms from {short(origin, 140)}")
     return 0
 
 

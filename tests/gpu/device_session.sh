@@ -6,7 +6,7 @@
 #   bash tests/gpu/device_session.sh bench1 bench2   # ViT-B/16 benchmarks on 1 and 2 GPUs vs timm
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
-# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile.
+# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -106,6 +106,24 @@ for stage in "$@"; do
       cp "$LOGS/kernels.md" "$OUT/"
       rm -f "$LOGS"/*_trace.json
       note "profile done ($((SECONDS - start)) s)"
+      ;;
+    profile2)
+      # The same on every GPU of the machine: colo torch_ddp vs PyTorch DDP (traces of rank 0), to see
+      # what data parallelism adds to the step (NCCL kernels, and compute slowed by sharing SMs with them).
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20)
+      timeout 120 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+        "${common[@]}" --profile "$LOGS/colo_ddp_trace.json" --json "$LOGS/colo_ddp_profiled.json" >"$LOGS/profile2_colo.log" 2>&1
+      note "profile2 colo rc=$?"
+      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" \
+        benchmarks/peers/timm_train_bench.py --mode ddp "${common[@]}" --profile "$LOGS/timm_ddp_trace.json" \
+        --json "$LOGS/timm_ddp_profiled.json" >"$LOGS/profile2_timm.log" 2>&1
+      note "profile2 timm ddp rc=$?"
+      python3 benchmarks/peers/kernel_summary.py colo_ddp="$LOGS/colo_ddp_trace.json" timm_ddp="$LOGS/timm_ddp_trace.json" \
+        --top 30 >"$LOGS/kernels2.md" 2>&1
+      grep -h '"images_per_s"' "$LOGS"/*ddp_profiled.json | tee -a "$LOGS/summary.txt"
+      cp "$LOGS/kernels2.md" "$OUT/"
+      rm -f "$LOGS"/*_trace.json
+      note "profile2 done ($((SECONDS - start)) s)"
       ;;
     *) note "unknown stage $stage" ;;
   esac

@@ -292,12 +292,12 @@ TEST(LayerStack, DuplicateCanonicalNamesAreRejected) {
 
 // A module with the Linear forward signature, standing in for a tensor-parallel linear.
 struct CountingLinearImpl : torch::nn::Module {
-  explicit CountingLinearImpl(torch::nn::Linear inner) : linear(register_module("linear", inner)) {}
+  explicit CountingLinearImpl(colo::nn::Linear inner) : linear(register_module("linear", inner)) {}
   torch::Tensor forward(const torch::Tensor& x) {
     ++calls;
     return linear->forward(x);
   }
-  torch::nn::Linear linear;
+  colo::nn::Linear linear;
   int calls = 0;
 };
 
@@ -310,8 +310,8 @@ TEST(LayerStack, PolicySubmodulesCanBeReplaced) {
 
   auto block = std::dynamic_pointer_cast<colo::nn::EncoderBlock>(model->layer(1));
   ASSERT_TRUE(block);
-  auto original = block->attn()->qkv().ptr<torch::nn::LinearImpl>();
-  auto replacement = std::make_shared<CountingLinearImpl>(torch::nn::Linear(original));
+  auto original = block->attn()->qkv().ptr<colo::nn::LinearImpl>();
+  auto replacement = std::make_shared<CountingLinearImpl>(colo::nn::Linear(original));
   block->replace_submodule("attn.qkv", torch::nn::AnyModule(replacement));
 
   EXPECT_TRUE(torch::equal(model->forward(images), before));

@@ -6,16 +6,17 @@
 
 #include "colo/compat/torch_compat.h"
 #include "colo/nn/init.h"
+#include "colo/nn/linear.h"
 
 namespace colo::nn {
 
 Attention::Attention(const ViTConfig& config)
     : head_dim_(config.head_dim()), attn_drop_(config.attn_drop_rate()), proj_drop_(config.drop_rate()) {
   const int64_t dim = config.embed_dim();
-  torch::nn::Linear qkv(torch::nn::LinearOptions(dim, 3 * dim).bias(config.qkv_bias()));
-  torch::nn::Linear proj(torch::nn::LinearOptions(dim, dim));
-  init::timm_linear_init_(qkv);
-  init::timm_linear_init_(proj);
+  Linear qkv(torch::nn::LinearOptions(dim, 3 * dim).bias(config.qkv_bias()));
+  Linear proj(torch::nn::LinearOptions(dim, dim));
+  init::timm_linear_init_(*qkv);
+  init::timm_linear_init_(*proj);
   qkv_ = torch::nn::AnyModule(qkv);
   proj_ = torch::nn::AnyModule(proj);
   register_module("qkv", qkv_.ptr());

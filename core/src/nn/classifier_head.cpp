@@ -13,8 +13,8 @@ ClassifierHead::ClassifierHead(const ViTConfig& config) {
   config.validate();
   norm_ = register_module("norm",
                           torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.embed_dim()}).eps(config.norm_eps())));
-  head_ = register_module("head", torch::nn::Linear(config.embed_dim(), config.num_classes()));
-  init::timm_linear_init_(head_);
+  head_ = register_module("head", Linear(config.embed_dim(), config.num_classes()));
+  init::timm_linear_init_(*head_);
 }
 
 torch::Tensor ClassifierHead::forward(const torch::Tensor& x) {

@@ -18,11 +18,11 @@ torch::Tensor trunc_normal_(torch::Tensor tensor, double mean, double std, doubl
   return tensor;
 }
 
-void timm_linear_init_(torch::nn::Linear& linear) {
-  trunc_normal_(linear->weight, 0.0, 0.02);
-  if (linear->bias.defined()) {
+void timm_linear_init_(torch::nn::LinearImpl& linear) {
+  trunc_normal_(linear.weight, 0.0, 0.02);
+  if (linear.bias.defined()) {
     torch::NoGradGuard no_grad;
-    linear->bias.zero_();
+    linear.bias.zero_();
   }
 }
 

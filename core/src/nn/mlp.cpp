@@ -1,14 +1,15 @@
 #include "colo/nn/mlp.h"
 
 #include "colo/nn/init.h"
+#include "colo/nn/linear.h"
 
 namespace colo::nn {
 
 Mlp::Mlp(const ViTConfig& config) : drop_(config.drop_rate()) {
-  torch::nn::Linear fc1(config.embed_dim(), config.mlp_hidden_dim());
-  torch::nn::Linear fc2(config.mlp_hidden_dim(), config.embed_dim());
-  init::timm_linear_init_(fc1);
-  init::timm_linear_init_(fc2);
+  Linear fc1(config.embed_dim(), config.mlp_hidden_dim());
+  Linear fc2(config.mlp_hidden_dim(), config.embed_dim());
+  init::timm_linear_init_(*fc1);
+  init::timm_linear_init_(*fc2);
   fc1_ = torch::nn::AnyModule(fc1);
   fc2_ = torch::nn::AnyModule(fc2);
   register_module("fc1", fc1_.ptr());

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "colo/nn/layer.h"
+#include "colo/nn/linear.h"
 #include "colo/nn/vit_config.h"
 
 namespace colo::nn {
@@ -17,11 +18,11 @@ class ClassifierHead : public Layer {
   torch::Tensor forward(const torch::Tensor& x) override;
 
   const torch::nn::LayerNorm& norm() const { return norm_; }
-  const torch::nn::Linear& head() const { return head_; }
+  const Linear& head() const { return head_; }
 
  private:
   torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear head_{nullptr};
+  Linear head_{nullptr};
 };
 
 }  // namespace colo::nn

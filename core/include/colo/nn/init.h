@@ -11,6 +11,6 @@ torch::Tensor trunc_normal_(torch::Tensor tensor, double mean = 0.0, double std 
                             double b = 2.0);
 
 // timm's default init of a linear layer: weight ~ trunc_normal(std 0.02), bias 0.
-void timm_linear_init_(torch::nn::Linear& linear);
+void timm_linear_init_(torch::nn::LinearImpl& linear);
 
 }  // namespace colo::nn::init
