@@ -42,13 +42,13 @@ for stage in "$@"; do
       grep -E "colo - timm|loss: colo|Passed|Failed" "$LOGS/parity.log" | head -20 >>"$LOGS/summary.txt"
       ;;
     bench1 | bench2)
-      # ViT-B/16 224², bf16, batch 256 per GPU, synthetic data: colo torch_ddp vs timm.
+      # ViT-B/16 224², bf16, batch 256 per GPU, synthetic data: colo torch_ddp vs timm (bench2: 2 GPUs).
       common=(--build-dir build-gpu --model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 30)
       if [ "$stage" = bench1 ]; then
         timeout 280 python3 benchmarks/peers/run_all.py --nproc 1 "${common[@]}" --plugins torch_ddp \
           --peers eager compile --timeout 250 --out "$LOGS/b1" >"$LOGS/bench1.log" 2>&1
       else
-        timeout 280 python3 benchmarks/peers/run_all.py --nproc "$ngpu" "${common[@]}" --plugins torch_ddp torch_ddp:bucket_cap_mb=100 \
+        timeout 280 python3 benchmarks/peers/run_all.py --nproc 2 "${common[@]}" --plugins torch_ddp torch_ddp:bucket_cap_mb=100 \
           --peers ddp --timeout 250 --out "$LOGS/b2" >"$LOGS/bench2.log" 2>&1
       fi
       note "$stage rc=$? ($((SECONDS - start)) s)"
@@ -108,13 +108,13 @@ for stage in "$@"; do
       note "profile done ($((SECONDS - start)) s)"
       ;;
     profile2)
-      # The same on every GPU of the machine: colo torch_ddp vs PyTorch DDP (traces of rank 0), to see
+      # The same on 2 GPUs: colo torch_ddp vs PyTorch DDP (traces of rank 0), to see
       # what data parallelism adds to the step (NCCL kernels, and compute slowed by sharing SMs with them).
       common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20)
-      timeout 120 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+      timeout 120 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
         "${common[@]}" --profile "$LOGS/colo_ddp_trace.json" --json "$LOGS/colo_ddp_profiled.json" >"$LOGS/profile2_colo.log" 2>&1
       note "profile2 colo rc=$?"
-      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" \
+      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
         benchmarks/peers/timm_train_bench.py --mode ddp "${common[@]}" --profile "$LOGS/timm_ddp_trace.json" \
         --json "$LOGS/timm_ddp_profiled.json" >"$LOGS/profile2_timm.log" 2>&1
       note "profile2 timm ddp rc=$?"

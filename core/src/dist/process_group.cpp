@@ -75,9 +75,21 @@ Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, co
 void Work::wait() {
   if (done_) return;
   try {
-    for (auto& w : works_) {
-      if (w && !w->wait(group_->timeout())) {
-        throw DistError(fmt::format("timed out after {} ms", group_->timeout().count()));
+    if (group_->backend() == Backend::kNccl) {
+      // Without a timeout, NCCL's wait only makes the current CUDA stream wait for the
+      // collective; with one, it also blocks this thread until the collective ends, and the GPU
+      // then runs dry while the thread launches the work that follows (measured on 2 H200s,
+      // ViT-B/16 torch_ddp: ~4 ms idle per 86 ms step). Timeouts stay enforced: the NCCL
+      // watchdog applies the group's timeout (set on every collective) and ends the process,
+      // which colo-run reports with the rank that stopped.
+      for (auto& w : works_) {
+        if (w) w->wait();
+      }
+    } else {
+      for (auto& w : works_) {
+        if (w && !w->wait(group_->timeout())) {
+          throw DistError(fmt::format("timed out after {} ms", group_->timeout().count()));
+        }
       }
     }
   } catch (const std::exception& e) {

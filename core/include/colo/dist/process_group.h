@@ -20,9 +20,12 @@ class ProcessGroup;
 enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct };
 enum class Backend { kGloo, kNccl };
 
-// Handle of an asynchronous operation. wait() blocks until it completes, runs the operation's
+// Handle of an asynchronous operation. wait() makes its result safe to use, runs the operation's
 // completion step (e.g. the division of an average), and turns any c10d failure or timeout
-// into a DistError naming the operation and the group. Waiting twice is harmless.
+// into a DistError naming the operation and the group. Waiting twice is harmless. Over Gloo
+// wait() blocks until the operation ends; over NCCL it makes the current CUDA stream wait for
+// it and returns at once (work queued after it, and reads of the result, see the result), and
+// a timeout is enforced by NCCL's watchdog, which ends the process.
 class Work {
  public:
   Work() = default;
