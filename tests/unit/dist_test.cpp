@@ -113,6 +113,13 @@ TEST(ProcessGroup, WorldOfOneRunsEveryCollective) {
   world->barrier().wait();
 }
 
+TEST(Work, DefaultWorkHasNothingToWaitFor) {
+  Work work;  // what a collective skipped in a world of one leaves behind
+  work.wait();
+  work.wait();
+  EXPECT_TRUE(work.is_completed());
+}
+
 TEST(ProcessGroupMesh, WorldOfOne) {
   auto world = world_of_one();
   ProcessGroupMesh mesh(world, {1, 1, 1});

@@ -6,6 +6,7 @@
 #include <colo/compat/files.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
+#include <colo/nn/layer_stack.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
@@ -274,6 +275,71 @@ TEST(ZeroReduceScatterGradReducer, NamesParametersWithoutAGradient) {
     ADD_FAILURE() << "expected an error";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("unused"), std::string::npos) << e.what();
+  }
+}
+
+// One layer of a tiny model: y = tanh(x W^T + b), or x W^T + b for the last.
+class TinyLayer : public nn::Layer {
+ public:
+  TinyLayer(int64_t in, int64_t out, std::string prefix, bool activation)
+      : prefix_(std::move(prefix)), activation_(activation) {
+    fc_ = register_module("fc", torch::nn::Linear(in, out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto y = fc_->forward(x);
+    return activation_ ? torch::tanh(y) : y;
+  }
+  std::string canonical_prefix() const override { return prefix_; }
+
+ private:
+  torch::nn::Linear fc_{nullptr};
+  std::string prefix_;
+  bool activation_;
+};
+
+std::shared_ptr<nn::LayerStack> tiny_stack() {
+  torch::manual_seed(5);
+  auto model = std::make_shared<nn::LayerStack>();
+  model->push_back(std::make_shared<TinyLayer>(4, 8, "l0.", true));
+  model->push_back(std::make_shared<TinyLayer>(8, 3, "l1.", false));
+  return model;
+}
+
+// In a world of one every collective is skipped (one rank's average is its own gradients), so
+// both stages must train exactly as the optimizer alone does.
+TEST(LowLevelZero, WorldOfOneTrainsLikeThePlainOptimizer) {
+  auto world = world_of_one();
+  for (const char* stage : {"1", "2"}) {
+    SCOPED_TRACE(std::string("stage ") + stage);
+    auto plugin =
+        PluginRegistry::global().create("low_level_zero", {{"stage", stage}, {"precision", "fp32"}}, {world, c10::kCPU});
+    auto model = tiny_stack();
+    auto optimizer = std::make_shared<optim::HybridAdam>(model->parameters(), optim::HybridAdamOptions(1e-2));
+    Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
+      return torch::nn::functional::cross_entropy(out, y);
+    };
+    Boosted b = plugin->boost({model, optimizer, criterion, nullptr, nullptr});
+
+    auto reference = tiny_stack();
+    optim::HybridAdam reference_optimizer(reference->parameters(), optim::HybridAdamOptions(1e-2));
+    torch::manual_seed(11);
+    const auto x = torch::randn({16, 4});
+    const auto y = torch::randint(0, 3, {16}, torch::kLong);
+    for (int step = 0; step < 3; ++step) {
+      auto loss = b.criterion(b.model->forward(x), y);
+      plugin->backward(loss, *b.optimizer);
+      ASSERT_TRUE(b.optimizer->step());
+      b.optimizer->zero_grad();
+      auto reference_loss = torch::nn::functional::cross_entropy(reference->forward(x), y);
+      reference_loss.backward();
+      reference_optimizer.step();
+      reference_optimizer.zero_grad();
+      EXPECT_NEAR(loss.item<double>(), reference_loss.item<double>(), 1e-6) << "step " << step;
+    }
+    const auto got = model->parameters();
+    const auto want = reference->parameters();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-6, 1e-7)) << i;
   }
 }
 

@@ -75,7 +75,8 @@ Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, co
 void Work::wait() {
   if (done_) return;
   try {
-    if (group_->backend() == Backend::kNccl) {
+    // A default Work (nothing launched, e.g. a collective skipped in a world of one) has no group.
+    if (group_ && group_->backend() == Backend::kNccl) {
       // Without a timeout, NCCL's wait only makes the current CUDA stream wait for the
       // collective; with one, it also blocks this thread until the collective ends, and the GPU
       // then runs dry while the thread launches the work that follows (measured on 2 H200s,
