@@ -60,25 +60,28 @@ def launching_ops(events):
         ops.sort()
         starts[tid] = [o[0] for o in ops]
     chain = {}
+    launch_ts = {}
     for tid, ts, corr in launches:
+        launch_ts[corr] = ts
         ops = ops_by_tid.get(tid, [])
         # Ops enclosing the launch, outermost first (ops are sorted by start; nesting is by range).
         end = bisect.bisect_right(starts.get(tid, []), ts)
         enclosing = [o for o in ops[max(0, end - 400):end] if o[1] >= ts]
         names = [o[2] for o in reversed(enclosing)][:3]
         chain[corr] = " < ".join(names) if names else "?"
-    return chain
+    return chain, launch_ts
 
 
 def load(path: str):
     with open(path) as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    chain = launching_ops(events)
+    chain, launch_ts = launching_ops(events)
     kernels = collections.Counter()
     counts = collections.Counter()
     origins = collections.defaultdict(collections.Counter)
     nccl, compute = [], []
+    spans = []  # (start, end, correlation) of every kernel, for the idle gaps
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel", "gpu_memcpy", "gpu_memset"):
             kernels[e["name"]] += float(e.get("dur", 0.0))
@@ -86,7 +89,31 @@ def load(path: str):
             origins[e["name"]][chain.get(e.get("args", {}).get("correlation"), "?")] += float(e.get("dur", 0.0))
             span = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
             (nccl if classify(e["name"]) == "nccl" else compute).append(span)
-    return kernels, counts, origins, exposed_time(nccl, compute)
+            spans.append((span[0], span[1], e.get("args", {}).get("correlation")))
+    return kernels, counts, origins, exposed_time(nccl, compute), idle_gaps(spans, chain, launch_ts)
+
+
+def idle_gaps(spans, chain, launch_ts, min_gap_us=5.0):
+    """GPU idle time (no kernel on any stream) between the first and last kernel, by the op that
+    launched the kernel ending each gap. A gap whose next kernel was launched after the gap began
+    is the host falling behind ("late launch"); otherwise the GPU waited on something else (an
+    event from another stream, a peer)."""
+    spans.sort()
+    total = 0.0
+    by_origin = collections.Counter()
+    late = 0.0
+    end = None
+    for lo, hi, corr in spans:
+        if end is not None and lo - end > min_gap_us:
+            gap = lo - end
+            total += gap
+            launched = launch_ts.get(corr)
+            kind = "late launch" if launched is not None and launched > end else "waiting"
+            if kind == "late launch":
+                late += gap
+            by_origin[f"{kind}: {chain.get(corr, '?')}"] += gap
+        end = hi if end is None else max(end, hi)
+    return total, late, by_origin
 
 
 def exposed_time(nccl, compute):
@@ -133,14 +160,20 @@ def main(argv=None) -> int:
     print("|---|" + "---|" * len(labels))
     classes = collections.OrderedDict((c, None) for c, _ in CLASSES + [("other", "")])
     for c in classes:
-        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, _, _, _ in runs]
+        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, _, _, _, _ in runs]
         print(f"| {c} | " + " | ".join(f"{v:.2f}" for v in row) + " |")
-    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, _, _, _ in runs]
-    launches = [sum(c.values()) / args.steps for _, _, c, _, _ in runs]
+    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, _, _, _, _ in runs]
+    launches = [sum(c.values()) / args.steps for _, _, c, _, _, _ in runs]
     print("| **total** | " + " | ".join(f"**{v:.2f}**" for v in totals) + " |")
     print("| launches/step | " + " | ".join(f"{v:.0f}" for v in launches) + " |")
     print("| NCCL alone (no other kernel running) | " + " | ".join(f"{r[4] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
-    for label, kernels, counts, origins, _ in runs:
+    print("| GPU idle (no kernel running) | " + " | ".join(f"{r[5][0] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
+    print("| of which the next kernel was launched late | " + " | ".join(f"{r[5][1] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
+    for label, *_, idle in runs:
+        print(f"\n## {label}: GPU idle gaps by what ended them (ms per step)\n")
+        for origin, gap in idle[2].most_common(12):
+            print(f"- {gap / 1000.0 / args.steps:6.2f} ms  {short(origin, 150)}")
+    for label, kernels, counts, origins, _, _ in runs:
         print(f"\n## {label}: top {args.top} kernels (ms per step, launches per step; launched by)\n")
         for name, dur in kernels.most_common(args.top):
             print(f"- {dur / 1000.0 / args.steps:7.2f} ms  x{counts[name] / args.steps:5.0f}  [{classify(name)}] {short(name)}")

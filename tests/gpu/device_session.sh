@@ -76,7 +76,8 @@ for stage in "$@"; do
       batch=256 steps=12
       [ "$model" = large ] && batch=128 steps=8
       n=1
-      while [ "$n" -le "$ngpu" ]; do
+      # COLO_SCALING_MAX_GPUS=1 re-runs only the 1-GPU baselines.
+      while [ "$n" -le "${COLO_SCALING_MAX_GPUS:-$ngpu}" ]; do
         timeout 200 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
           --batch-size "$batch" --precision bf16 --warmup-steps 4 --steps "$steps" --peak-seconds 0.3 \
           --peak-matmul-size 4096 --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 \
