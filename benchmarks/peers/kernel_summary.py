@@ -116,21 +116,22 @@ def idle_gaps(spans, chain, launch_ts, min_gap_us=5.0):
     return total, late, by_origin
 
 
-def exposed_time(nccl, compute):
-    """Time (us) during which an NCCL kernel runs and no other kernel does: communication that
-    nothing hides."""
+def union(spans):
+    """Sorted, disjoint [start, end] intervals covering the same time as `spans`."""
     merged = []
-    for lo, hi in sorted(compute):
+    for lo, hi in sorted(spans):
         if merged and lo <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    busy = []
-    for lo, hi in sorted(nccl):
-        if busy and lo <= busy[-1][1]:
-            busy[-1][1] = max(busy[-1][1], hi)
-        else:
-            busy.append([lo, hi])
+    return merged
+
+
+def exposed_time(nccl, compute):
+    """Time (us) during which an NCCL kernel runs and no other kernel does: communication that
+    nothing hides."""
+    merged = union(compute)
+    busy = union(nccl)
     starts = [m[0] for m in merged]
     exposed = 0.0
     for lo, hi in busy:

@@ -19,6 +19,33 @@ ngpu=$(nvidia-smi -L | wc -l)
 # Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
 note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 
+# profile_runs NPROC OUTPUT.md LABEL:MODE...: one traced ViT-B/16 bf16 run per LABEL:MODE (colo plugin
+# for the label colo*, timm_train_bench.py mode otherwise), then kernel_summary.py over the traces.
+profile_runs() {
+  local nproc=$1 report=$2 start=$SECONDS
+  shift 2
+  local common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20) traces=()
+  for run in "$@"; do
+    local label=${run%%:*} mode=${run#*:}
+    if [[ $label == colo* ]]; then
+      timeout 120 build-gpu/bin/colo-run --nproc-per-node "$nproc" build-gpu/bin/colo_vit_bench --plugin "$mode" \
+        "${common[@]}" --profile "$LOGS/${label}_trace.json" --json "$LOGS/${label}_profiled.json" \
+        >"$LOGS/profile_$label.log" 2>&1
+    else
+      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
+        benchmarks/peers/timm_train_bench.py --mode "$mode" "${common[@]}" --profile "$LOGS/${label}_trace.json" \
+        --json "$LOGS/${label}_profiled.json" >"$LOGS/profile_$label.log" 2>&1
+    fi
+    note "profile $label on $nproc GPU(s) rc=$?"
+    traces+=("$label=$LOGS/${label}_trace.json")
+  done
+  python3 benchmarks/peers/kernel_summary.py "${traces[@]}" --top 30 >"$LOGS/$report" 2>&1
+  grep -h '"images_per_s"' "$LOGS"/*_profiled.json | tee -a "$LOGS/summary.txt"
+  cp "$LOGS/$report" "$OUT/"
+  rm -f "$LOGS"/*_trace.json "$LOGS"/*_profiled.json
+  note "$report done ($((SECONDS - start)) s)"
+}
+
 for stage in "$@"; do
   start=$SECONDS
   case "$stage" in
@@ -88,43 +115,14 @@ for stage in "$@"; do
       done
       ;;
     profile)
-      # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256): colo torch_ddp vs timm eager and FSDP2.
-      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20)
-      timeout 120 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
-        "${common[@]}" --profile "$LOGS/colo_trace.json" --json "$LOGS/colo_profiled.json" >"$LOGS/profile_colo.log" 2>&1
-      note "profile colo rc=$?"
-      timeout 150 python3 benchmarks/peers/timm_train_bench.py --mode eager "${common[@]}" \
-        --profile "$LOGS/timm_trace.json" --json "$LOGS/timm_profiled.json" >"$LOGS/profile_timm.log" 2>&1
-      note "profile timm rc=$?"
-      # FSDP2's mixed precision is pure-bf16 compute like colo's, and it is the fastest peer on one GPU.
-      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
-        benchmarks/peers/timm_train_bench.py --mode fsdp2 "${common[@]}" --profile "$LOGS/fsdp2_trace.json" \
-        --json "$LOGS/fsdp2_profiled.json" >"$LOGS/profile_fsdp2.log" 2>&1
-      note "profile fsdp2 rc=$?"
-      python3 benchmarks/peers/kernel_summary.py colo="$LOGS/colo_trace.json" timm="$LOGS/timm_trace.json" \
-        fsdp2="$LOGS/fsdp2_trace.json" --top 30 >"$LOGS/kernels.md" 2>&1
-      grep -h '"images_per_s"' "$LOGS"/*_profiled.json | tee -a "$LOGS/summary.txt"
-      cp "$LOGS/kernels.md" "$OUT/"
-      rm -f "$LOGS"/*_trace.json
-      note "profile done ($((SECONDS - start)) s)"
+      # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256) on 1 GPU: colo torch_ddp vs timm
+      # eager and FSDP2 (FSDP2's mixed precision is pure-bf16 compute like colo's).
+      profile_runs 1 kernels.md "colo:torch_ddp" "timm:eager" "fsdp2:fsdp2"
       ;;
     profile2)
-      # The same on 2 GPUs: colo torch_ddp vs PyTorch DDP (traces of rank 0), to see
-      # what data parallelism adds to the step (NCCL kernels, and compute slowed by sharing SMs with them).
-      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 20)
-      timeout 120 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
-        "${common[@]}" --profile "$LOGS/colo_ddp_trace.json" --json "$LOGS/colo_ddp_profiled.json" >"$LOGS/profile2_colo.log" 2>&1
-      note "profile2 colo rc=$?"
-      timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
-        benchmarks/peers/timm_train_bench.py --mode ddp "${common[@]}" --profile "$LOGS/timm_ddp_trace.json" \
-        --json "$LOGS/timm_ddp_profiled.json" >"$LOGS/profile2_timm.log" 2>&1
-      note "profile2 timm ddp rc=$?"
-      python3 benchmarks/peers/kernel_summary.py colo_ddp="$LOGS/colo_ddp_trace.json" timm_ddp="$LOGS/timm_ddp_trace.json" \
-        --top 30 >"$LOGS/kernels2.md" 2>&1
-      grep -h '"images_per_s"' "$LOGS"/*ddp_profiled.json | tee -a "$LOGS/summary.txt"
-      cp "$LOGS/kernels2.md" "$OUT/"
-      rm -f "$LOGS"/*_trace.json
-      note "profile2 done ($((SECONDS - start)) s)"
+      # The same on 2 GPUs (traces of rank 0): what data parallelism adds to the step (NCCL kernels,
+      # compute slowed by sharing the GPU with them, idle gaps).
+      profile_runs 2 kernels2.md "colo_ddp:torch_ddp" "timm_ddp:ddp"
       ;;
     *) note "unknown stage $stage" ;;
   esac

@@ -18,6 +18,7 @@
 
 #include "scoped_env.h"
 #include "temporary_directory.h"
+#include "tiny_layer_stack.h"
 
 namespace files = colo::files;
 
@@ -258,33 +259,6 @@ TEST(PluginRegistry, PluginDefaultsRefuseWhatTheyCannotDo) {
 // ---- The out-of-tree example plugin (examples/custom_plugin), built against an installed colo
 // by the `custom_plugin_build` CTest fixture, which passes its path in COLO_CUSTOM_PLUGIN.
 
-// y = tanh(x W^T + b) or x W^T + b, one layer of a tiny stack.
-class TinyLinear : public colo::nn::Layer {
- public:
-  TinyLinear(int64_t in, int64_t out, std::string prefix, bool activation)
-      : prefix_(std::move(prefix)), activation_(activation) {
-    fc_ = register_module("fc", torch::nn::Linear(in, out));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = fc_->forward(x);
-    return activation_ ? torch::tanh(y) : y;
-  }
-  std::string canonical_prefix() const override { return prefix_; }
-
- private:
-  torch::nn::Linear fc_{nullptr};
-  std::string prefix_;
-  bool activation_;
-};
-
-std::shared_ptr<colo::nn::LayerStack> tiny_model() {
-  torch::manual_seed(7);
-  auto model = std::make_shared<colo::nn::LayerStack>();
-  model->push_back(std::make_shared<TinyLinear>(4, 8, "l0.", true));
-  model->push_back(std::make_shared<TinyLinear>(8, 3, "l1.", false));
-  return model;
-}
-
 std::string custom_plugin_path() {
   const char* path = std::getenv("COLO_CUSTOM_PLUGIN");
   return path ? path : "";
@@ -299,14 +273,14 @@ TEST(CustomPlugin, TrainsLikePlainLibTorchWithClipping) {
   auto plugin = PluginRegistry::global().create(path, {{"max_grad_norm", std::to_string(max_norm)}});
   EXPECT_EQ(plugin->name(), "single_device");
 
-  auto model = tiny_model();
+  auto model = colo::test::tiny_layer_stack(7);
   auto optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
   colo::Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
     return torch::nn::functional::cross_entropy(out, y);
   };
   colo::Boosted b = plugin->boost({model, optimizer, criterion, nullptr, nullptr});
 
-  auto reference = tiny_model();
+  auto reference = colo::test::tiny_layer_stack(7);
   torch::optim::Adam reference_optimizer(reference->parameters(), torch::optim::AdamOptions(1e-2));
 
   torch::manual_seed(11);

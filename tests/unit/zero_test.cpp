@@ -6,7 +6,6 @@
 #include <colo/compat/files.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
-#include <colo/nn/layer_stack.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
@@ -19,6 +18,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "tiny_layer_stack.h"
 
 namespace colo::zero {
 namespace {
@@ -278,33 +279,6 @@ TEST(ZeroReduceScatterGradReducer, NamesParametersWithoutAGradient) {
   }
 }
 
-// One layer of a tiny model: y = tanh(x W^T + b), or x W^T + b for the last.
-class TinyLayer : public nn::Layer {
- public:
-  TinyLayer(int64_t in, int64_t out, std::string prefix, bool activation)
-      : prefix_(std::move(prefix)), activation_(activation) {
-    fc_ = register_module("fc", torch::nn::Linear(in, out));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = fc_->forward(x);
-    return activation_ ? torch::tanh(y) : y;
-  }
-  std::string canonical_prefix() const override { return prefix_; }
-
- private:
-  torch::nn::Linear fc_{nullptr};
-  std::string prefix_;
-  bool activation_;
-};
-
-std::shared_ptr<nn::LayerStack> tiny_stack() {
-  torch::manual_seed(5);
-  auto model = std::make_shared<nn::LayerStack>();
-  model->push_back(std::make_shared<TinyLayer>(4, 8, "l0.", true));
-  model->push_back(std::make_shared<TinyLayer>(8, 3, "l1.", false));
-  return model;
-}
-
 // In a world of one every collective is skipped (one rank's average is its own gradients), so
 // both stages must train exactly as the optimizer alone does.
 TEST(LowLevelZero, WorldOfOneTrainsLikeThePlainOptimizer) {
@@ -313,14 +287,14 @@ TEST(LowLevelZero, WorldOfOneTrainsLikeThePlainOptimizer) {
     SCOPED_TRACE(std::string("stage ") + stage);
     auto plugin =
         PluginRegistry::global().create("low_level_zero", {{"stage", stage}, {"precision", "fp32"}}, {world, c10::kCPU});
-    auto model = tiny_stack();
+    auto model = test::tiny_layer_stack(5);
     auto optimizer = std::make_shared<optim::HybridAdam>(model->parameters(), optim::HybridAdamOptions(1e-2));
     Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
       return torch::nn::functional::cross_entropy(out, y);
     };
     Boosted b = plugin->boost({model, optimizer, criterion, nullptr, nullptr});
 
-    auto reference = tiny_stack();
+    auto reference = test::tiny_layer_stack(5);
     optim::HybridAdam reference_optimizer(reference->parameters(), optim::HybridAdamOptions(1e-2));
     torch::manual_seed(11);
     const auto x = torch::randn({16, 4});
