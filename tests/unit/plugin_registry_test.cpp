@@ -275,22 +275,14 @@ TEST(CustomPlugin, TrainsLikePlainLibTorchWithClipping) {
 
   auto model = colo::test::tiny_layer_stack(7);
   auto optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
-  colo::Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
-    return torch::nn::functional::cross_entropy(out, y);
-  };
-  colo::Boosted b = plugin->boost({model, optimizer, criterion, nullptr, nullptr});
+  colo::Boosted b = plugin->boost({model, optimizer, colo::test::cross_entropy_criterion(), nullptr, nullptr});
 
   auto reference = colo::test::tiny_layer_stack(7);
   torch::optim::Adam reference_optimizer(reference->parameters(), torch::optim::AdamOptions(1e-2));
 
-  torch::manual_seed(11);
-  const auto x = torch::randn({16, 4});
-  const auto y = torch::randint(0, 3, {16}, torch::kLong);
+  const auto [x, y] = colo::test::tiny_batch();
   for (int step = 0; step < 4; ++step) {
-    auto loss = b.criterion(b.model->forward(x), y);
-    plugin->backward(loss, *b.optimizer);
-    ASSERT_TRUE(b.optimizer->step());
-    b.optimizer->zero_grad();
+    const auto loss = colo::test::boosted_step(*plugin, b, x, y);
 
     auto reference_loss = torch::nn::functional::cross_entropy(reference->forward(x), y);
     reference_loss.backward();

@@ -289,21 +289,13 @@ TEST(LowLevelZero, WorldOfOneTrainsLikeThePlainOptimizer) {
         PluginRegistry::global().create("low_level_zero", {{"stage", stage}, {"precision", "fp32"}}, {world, c10::kCPU});
     auto model = test::tiny_layer_stack(5);
     auto optimizer = std::make_shared<optim::HybridAdam>(model->parameters(), optim::HybridAdamOptions(1e-2));
-    Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
-      return torch::nn::functional::cross_entropy(out, y);
-    };
-    Boosted b = plugin->boost({model, optimizer, criterion, nullptr, nullptr});
+    Boosted b = plugin->boost({model, optimizer, test::cross_entropy_criterion(), nullptr, nullptr});
 
     auto reference = test::tiny_layer_stack(5);
     optim::HybridAdam reference_optimizer(reference->parameters(), optim::HybridAdamOptions(1e-2));
-    torch::manual_seed(11);
-    const auto x = torch::randn({16, 4});
-    const auto y = torch::randint(0, 3, {16}, torch::kLong);
+    const auto [x, y] = test::tiny_batch();
     for (int step = 0; step < 3; ++step) {
-      auto loss = b.criterion(b.model->forward(x), y);
-      plugin->backward(loss, *b.optimizer);
-      ASSERT_TRUE(b.optimizer->step());
-      b.optimizer->zero_grad();
+      const auto loss = test::boosted_step(*plugin, b, x, y);
       auto reference_loss = torch::nn::functional::cross_entropy(reference->forward(x), y);
       reference_loss.backward();
       reference_optimizer.step();
