@@ -93,27 +93,29 @@ def load(path: str):
     return kernels, counts, origins, exposed_time(nccl, compute), idle_gaps(spans, chain, launch_ts)
 
 
-def idle_gaps(spans, chain, launch_ts, min_gap_us=5.0):
+def idle_gaps(spans, chain, launch_ts):
     """GPU idle time (no kernel on any stream) between the first and last kernel, by the op that
     launched the kernel ending each gap. A gap whose next kernel was launched after the gap began
     is the host falling behind ("late launch"); otherwise the GPU waited on something else (an
     event from another stream, a peer)."""
     spans.sort()
     total = 0.0
+    count = 0
     by_origin = collections.Counter()
     late = 0.0
     end = None
     for lo, hi, corr in spans:
-        if end is not None and lo - end > min_gap_us:
+        if end is not None and lo > end:
             gap = lo - end
             total += gap
+            count += 1
             launched = launch_ts.get(corr)
             kind = "late launch" if launched is not None and launched > end else "waiting"
             if kind == "late launch":
                 late += gap
             by_origin[f"{kind}: {chain.get(corr, '?')}"] += gap
         end = hi if end is None else max(end, hi)
-    return total, late, by_origin
+    return total, late, by_origin, count
 
 
 def union(spans):
@@ -169,6 +171,7 @@ def main(argv=None) -> int:
     print("| launches/step | " + " | ".join(f"{v:.0f}" for v in launches) + " |")
     print("| NCCL alone (no other kernel running) | " + " | ".join(f"{r[4] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
     print("| GPU idle (no kernel running) | " + " | ".join(f"{r[5][0] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
+    print("| idle gaps per step | " + " | ".join(f"{r[5][3] / args.steps:.0f}" for r in runs) + " |")
     print("| of which the next kernel was launched late | " + " | ".join(f"{r[5][1] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
     for label, *_, idle in runs:
         print(f"\n## {label}: GPU idle gaps by what ended them (ms per step)\n")
