@@ -108,7 +108,7 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--json", help="write the result record here (rank 0)")
     p.add_argument("--profile", help="after the timed steps, record 3 more with torch.profiler and write a Chrome "
-                   "trace here (rank 0); summarise it with kernel_summary.py")
+                   "trace here (rank r > 0 inserts .rank<r> before the extension); summarise it with kernel_summary.py")
     p.add_argument("--commit", help="commit recorded in the JSON (default: git rev-parse of this checkout)")
     p.add_argument("--check-flops", action="store_true",
                    help="count one forward pass with torch.utils.flop_counter and compare with the FLOP model, then exit")
@@ -334,14 +334,15 @@ def main(argv=None):
 
     if args.profile:
         # After the timed steps, so that profiling overhead never enters the measurement.
-        rank0 = not uses_pg or dist.get_rank() == 0
+        # Every rank records (a slow rank sets everyone's pace); rank r > 0 adds .rank<r>.
+        rank = dist.get_rank() if uses_pg else 0
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if use_cuda else [])
-        with torch.profiler.profile(activities=activities) if rank0 else contextlib.nullcontext() as prof:
+        with torch.profiler.profile(activities=activities) as prof:
             for _ in range(3):
                 train_step()
             synchronize(device)
-        if rank0:
-            prof.export_chrome_trace(args.profile)
+        stem, ext = os.path.splitext(args.profile)
+        prof.export_chrome_trace(args.profile if rank == 0 else f"{stem}.rank{rank}{ext}")
 
     seconds = reduce(local_seconds, dist.ReduceOp.MAX)
     if use_cuda:

@@ -120,8 +120,8 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("peak-seconds", po::value(&o.peak_seconds)->default_value(2.0), "minimum duration of the peak measurement")
       ("json", po::value(&o.json_path), "write the result record to this file (rank 0)")
       ("profile", po::value(&o.profile_path),
-       "after the timed steps, record 3 more with the Kineto profiler and write a Chrome trace here (rank 0; "
-       "LibTorch 2.x); summarise it with benchmarks/peers/kernel_summary.py")
+       "after the timed steps, record 3 more with the Kineto profiler and write a Chrome trace here (rank r > 0 "
+       "inserts .rank<r> before the extension; LibTorch 2.x); summarise with benchmarks/peers/kernel_summary.py")
       ("commit", po::value(&o.commit)->default_value(COLO_GIT_COMMIT),
        "commit recorded in the JSON (default: the source tree's HEAD at configure time)");
   po::variables_map vm;
@@ -208,6 +208,16 @@ double percentile(std::vector<double> values, double q) {
   const auto lo = static_cast<std::size_t>(std::floor(pos));
   const auto hi = static_cast<std::size_t>(std::ceil(pos));
   return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+}
+
+// Rank 0 writes `path` itself; rank r > 0 writes it with ".rank<r>" before the extension.
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  const bool has_extension = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const std::string suffix = fmt::format(".rank{}", rank);
+  return has_extension ? path.substr(0, dot) + suffix + path.substr(dot) : path + suffix;
 }
 
 // The value of `x` reduced over every rank (kMax: the slowest rank sets the pace).
@@ -309,11 +319,13 @@ int run(const Options& o) {
 
   if (!o.profile_path.empty()) {
     // After the timed steps, so that profiling overhead never enters the measurement.
+    // Every rank records: a rank that is slower than the others sets everyone's pace, and only
+    // its own trace shows why.
     KernelTrace trace;
-    if (rank == 0) trace.start();
+    trace.start();
     for (int i = 0; i < 3; ++i) train_step();
     synchronize(device);
-    if (rank == 0) trace.stop_and_save(o.profile_path);
+    trace.stop_and_save(rank_trace_path(o.profile_path, rank));
   }
 
   const double seconds = reduce_over_ranks(world, device, local_seconds, dist::ReduceOp::kMax);

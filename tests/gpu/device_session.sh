@@ -6,7 +6,7 @@
 #   bash tests/gpu/device_session.sh bench1 bench2   # ViT-B/16 benchmarks on 1 and 2 GPUs vs timm
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
-# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2.
+# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -39,10 +39,15 @@ profile_runs() {
     note "profile $label on $nproc GPU(s) rc=$?"
     traces+=("$label=$LOGS/${label}_trace.json")
   done
+  # Rank 1's traces too, where there is one (a slower rank sets the pace of all).
+  for run in "$@"; do
+    local label=${run%%:*}
+    [ -f "$LOGS/${label}_trace.rank1.json" ] && traces+=("${label}_rank1=$LOGS/${label}_trace.rank1.json")
+  done
   python3 benchmarks/peers/kernel_summary.py "${traces[@]}" --top 30 >"$LOGS/$report" 2>&1
   grep -h '"images_per_s"' "$LOGS"/*_profiled.json | tee -a "$LOGS/summary.txt"
   cp "$LOGS/$report" "$OUT/"
-  rm -f "$LOGS"/*_trace.json "$LOGS"/*_profiled.json
+  rm -f "$LOGS"/*_trace*.json "$LOGS"/*_profiled.json
   note "$report done ($((SECONDS - start)) s)"
 }
 
@@ -123,6 +128,17 @@ for stage in "$@"; do
       # The same on 2 GPUs (traces of rank 0): what data parallelism adds to the step (NCCL kernels,
       # compute slowed by sharing the GPU with them, idle gaps).
       profile_runs 2 kernels2.md "colo_ddp:torch_ddp" "timm_ddp:ddp"
+      ;;
+    per-gpu)
+      # Each GPU alone (ViT-B/16 bf16, batch 256, torch_ddp): a GPU, or the CPU socket its process
+      # lands on, that is slower than GPU 0 caps every multi-GPU run, and the 1-GPU baselines use GPU 0.
+      nvidia-smi topo -m >"$LOGS/topology.txt" 2>&1
+      for ((i = 0; i < ngpu; i++)); do
+        CUDA_VISIBLE_DEVICES=$i timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
+          --plugin torch_ddp --model base --batch-size 256 --precision bf16 --warmup-steps 5 --steps 20 \
+          --peak-tflops 1 --json "$LOGS/gpu$i.json" >"$LOGS/gpu$i.log" 2>&1
+        note "GPU $i alone rc=$?: $(grep -h '"images_per_s"' "$LOGS/gpu$i.json" 2>/dev/null)"
+      done
       ;;
     *) note "unknown stage $stage" ;;
   esac
