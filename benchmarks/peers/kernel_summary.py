@@ -90,7 +90,10 @@ def load(path: str):
             span = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
             (nccl if classify(e["name"]) == "nccl" else compute).append(span)
             spans.append((span[0], span[1], e.get("args", {}).get("correlation")))
-    return kernels, counts, origins, exposed_time(nccl, compute), idle_gaps(spans, chain, launch_ts)
+    first = min(lo for lo, _, _ in spans)
+    last = max(hi for _, hi, _ in spans)
+    busy = sum(hi - lo for lo, hi in union(compute))
+    return kernels, counts, origins, exposed_time(nccl, compute), idle_gaps(spans, chain, launch_ts), (last - first, busy)
 
 
 def idle_gaps(spans, chain, launch_ts):
@@ -163,21 +166,23 @@ def main(argv=None) -> int:
     print("|---|" + "---|" * len(labels))
     classes = collections.OrderedDict((c, None) for c, _ in CLASSES + [("other", "")])
     for c in classes:
-        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, _, _, _, _ in runs]
+        row = [sum(d for n, d in k.items() if classify(n) == c) / 1000.0 / args.steps for _, k, *_ in runs]
         print(f"| {c} | " + " | ".join(f"{v:.2f}" for v in row) + " |")
-    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, _, _, _, _ in runs]
-    launches = [sum(c.values()) / args.steps for _, _, c, _, _, _ in runs]
+    totals = [sum(k.values()) / 1000.0 / args.steps for _, k, *_ in runs]
+    launches = [sum(c.values()) / args.steps for _, _, c, *_ in runs]
     print("| **total** | " + " | ".join(f"**{v:.2f}**" for v in totals) + " |")
     print("| launches/step | " + " | ".join(f"{v:.0f}" for v in launches) + " |")
+    print("| trace span (first kernel start to last kernel end) | " + " | ".join(f"{r[6][0] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
+    print("| compute kernels running (union of streams) | " + " | ".join(f"{r[6][1] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
     print("| NCCL alone (no other kernel running) | " + " | ".join(f"{r[4] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
     print("| GPU idle (no kernel running) | " + " | ".join(f"{r[5][0] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
     print("| idle gaps per step | " + " | ".join(f"{r[5][3] / args.steps:.0f}" for r in runs) + " |")
     print("| of which the next kernel was launched late | " + " | ".join(f"{r[5][1] / 1000.0 / args.steps:.2f}" for r in runs) + " |")
-    for label, *_, idle in runs:
+    for label, *_, idle, _ in runs:
         print(f"\n## {label}: GPU idle gaps by what ended them (ms per step)\n")
         for origin, gap in idle[2].most_common(12):
             print(f"- {gap / 1000.0 / args.steps:6.2f} ms  {short(origin, 150)}")
-    for label, kernels, counts, origins, _, _ in runs:
+    for label, kernels, counts, origins, *_ in runs:
         print(f"\n## {label}: top {args.top} kernels (ms per step, launches per step; launched by)\n")
         for name, dur in kernels.most_common(args.top):
             print(f"- {dur / 1000.0 / args.steps:7.2f} ms  x{counts[name] / args.steps:5.0f}  [{classify(name)}] {short(name)}")

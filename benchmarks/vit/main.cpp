@@ -15,6 +15,7 @@
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_options.h>
 #include <colo/booster/plugin_registry.h>
+#include <colo/compat/torch_compat.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
@@ -67,6 +68,9 @@ struct Options {
   std::string profile_path;
   std::string commit;
   std::string command_line;
+  // Diagnostics of the data-parallel step (not training: --no-sync never averages gradients).
+  bool no_sync = false;
+  int32_t gemm_sm_carveout = 0;
 };
 
 std::string shell_quote(const std::string& arg) {
@@ -122,6 +126,11 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("profile", po::value(&o.profile_path),
        "after the timed steps, record 3 more with the Kineto profiler and write a Chrome trace here (rank r > 0 "
        "inserts .rank<r> before the extension; LibTorch 2.x); summarise with benchmarks/peers/kernel_summary.py")
+      ("no-sync", po::bool_switch(&o.no_sync),
+       "diagnostic: every step under booster.no_sync (no gradient communication), to measure what data "
+       "parallelism costs besides communicating")
+      ("gemm-sm-carveout", po::value(&o.gemm_sm_carveout)->default_value(0),
+       "diagnostic: SMs that cuBLAS leaves free during backward (for the NCCL kernels beside it; LibTorch >= 2.6)")
       ("commit", po::value(&o.commit)->default_value(COLO_GIT_COMMIT),
        "commit recorded in the JSON (default: the source tree's HEAD at configure time)");
   po::variables_map vm;
@@ -144,6 +153,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
   if (o.steps <= 0) problems.push_back(fmt::format("--steps must be positive, got {}", o.steps));
   if (o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps must be >= 0, got {}", o.warmup_steps));
   if (o.peak_tflops < 0) problems.push_back(fmt::format("--peak-tflops must be >= 0, got {}", o.peak_tflops));
+  if (o.gemm_sm_carveout < 0) {
+    problems.push_back(fmt::format("--gemm-sm-carveout must be >= 0, got {}", o.gemm_sm_carveout));
+  }
   amp::parse_precision(o.precision);  // throws with the valid spellings
   for (const auto& text : plugin_opts) o.plugin_options.insert(parse_option_assignment(text));
   // The benchmark's precision is the plugin's: one source of truth, no silent disagreement.
@@ -291,8 +303,13 @@ int run(const Options& o) {
     if (pipelined) {
       loss = booster.execute_pipeline(images, labels, *b.model, b.criterion, *b.optimizer, {}).loss;
     } else {
+      std::optional<NoSyncGuard> skip_sync;
+      if (o.no_sync) skip_sync.emplace(booster.no_sync(*b.model, *b.optimizer));
       loss = b.criterion(b.model->forward(images), labels);
+      if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(o.gemm_sm_carveout);
       booster.backward(loss, *b.optimizer);
+      // Back to 0 (every SM) explicitly, in case a cuBLAS handle keeps the target it was last given.
+      if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(0);
     }
     b.optimizer->step();
     b.optimizer->zero_grad();
@@ -402,6 +419,7 @@ int run(const Options& o) {
         {"flop_model", kFlopModel},
         {"mfu_definition", "tflops_per_gpu / peak_tflops; peak = dense n×n×n matmul throughput measured in this run "
                            "in the run's precision (mean over ranks) unless --peak-tflops was given"},
+        {"diagnostics", {{"no_sync", o.no_sync}, {"gemm_sm_carveout", o.gemm_sm_carveout}}},
         {"final_loss", std::isnan(final_loss) ? nlohmann::json(nullptr) : nlohmann::json(final_loss)},
     };
     fmt::print("colo_vit_bench: plugin {} | {} ViT (D={}, L={}, {}px) {} | world {} | global batch {}\n",

@@ -150,17 +150,9 @@ bool MixedPrecisionOptimizer::step() {
 }
 
 void MixedPrecisionOptimizer::zero_grad() {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (auto& p : model_params_) {
-    if (!p.grad().defined()) continue;
-    if (options_.set_grads_to_none) {
-      p.mutable_grad() = torch::Tensor();
-    } else {
-      grads.push_back(p.grad());
-    }
-  }
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  // Dropped, not zeroed: autograd then hands over fresh gradients instead of adding into zeroed
+  // ones (no fill, no add), and gradient buckets gather them in one batched copy per bucket.
+  for (auto& p : model_params_) p.mutable_grad() = torch::Tensor();
 }
 
 OptimizerWrapper::FullState MixedPrecisionOptimizer::full_state() const {

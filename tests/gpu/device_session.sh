@@ -6,7 +6,7 @@
 #   bash tests/gpu/device_session.sh bench1 bench2   # ViT-B/16 benchmarks on 1 and 2 GPUs vs timm
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
-# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu.
+# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -18,6 +18,24 @@ nvidia-smi -L >"$LOGS/gpus.txt" 2>&1
 ngpu=$(nvidia-smi -L | wc -l)
 # Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
 note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
+
+# with_clocks NAME COMMAND...: runs COMMAND while sampling every GPU's SM clock, power and
+# utilisation; prints "GPU i: MHz W" averaged over the busy samples (utilisation >= 90 %).
+with_clocks() {
+  local name=$1
+  shift
+  nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
+    >"$LOGS/clocks_$name.csv" 2>/dev/null &
+  local sampler=$!
+  "$@"
+  local rc=$?
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  awk -F', *' '$2 >= 90 {n[$1]++; c[$1] += $3; p[$1] += $4}
+    END {for (g in n) printf "GPU %s: %.0f MHz %.0f W (%d samples); ", g, c[g] / n[g], p[g] / n[g], n[g]}' \
+    "$LOGS/clocks_$name.csv"
+  return $rc
+}
 
 # profile_runs NPROC OUTPUT.md LABEL:MODE...: one traced ViT-B/16 bf16 run per LABEL:MODE (colo plugin
 # for the label colo*, timm_train_bench.py mode otherwise), then kernel_summary.py over the traces.
@@ -138,6 +156,44 @@ for stage in "$@"; do
           --plugin torch_ddp --model base --batch-size 256 --precision bf16 --warmup-steps 5 --steps 20 \
           --peak-tflops 1 --json "$LOGS/gpu$i.json" >"$LOGS/gpu$i.log" 2>&1
         note "GPU $i alone rc=$?: $(grep -h '"images_per_s"' "$LOGS/gpu$i.json" 2>/dev/null)"
+      done
+      ;;
+    dp-overhead)
+      # What a 2-GPU torch_ddp step costs over two independent 1-GPU runs (ViT-B/16 bf16, batch 256):
+      # one GPU alone, two 1-GPU runs at once, then 2-GPU runs, one per entry of COLO_DP_RUNS
+      # (';'-separated; each entry: VAR=value environment settings and --bench-options, e.g.
+      # "NCCL_MAX_CTAS=4", "--no-sync", "--plugin-opt=bucket_cap_mb=1000"; "-" is the plain run).
+      bench=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --model base --batch-size 256 --precision bf16
+        --warmup-steps 10 --steps 30 --peak-tflops 1)
+      # Each line also gives the GPUs' mean SM clock and power while busy: a slower clock, not the
+      # kernels themselves, could be what makes a data-parallel step longer.
+      one() { timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" --json "$LOGS/dp_one.json" >"$LOGS/dp_one.log" 2>&1; }
+      clocks=$(with_clocks one one)
+      note "one GPU alone: $(grep -h '"images_per_s"' "$LOGS/dp_one.json") | $clocks"
+      pair() {
+        local pids=()
+        for i in 0 1; do
+          CUDA_VISIBLE_DEVICES=$i timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" \
+            --json "$LOGS/dp_pair$i.json" >"$LOGS/dp_pair$i.log" 2>&1 &
+          pids+=($!)
+        done
+        wait "${pids[@]}"  # not the clock sampler, which runs in the background too
+      }
+      clocks=$(with_clocks pair pair)
+      note "two 1-GPU runs at once: $(grep -h '"images_per_s"' "$LOGS"/dp_pair*.json | tr -d '\n') | $clocks"
+      IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;--plugin-opt=bucket_cap_mb=1000;NCCL_MAX_CTAS=4 --gemm-sm-carveout=4}"
+      for run in "${runs[@]}"; do
+        envs=() args=()
+        for word in $run; do
+          if [[ $word == --* ]]; then args+=("$word"); elif [[ $word != - ]]; then envs+=("$word"); fi
+        done
+        tag=$(echo "$run" | tr -c 'A-Za-z0-9=\n' '_')
+        two() {
+          env "${envs[@]}" timeout 90 build-gpu/bin/colo-run --nproc-per-node 2 "${bench[@]}" "${args[@]}" \
+            --json "$LOGS/dp2_$tag.json" >"$LOGS/dp2_$tag.log" 2>&1
+        }
+        clocks=$(with_clocks "dp2_$tag" two)
+        note "2 GPUs [$run] rc=$?: $(grep -h '"images_per_s"' "$LOGS/dp2_$tag.json") | $clocks"
       done
       ;;
     *) note "unknown stage $stage" ;;

@@ -32,10 +32,6 @@ struct MixedPrecisionOptimizerOptions {
   // Groups over which each rank holds a DISJOINT part of the gradients (ZeRO-2's dp shards,
   // pipeline stages, tensor-parallel shards): their squared norms are summed over each.
   std::vector<std::shared_ptr<dist::ProcessGroup>> norm_groups;
-  // zero_grad() drops the gradients (autograd then hands over fresh ones instead of adding into
-  // zeroed ones: no fill, no add). Only where nothing holds views of them: gradient buckets
-  // need them zeroed in place.
-  bool set_grads_to_none = false;
 };
 
 // An OptimizerWrapper for plain and mixed-precision training, for any plugin whose ranks hold

@@ -26,7 +26,8 @@ class OptimizerWrapper {
   // Applies the accumulated gradients. Returns false when the step was skipped (fp16 overflow,
   // decided on every rank alike).
   virtual bool step() = 0;
-  // Zeroes gradients in place (bucket views stay valid).
+  // Clears the gradients before the next accumulation: drops them (set to undefined) or zeroes
+  // them in place, whichever the plugin's gradient path handles faster.
   virtual void zero_grad() = 0;
 
   // Gradient clipping by global norm; 0 disables it.

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,16 @@ inline CommBackendPtr make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& s
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 }
 #endif
+
+// SMs that cuBLAS GEMMs leave free (for NCCL kernels running beside them); nullopt: all SMs.
+// PyTorch reads it at every GEMM. Only CUDA builds of LibTorch >= 2.6 have it.
+inline void set_gemm_sm_carveout(std::optional<int32_t> sms) {
+#if defined(COLO_WITH_CUDA) && COLO_TORCH_AT_LEAST(2, 6)
+  at::globalContext()._setSMCarveout_EXPERIMENTAL(sms);
+#else
+  if (sms) throw std::logic_error("a GEMM SM carve-out needs a CUDA build of LibTorch 2.6 or newer");
+#endif
+}
 
 // Makes a GPU current for this thread (NCCL and the caching allocator use the current device).
 inline void set_current_cuda_device(int index) {

@@ -19,9 +19,9 @@ struct BucketedAllReduceOptions {
   // Gradients per bucket, in MiB (PyTorch DDP's default). Smaller buckets start communication
   // earlier in backward; larger ones cost fewer collective launches.
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
-  // param.grad IS a view into its bucket: backward accumulates straight into the buffer that is
-  // all-reduced, with no copy in and no copy out, and gradients take no memory of their own.
-  // Off, gradients are copied into the bucket when ready and the result copied back.
+  // After backward, param.grad IS a view into its bucket: no copy out, and between steps the
+  // gradients take no memory beyond the buckets. Off, param.grad stays a tensor of its own and
+  // the averages are copied back into it (one batched copy).
   TORCH_ARG(bool, gradient_as_bucket_view) = true;
   // Tolerate parameters that get no gradient in a backward pass (a layer skipped in forward):
   // their buckets are launched at the end of backward. Off, such a pass is an error naming the
@@ -46,8 +46,10 @@ struct BucketedAllReduceOptions {
 //   - Parameters are grouped into per-dtype flat buckets by assign_buckets(): reverse
 //     registration order, about bucket_cap_mb each.
 //   - A GradBucketScheduler (the hooks on the gradient accumulators) says when a bucket's
-//     gradients are all in: the bucket is then all-reduced asynchronously, buckets launched in
-//     the same order on every rank.
+//     gradients are all in: they are then moved into the bucket in one batched copy (autograd
+//     cannot write into a given buffer, and one copy per parameter is ~150 launch-bound kernels
+//     for a ViT-B) and the bucket is all-reduced asynchronously, buckets launched in the same
+//     order on every rank.
 //   - At the end of backward, what is left is launched (only parameters without gradient: an
 //     error unless find_unused_parameters), every bucket is waited for and, without bucket
 //     views, the averages are copied back into param.grad.
@@ -60,9 +62,10 @@ struct BucketedAllReduceOptions {
 // locally; the next synchronised backward reduces the accumulated sum.
 //
 // The parameters must already have their final device and dtype: LibTorch drops a tensor's
-// gradient accumulator (and so these hooks) when set_data() changes either. With bucket views,
-// zero gradients in place (zero_grad() here, or grad.zero_()): a gradient set to undefined is
-// re-created outside the bucket by autograd (it is copied back into the bucket, at a cost).
+// gradient accumulator (and so these hooks) when set_data() changes either. Between steps, set
+// the gradients to undefined (zero_grad() here, or an optimizer's set-to-none): autograd then
+// hands over its fresh gradients instead of adding them into zeroed ones. Gradients zeroed in
+// place (bucket views included) work too, at the cost of that add.
 //
 // Not supported: reentrant activation checkpointing inside the model (its inner backward
 // passes would run the end-of-backward callback early).
@@ -82,7 +85,7 @@ class BucketedAllReduce {
   void set_sync(bool enabled) { scheduler_->set_sync(enabled); }
   bool sync_enabled() const { return scheduler_->sync_enabled(); }
 
-  // Zeroes every gradient in place (one fill per bucket with bucket views). Not during backward.
+  // Sets every gradient to undefined (what the next backward handles fastest). Not during backward.
   void zero_grad();
 
   // Call before each forward (the plugin's model wrapper does): discards the state of a
@@ -115,10 +118,11 @@ class BucketedAllReduce {
   void launch(std::size_t b);
   // End of a synchronised backward pass (scheduler callback).
   void finish_backward(const std::vector<std::size_t>& missing);
-  // Puts param i's gradient into its bucket slot (a copy, or re-attaching the view).
-  void gradient_to_bucket(std::size_t i);
-  // Copies the reduced buckets back into param.grad (no bucket views), honouring globally
-  // unused parameters.
+  // Moves bucket b's gradients into its buffer (one batched copy; zeros for parameters without
+  // a gradient) and, with bucket views, makes each param.grad its slot.
+  void gather(std::size_t b);
+  // Copies the reduced buckets back into param.grad (no bucket views; one batched copy),
+  // honouring globally unused parameters.
   void bucket_to_gradients(const std::vector<bool>& used_anywhere);
 
   BucketedAllReduceOptions options_;
