@@ -19,20 +19,25 @@ ngpu=$(nvidia-smi -L | wc -l)
 # Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
 note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 
-# with_clocks NAME COMMAND...: runs COMMAND while sampling every GPU's SM clock, power and
-# utilisation; prints "GPU i: MHz W" averaged over the busy samples (utilisation >= 90 %).
+# with_clocks NAME COMMAND...: runs COMMAND while sampling every GPU's SM clock, power, power limit,
+# utilisation and (where the driver reports it) whether the clock is held back by the power cap;
+# prints per GPU the means over the busy samples (utilisation >= 90 %).
+clock_fields=index,utilization.gpu,clocks.sm,power.draw,power.limit
+if nvidia-smi --query-gpu=clocks_event_reasons.sw_power_cap --format=csv,noheader >/dev/null 2>&1; then
+  clock_fields+=,clocks_event_reasons.sw_power_cap
+fi
 with_clocks() {
   local name=$1
   shift
-  nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
-    >"$LOGS/clocks_$name.csv" 2>/dev/null &
+  nvidia-smi --query-gpu="$clock_fields" --format=csv,noheader,nounits -lms 200 >"$LOGS/clocks_$name.csv" 2>/dev/null &
   local sampler=$!
   "$@"
   local rc=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  awk -F', *' '$2 >= 90 {n[$1]++; c[$1] += $3; p[$1] += $4}
-    END {for (g in n) printf "GPU %s: %.0f MHz %.0f W (%d samples); ", g, c[g] / n[g], p[g] / n[g], n[g]}' \
+  awk -F', *' -v known="${clock_fields##*,}" '$2 >= 90 {n[$1]++; c[$1] += $3; p[$1] += $4; l[$1] = $5; if ($6 == "Active") cap[$1]++}
+    END {for (g in n) printf "GPU %s: %.0f MHz %.0f W of %.0f W, power-capped in %s of %d samples; ", g, c[g] / n[g],
+      p[g] / n[g], l[g], known == "clocks_event_reasons.sw_power_cap" ? cap[g] + 0 : "(not reported)", n[g]}' \
     "$LOGS/clocks_$name.csv"
   return $rc
 }
