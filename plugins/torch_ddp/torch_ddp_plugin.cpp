@@ -23,8 +23,12 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
                                   "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)");
   o.find_unused_parameters = in.get_bool("find_unused_parameters", o.find_unused_parameters,
                                          "allow parameters that get no gradient in some backward passes");
-  o.gradient_as_bucket_view = in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view,
-                                          "gradients are views into the all-reduce buckets (no copies)");
+  o.gradient_as_bucket_view =
+      in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view,
+                  "after backward, gradients are views into the all-reduce buckets (no copy back)");
+  o.overlap_communication =
+      in.get_bool("overlap_communication", o.overlap_communication,
+                  "all-reduce each bucket during backward as soon as it is full (false: all at the end of backward)");
   o.broadcast_buffers =
       in.get_bool("broadcast_buffers", o.broadcast_buffers, "broadcast rank 0's buffers before each training forward");
   const auto precision = PrecisionOptions::read(in, given);
@@ -90,7 +94,8 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
                                                        ddp::BucketedAllReduceOptions()
                                                            .bucket_cap_mb(options_.bucket_cap_mb)
                                                            .gradient_as_bucket_view(options_.gradient_as_bucket_view)
-                                                           .find_unused_parameters(options_.find_unused_parameters));
+                                                           .find_unused_parameters(options_.find_unused_parameters)
+                                                           .overlap_communication(options_.overlap_communication));
   }
 
   // 5.

@@ -15,6 +15,7 @@ struct TorchDdpOptions {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = true;
   bool broadcast_buffers = true;
+  bool overlap_communication = true;
   amp::Precision precision = amp::Precision::kFp32;
   bool master_weights = true;
   double max_grad_norm = 0.0;
@@ -27,7 +28,7 @@ struct TorchDdpOptions {
 
 // Data parallelism (PyTorch's DistributedDataParallel): every rank holds the whole model and
 // trains on its shard of each global batch; gradients are averaged over the world by a
-// ddp::BucketedAllReduce, in buckets overlapped with backward. Precision fp32 | bf16 | fp16
+// ddp::BucketedAllReduce, in buckets overlapped with backward (or all at its end). Precision fp32 | bf16 | fp16
 // through a MixedPrecisionOptimizer (fp32 masters, fp16 loss scaling, gradient clipping).
 //
 // boost(), in order:

@@ -195,6 +195,10 @@ TEST(TorchDdp, WithoutBucketViewsMatchesSingleProcess) {
   check_fp32_equivalence({{"gradient_as_bucket_view", "false"}});
 }
 
+TEST(TorchDdp, CommunicationAfterBackwardMatchesSingleProcess) {
+  check_fp32_equivalence({{"overlap_communication", "false"}, {"bucket_cap_mb", "0.001"}});
+}
+
 TEST(TorchDdp, ManySmallBucketsMatchSingleProcess) {
   // ~1 KB buckets: one or two parameters each, dozens of all-reduces per backward.
   check_fp32_equivalence({{"bucket_cap_mb", "0.001"}});
