@@ -92,7 +92,8 @@ def load(path: str):
             spans.append((span[0], span[1], e.get("args", {}).get("correlation")))
     first = min(lo for lo, _, _ in spans)
     last = max(hi for _, hi, _ in spans)
-    busy = sum(hi - lo for lo, hi in union(compute))
+    compute = union(compute)
+    busy = sum(hi - lo for lo, hi in compute)
     return kernels, counts, origins, exposed_time(nccl, compute), idle_gaps(spans, chain, launch_ts), (last - first, busy)
 
 
@@ -132,10 +133,9 @@ def union(spans):
     return merged
 
 
-def exposed_time(nccl, compute):
+def exposed_time(nccl, merged):
     """Time (us) during which an NCCL kernel runs and no other kernel does: communication that
-    nothing hides."""
-    merged = union(compute)
+    nothing hides. `merged`: the compute kernels' union()."""
     busy = union(nccl)
     starts = [m[0] for m in merged]
     exposed = 0.0

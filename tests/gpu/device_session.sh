@@ -19,6 +19,10 @@ ngpu=$(nvidia-smi -L | wc -l)
 # Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
 note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 
+# ViT-B/16 bf16, batch 256 per GPU, torch_ddp, without the peak-matmul measurement: the per-GPU and
+# data-parallel-overhead stages (add --warmup-steps/--steps and --json).
+vitb_ddp=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --model base --batch-size 256 --precision bf16 --peak-tflops 1)
+
 # with_clocks NAME COMMAND...: runs COMMAND while sampling every GPU's SM clock, power, power limit,
 # utilisation and (where the driver reports it) whether the clock is held back by the power cap;
 # prints per GPU the means over the busy samples (utilisation >= 90 %).
@@ -157,9 +161,8 @@ for stage in "$@"; do
       # lands on, that is slower than GPU 0 caps every multi-GPU run, and the 1-GPU baselines use GPU 0.
       nvidia-smi topo -m >"$LOGS/topology.txt" 2>&1
       for ((i = 0; i < ngpu; i++)); do
-        CUDA_VISIBLE_DEVICES=$i timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
-          --plugin torch_ddp --model base --batch-size 256 --precision bf16 --warmup-steps 5 --steps 20 \
-          --peak-tflops 1 --json "$LOGS/gpu$i.json" >"$LOGS/gpu$i.log" 2>&1
+        CUDA_VISIBLE_DEVICES=$i timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${vitb_ddp[@]}" \
+          --warmup-steps 5 --steps 20 --json "$LOGS/gpu$i.json" >"$LOGS/gpu$i.log" 2>&1
         note "GPU $i alone rc=$?: $(grep -h '"images_per_s"' "$LOGS/gpu$i.json" 2>/dev/null)"
       done
       ;;
@@ -168,8 +171,7 @@ for stage in "$@"; do
       # one GPU alone, two 1-GPU runs at once, then 2-GPU runs, one per entry of COLO_DP_RUNS
       # (';'-separated; each entry: VAR=value environment settings and --bench-options, e.g.
       # "NCCL_MAX_CTAS=4", "--no-sync", "--plugin-opt=bucket_cap_mb=1000"; "-" is the plain run).
-      bench=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --model base --batch-size 256 --precision bf16
-        --warmup-steps 10 --steps 30 --peak-tflops 1)
+      bench=("${vitb_ddp[@]}" --warmup-steps 10 --steps 30)
       # Each line also gives the GPUs' mean SM clock and power while busy: a slower clock, not the
       # kernels themselves, could be what makes a data-parallel step longer.
       one() { timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" --json "$LOGS/dp_one.json" >"$LOGS/dp_one.log" 2>&1; }
