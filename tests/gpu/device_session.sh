@@ -24,9 +24,9 @@ note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 vitb_ddp=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --model base --batch-size 256 --precision bf16 --peak-tflops 1)
 
 # with_clocks NAME COMMAND...: runs COMMAND while sampling every GPU's SM clock, power, power limit,
-# utilisation and (where the driver reports it) whether the clock is held back by the power cap;
+# temperature, utilisation and (where the driver reports it) whether the power cap holds the clock back;
 # prints per GPU the means over the busy samples (utilisation >= 90 %).
-clock_fields=index,utilization.gpu,clocks.sm,power.draw,power.limit
+clock_fields=index,utilization.gpu,clocks.sm,power.draw,power.limit,temperature.gpu
 if nvidia-smi --query-gpu=clocks_event_reasons.sw_power_cap --format=csv,noheader >/dev/null 2>&1; then
   clock_fields+=,clocks_event_reasons.sw_power_cap
 fi
@@ -39,9 +39,9 @@ with_clocks() {
   local rc=$?
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  awk -F', *' -v known="${clock_fields##*,}" '$2 >= 90 {n[$1]++; c[$1] += $3; p[$1] += $4; l[$1] = $5; if ($6 == "Active") cap[$1]++}
-    END {for (g in n) printf "GPU %s: %.0f MHz %.0f W of %.0f W, power-capped in %s of %d samples; ", g, c[g] / n[g],
-      p[g] / n[g], l[g], known == "clocks_event_reasons.sw_power_cap" ? cap[g] + 0 : "(not reported)", n[g]}' \
+  awk -F', *' -v known="${clock_fields##*,}" '$2 >= 90 {n[$1]++; c[$1] += $3; p[$1] += $4; l[$1] = $5; t[$1] += $6; if ($7 == "Active") cap[$1]++}
+    END {for (g in n) printf "GPU %s: %.0f MHz %.0f W of %.0f W %.0f C, power-capped in %s of %d samples; ", g, c[g] / n[g],
+      p[g] / n[g], l[g], t[g] / n[g], known == "clocks_event_reasons.sw_power_cap" ? cap[g] + 0 : "(not reported)", n[g]}' \
     "$LOGS/clocks_$name.csv"
   return $rc
 }
@@ -171,7 +171,7 @@ for stage in "$@"; do
       # one GPU alone, two 1-GPU runs at once, then 2-GPU runs, one per entry of COLO_DP_RUNS
       # (';'-separated; each entry: VAR=value environment settings and --bench-options, e.g.
       # "NCCL_MAX_CTAS=4", "--no-sync", "--plugin-opt=bucket_cap_mb=1000"; "-" is the plain run).
-      bench=("${vitb_ddp[@]}" --warmup-steps 10 --steps 30)
+      bench=("${vitb_ddp[@]}" --warmup-steps 10 --steps 60)
       # Each line also gives the GPUs' mean SM clock and power while busy: a slower clock, not the
       # kernels themselves, could be what makes a data-parallel step longer.
       one() { timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" --json "$LOGS/dp_one.json" >"$LOGS/dp_one.log" 2>&1; }
@@ -202,6 +202,9 @@ for stage in "$@"; do
         clocks=$(with_clocks "dp2_$tag" two)
         note "2 GPUs [$run] rc=$?: $(grep -h '"images_per_s"' "$LOGS/dp2_$tag.json") | $clocks"
       done
+      # The GPUs are warmer now than for the first 1-GPU run: a second one shows how far that moves it.
+      clocks=$(with_clocks one one)
+      note "one GPU alone, again: $(grep -h '"images_per_s"' "$LOGS/dp_one.json") | $clocks"
       ;;
     *) note "unknown stage $stage" ;;
   esac
