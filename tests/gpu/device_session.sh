@@ -188,7 +188,7 @@ for stage in "$@"; do
       }
       clocks=$(with_clocks pair pair)
       note "two 1-GPU runs at once: $(grep -h '"images_per_s"' "$LOGS"/dp_pair*.json | tr -d '\n') | $clocks"
-      IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;--plugin-opt=bucket_cap_mb=1000;--plugin-opt=overlap_communication=false;NCCL_MAX_CTAS=8;NCCL_PROTO=Simple}"
+      IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;NCCL_P2P_DISABLE=1;--plugin-opt=bucket_cap_mb=1000}"
       for run in "${runs[@]}"; do
         envs=() args=()
         for word in $run; do
