@@ -815,6 +815,7 @@ TEST(LowLevelZero, RejectsOptimizersThatAreNotAdamLike) {
 }
 
 TEST(LowLevelZero, RejectsAWorldTooLargeForTheData) {
+  if (world()->size() == 1) GTEST_SKIP() << "one rank gets a batch from 3 samples: nothing to reject";
   // drop_last: 3 samples cannot give every one of world_size >= 2 ranks a batch of 2.
   auto dataset = std::make_shared<data::SyntheticDataset>(3, data::ImageShape{3, 16, 16}, 10, /*seed=*/3);
   auto loader = std::make_shared<data::DataLoader>(dataset, data::DataLoaderOptions(2).drop_last(true).prefetch(0));

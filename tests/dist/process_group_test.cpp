@@ -154,18 +154,20 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
 // Over NCCL an abandoned collective cannot be cancelled: its kernel stays on the GPU and
 // PyTorch's NCCL watchdog tears the process down at the timeout (colo-run then stops the job,
 // naming the rank; see colo_run_test.cpp). These two tests need a backend that returns control.
-#define COLO_SKIP_ON_NCCL()                                                                        \
+// And they need a peer: ranks 0 and 1 form the group whose collective is abandoned.
+#define COLO_SKIP_ON_NCCL_OR_ONE_RANK()                                                            \
   if (world()->backend() == dist::Backend::kNccl) {                                                \
     GTEST_SKIP() << "an abandoned NCCL collective ends the process (watchdog), not the operation"; \
-  }
+  }                                                                                                \
+  if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
 
 TEST(ProcessGroup, TimeoutNamesOperationAndGroup) {
-  COLO_SKIP_ON_NCCL();
+  COLO_SKIP_ON_NCCL_OR_ONE_RANK();
   expect_lonely_all_reduce_fails(/*peer_stays=*/true, std::chrono::milliseconds(1500));
 }
 
 TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
-  COLO_SKIP_ON_NCCL();
+  COLO_SKIP_ON_NCCL_OR_ONE_RANK();
   expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
 }
 

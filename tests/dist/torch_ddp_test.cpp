@@ -483,6 +483,9 @@ std::shared_ptr<nn::LayerStack> make_partly_used(uint64_t seed = 17) {
 }
 
 TEST(TorchDdp, UnusedParametersNeedFindUnusedParameters) {
+  if (world()->size() == 1) {
+    GTEST_SKIP() << "a world of one reduces nothing (no buckets): unused parameters need no handling";
+  }
   torch::manual_seed(19);
   const auto x = torch::randn({kPerRankBatch * world()->size(), 8}).to(device());
   const auto y = torch::randint(0, 4, {kPerRankBatch * world()->size()}).to(device());
