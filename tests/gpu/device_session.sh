@@ -174,9 +174,14 @@ for stage in "$@"; do
       bench=("${vitb_ddp[@]}" --warmup-steps 10 --steps 60)
       # Each line also gives the GPUs' mean SM clock and power while busy: a slower clock, not the
       # kernels themselves, could be what makes a data-parallel step longer.
-      one() { timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" --json "$LOGS/dp_one.json" >"$LOGS/dp_one.log" 2>&1; }
-      clocks=$(with_clocks one one)
-      note "one GPU alone: $(grep -h '"images_per_s"' "$LOGS/dp_one.json") | $clocks"
+      # one_alone TAG LABEL: the 1-GPU run, its record, log and clock samples kept under TAG.
+      one() { timeout 90 build-gpu/bin/colo-run --nproc-per-node 1 "${bench[@]}" --json "$LOGS/dp_$1.json" >"$LOGS/dp_$1.log" 2>&1; }
+      one_alone() {
+        local clocks
+        clocks=$(with_clocks "$1" one "$1")
+        note "$2: $(grep -h '"images_per_s"' "$LOGS/dp_$1.json") | $clocks"
+      }
+      one_alone one "one GPU alone"
       pair() {
         local pids=()
         for i in 0 1; do
@@ -203,8 +208,7 @@ for stage in "$@"; do
         note "2 GPUs [$run] rc=$?: $(grep -h '"images_per_s"' "$LOGS/dp2_$tag.json") | $clocks"
       done
       # The GPUs are warmer now than for the first 1-GPU run: a second one shows how far that moves it.
-      clocks=$(with_clocks one one)
-      note "one GPU alone, again: $(grep -h '"images_per_s"' "$LOGS/dp_one.json") | $clocks"
+      one_alone one_again "one GPU alone, again"
       ;;
     *) note "unknown stage $stage" ;;
   esac
