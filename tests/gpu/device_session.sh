@@ -134,16 +134,19 @@ for stage in "$@"; do
       model=${stage#scaling-}
       batch=256 steps=12
       [ "$model" = large ] && batch=128 steps=8
-      n=1
-      # COLO_SCALING_MAX_GPUS=1 re-runs only the 1-GPU baselines.
-      while [ "$n" -le "${COLO_SCALING_MAX_GPUS:-$ngpu}" ]; do
+      # GPU counts: 1, 2, 4, ... up to the GPUs present, or the list in COLO_SCALING_GPUS (e.g. "1 4"
+      # when device time is short; "1" re-runs only the 1-GPU baselines).
+      counts=${COLO_SCALING_GPUS:-}
+      if [ -z "$counts" ]; then
+        for ((n = 1; n <= ngpu; n *= 2)); do counts+=" $n"; done
+      fi
+      for n in $counts; do
         timeout 200 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
           --batch-size "$batch" --precision bf16 --warmup-steps 4 --steps "$steps" --peak-seconds 0.3 \
           --peak-matmul-size 4096 --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 \
           --peers ddp fsdp2 --timeout 90 --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
         note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
         grep -h -A8 '^| run' "$LOGS/s_${model}_$n/table.md" | grep '^| [ct]' | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
-        n=$((n * 2))
       done
       ;;
     profile)
