@@ -74,8 +74,12 @@ case "$mode" in
     # The unit tests are left out: they are the same code in both builds, are compiled (against
     # LibTorch 1.13) by the test command and (against 2.x) by every GPU-machine build, and take ~3 of
     # CI's 35 minutes here. Everything with CUDA- or NCCL-only code is compiled.
+    # A unity build (8 sources per translation unit; the test targets opt out): the same code in
+    # 49 build steps instead of 113, 550 s of CPU time instead of 1380 s. It could hide a missing
+    # #include that a neighbouring source provides; the GPU machine's build, file by file, would not.
     TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
       cmake -S . -B "${COLO_CUDA_BUILD_DIR:-build-cuda}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UNIT_TESTS=OFF \
+      -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
       -DCMAKE_PREFIX_PATH="$torch_root;$torch_root/share/cmake" -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
       -Dc10_LIBRARY="$torch_root/lib/libc10.so" \
       -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" -DCMAKE_MODULE_LINKER_FLAGS="$link_flags" >/dev/null

@@ -11,7 +11,7 @@
 namespace colo::data {
 namespace {
 
-std::string find_file(const std::string& directory, const std::string& name, Split split) {
+std::string find_cifar10_file(const std::string& directory, const std::string& name, Split split) {
   if (auto path = detail::find_plain_or_gzipped(files::join(directory, name))) return *path;
   throw DatasetError(fmt::format(
       "CIFAR-10 ({} split): cannot find {} or {}.gz in {}. Download the binary version of CIFAR-10 "
@@ -20,7 +20,7 @@ std::string find_file(const std::string& directory, const std::string& name, Spl
       to_string(split), name, name, detail::describe_searched_directory(directory, Cifar10::default_directory())));
 }
 
-InMemoryDataset load(Split split, const std::string& directory) {
+InMemoryDataset load_cifar10(Split split, const std::string& directory) {
   std::vector<std::string> names;
   if (split == Split::kTrain) {
     for (int i = 1; i <= 5; ++i) names.push_back(fmt::format("data_batch_{}.bin", i));
@@ -28,7 +28,7 @@ InMemoryDataset load(Split split, const std::string& directory) {
     names.push_back("test_batch.bin");
   }
   std::vector<std::string> paths;
-  for (const auto& name : names) paths.push_back(find_file(directory, name, split));
+  for (const auto& name : names) paths.push_back(find_cifar10_file(directory, name, split));
 
   constexpr int64_t kPixels = Cifar10::kRecordBytes - 1;
   std::vector<torch::Tensor> images;
@@ -68,7 +68,7 @@ InMemoryDataset load(Split split, const std::string& directory) {
 
 }  // namespace
 
-Cifar10::Cifar10(Split split, const std::string& directory) : InMemoryDataset(load(split, directory)) {}
+Cifar10::Cifar10(Split split, const std::string& directory) : InMemoryDataset(load_cifar10(split, directory)) {}
 
 std::string Cifar10::default_directory() { return files::join(default_data_root(), "cifar-10-batches-bin"); }
 

@@ -9,7 +9,7 @@
 namespace colo::data {
 namespace {
 
-std::string find_file(const std::string& directory, const std::string& name, Split split) {
+std::string find_fashion_mnist_file(const std::string& directory, const std::string& name, Split split) {
   if (auto path = detail::find_plain_or_gzipped(files::join(directory, name))) return *path;
   throw DatasetError(fmt::format(
       "Fashion-MNIST ({} split): cannot find {} or {}.gz in {}. Install Debian's dataset-fashion-mnist "
@@ -19,10 +19,10 @@ std::string find_file(const std::string& directory, const std::string& name, Spl
       to_string(split), name, name, detail::describe_searched_directory(directory, FashionMnist::default_directory())));
 }
 
-InMemoryDataset load(Split split, const std::string& directory) {
+InMemoryDataset load_fashion_mnist(Split split, const std::string& directory) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  const auto images_path = find_file(directory, prefix + "-images-idx3-ubyte", split);
-  const auto labels_path = find_file(directory, prefix + "-labels-idx1-ubyte", split);
+  const auto images_path = find_fashion_mnist_file(directory, prefix + "-images-idx3-ubyte", split);
+  const auto labels_path = find_fashion_mnist_file(directory, prefix + "-labels-idx1-ubyte", split);
   torch::Tensor images = read_idx_file(images_path, 3);
   torch::Tensor labels = read_idx_file(labels_path, 1);
   if (images.size(0) != labels.size(0)) {
@@ -51,7 +51,7 @@ InMemoryDataset load(Split split, const std::string& directory) {
 }  // namespace
 
 FashionMnist::FashionMnist(Split split, const std::string& directory)
-    : InMemoryDataset(load(split, directory)) {}
+    : InMemoryDataset(load_fashion_mnist(split, directory)) {}
 
 std::string FashionMnist::default_directory() { return files::join(default_data_root(), "fashion-mnist"); }
 
