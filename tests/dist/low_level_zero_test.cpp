@@ -55,11 +55,13 @@
 #include <vector>
 
 #include "dist_test_env.h"
+#include "plugin_equivalence.h"
 
 namespace colo {
 namespace {
 
-using test::world;
+// The shared pieces of every plugin-equivalence test (plugin_equivalence.h), device() and world().
+using namespace test;
 
 constexpr int64_t kPerRankBatch = 4;
 constexpr int kSteps = 5;
@@ -67,89 +69,14 @@ constexpr double kLr = 1e-3;
 constexpr double kEps = 1e-3;  // see the file comment
 constexpr double kFp32Tolerance = 1e-5;
 
-// The CPU with Gloo; this rank's GPU over NCCL (true fp32, deterministic kernels: main.cpp).
-torch::Device device() { return test::device(); }
-
-nn::ViTConfig tiny_vit() {
-  return nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(32).depth(2).num_heads(
-      2);
-}
-
-std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed = 7) {
-  torch::manual_seed(seed);
-  auto model = nn::make_vision_transformer(tiny_vit());
-  model->to(device());
-  return model;
-}
-
 std::shared_ptr<torch::optim::Optimizer> make_adamw(nn::LayerStack& model, double weight_decay = 0.01) {
   return std::make_shared<torch::optim::AdamW>(model.parameters(),
                                                torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(weight_decay));
 }
 
-torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(output, target);
-}
-
-struct GlobalBatches {
-  std::vector<torch::Tensor> images, labels;
-};
-GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed = 11) {
-  torch::manual_seed(seed);
-  GlobalBatches b;
-  for (int i = 0; i < n; ++i) {
-    b.images.push_back(torch::randn({global_batch, 3, 16, 16}).to(device()));
-    b.labels.push_back(torch::randint(0, 10, {global_batch}).to(device()));
-  }
-  return b;
-}
-
-// Rank `rank`'s contiguous slice of a global batch split over `size` ranks.
-torch::Tensor shard(const torch::Tensor& global, int rank, int size) {
-  const int64_t per_rank = global.size(0) / size;
-  return global.narrow(0, rank * per_rank, per_rank);
-}
-torch::Tensor shard(const torch::Tensor& global) { return shard(global, world()->rank(), world()->size()); }
-
 std::shared_ptr<Plugin> make_plugin(const PluginOptions& options) {
   return PluginRegistry::global().create("low_level_zero", options, PluginContext{world(), device()});
 }
-
-double global_mean(double local, dist::ProcessGroup& group) {
-  auto t = torch::tensor({local}, torch::kFloat64).to(device());
-  group.all_reduce(t, dist::ReduceOp::kAvg).wait();
-  return t.item<double>();
-}
-
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto a = got.detach().to(torch::kCPU, torch::kFloat64);
-  const auto b = want.detach().to(torch::kCPU, torch::kFloat64);
-  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-  return (a - b).abs().max().item<double>() / scale;
-}
-
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-std::map<std::string, torch::Tensor> named_state(const NamedTensors& state) { return {state.begin(), state.end()}; }
-
-// The largest weight error, checked against `tolerance` tensor by tensor.
-double expect_weights_near(const ModelWrapper& model, const nn::LayerStack& reference, double tolerance) {
-  const auto got = named_state(model.full_state());
-  double worst = 0.0;
-  for (const auto& item : reference.canonical_named_parameters()) {
-    auto it = got.find(item.key());
-    EXPECT_NE(it, got.end()) << item.key();
-    if (it == got.end()) continue;
-    const double error = relative_error(it->second, item.value());
-    worst = std::max(worst, error);
-    EXPECT_LE(error, tolerance) << item.key() << " on rank " << world()->rank();
-  }
-  return worst;
-}
-
-struct Trajectory {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-};
 
 // Single-process training on the same global batches. Each batch goes through as the ranks split
 // it, one micro-batch per rank with gradients accumulated (each loss scaled by 1/world): the same
@@ -173,30 +100,6 @@ Trajectory train_reference(nn::LayerStack& model, torch::optim::Optimizer& optim
     t.losses.push_back(loss);
   }
   return t;
-}
-
-Trajectory train_boosted(Plugin& plugin, Boosted& b, const GlobalBatches& data) {
-  Trajectory t;
-  for (std::size_t i = 0; i < data.images.size(); ++i) {
-    b.optimizer->zero_grad();
-    auto loss = b.criterion(b.model->forward(shard(data.images[i])), shard(data.labels[i]));
-    plugin.backward(loss, *b.optimizer);
-    EXPECT_TRUE(b.optimizer->step());
-    t.grad_norms.push_back(b.optimizer->last_grad_norm());
-    t.losses.push_back(global_mean(loss.item<double>(), *world()));
-  }
-  return t;
-}
-
-double expect_losses_near(const Trajectory& got, const Trajectory& want, double tolerance) {
-  EXPECT_EQ(got.losses.size(), want.losses.size());
-  double worst = 0.0;
-  for (std::size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
-    const double error = std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]);
-    worst = std::max(worst, error);
-    EXPECT_LE(error, tolerance) << "step " << i << ": " << got.losses[i] << " vs " << want.losses[i];
-  }
-  return worst;
 }
 
 // What the tests measured, printed once (rank 0) for the record.
@@ -711,21 +614,6 @@ TEST(LowLevelZero, LoadFullStateReportsEveryBadEntry) {
   }
   expect_equal_states(b.optimizer->full_state().tensors, before, "unchanged after a failed load");
 }
-
-// y = x * w + b, elementwise: ops that LibTorch 1.13 has fp16 CPU kernels for.
-class ScaleShift : public nn::Layer {
- public:
-  ScaleShift(int64_t dim, int index) : prefix_("layers." + std::to_string(index) + ".") {
-    w = register_parameter("w", torch::ones({dim}) + 0.1 * torch::randn({dim}));
-    b = register_parameter("b", 0.1 * torch::randn({dim}));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return x * w + b; }
-  std::string canonical_prefix() const override { return prefix_; }
-  torch::Tensor w, b;
-
- private:
-  std::string prefix_;
-};
 
 TEST(LowLevelZero, Fp16OverflowInOneShardSkipsTheStepOnAllRanks) {
   for (const char* stage : {"1", "2"}) {

@@ -37,31 +37,17 @@
 #include <vector>
 
 #include "dist_test_env.h"
+#include "plugin_equivalence.h"
 
 namespace colo {
 namespace {
 
-using test::world;
+// The shared pieces of every plugin-equivalence test (plugin_equivalence.h), device() and world().
+using namespace test;
 
 constexpr int64_t kPerRankBatch = 4;
 constexpr int kSteps = 5;
 constexpr double kLr = 1e-3;
-
-// The CPU with Gloo (CI); this rank's GPU where the world runs on NCCL (the GPU machine), so
-// that the same tests cover the CUDA path: hooks on the autograd device threads, streams, NCCL.
-torch::Device device() { return test::device(); }
-
-nn::ViTConfig tiny_vit() {
-  return nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(32).depth(2).num_heads(
-      2);
-}
-
-std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed = 7) {
-  torch::manual_seed(seed);
-  auto model = nn::make_vision_transformer(tiny_vit());
-  model->to(device());
-  return model;
-}
 
 // The equivalence tests use SGD with momentum: it is linear in the gradients, so the runs'
 // rounding differences stay at rounding size. Adam divides each gradient by its running RMS,
@@ -77,65 +63,9 @@ std::shared_ptr<torch::optim::Optimizer> make_adamw(nn::LayerStack& model, doubl
                                                torch::optim::AdamWOptions(kLr).weight_decay(weight_decay));
 }
 
-torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(output, target);
-}
-
-// The same global batches on every rank.
-struct GlobalBatches {
-  std::vector<torch::Tensor> images, labels;
-};
-GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed = 11) {
-  torch::manual_seed(seed);
-  GlobalBatches b;
-  for (int i = 0; i < n; ++i) {
-    b.images.push_back(torch::randn({global_batch, 3, 16, 16}).to(device()));
-    b.labels.push_back(torch::randint(0, 10, {global_batch}).to(device()));
-  }
-  return b;
-}
-
-// This rank's contiguous slice of a global batch.
-torch::Tensor shard(const torch::Tensor& global) {
-  const int64_t per_rank = global.size(0) / world()->size();
-  return global.narrow(0, world()->rank() * per_rank, per_rank);
-}
-
 std::shared_ptr<Plugin> make_plugin(const PluginOptions& options) {
   return PluginRegistry::global().create("torch_ddp", options, PluginContext{world(), device()});
 }
-
-double global_mean(double local) {
-  auto t = torch::tensor({local}, torch::kFloat64).to(device());
-  world()->all_reduce(t, dist::ReduceOp::kAvg).wait();
-  return t.item<double>();
-}
-
-// max|a - b| / max|b|: one number per tensor, insensitive to entries that are near zero.
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto a = got.detach().to(torch::kFloat64);
-  const auto b = want.detach().to(torch::kFloat64);
-  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-  return (a - b).abs().max().item<double>() / scale;
-}
-
-std::map<std::string, torch::Tensor> named_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
-  return {state.begin(), state.end()};
-}
-
-void expect_weights_near(const ModelWrapper& model, const nn::LayerStack& reference, double tolerance) {
-  const auto got = named_state(model.full_state());
-  for (const auto& item : reference.canonical_named_parameters()) {
-    auto it = got.find(item.key());
-    ASSERT_NE(it, got.end()) << item.key();
-    EXPECT_LE(relative_error(it->second, item.value()), tolerance) << item.key() << " on rank " << world()->rank();
-  }
-}
-
-struct Trajectory {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;  // before clipping
-};
 
 // Single-process training on the global batches.
 Trajectory train_reference(nn::LayerStack& model, torch::optim::Optimizer& optimizer, const GlobalBatches& data,
@@ -150,28 +80,6 @@ Trajectory train_reference(nn::LayerStack& model, torch::optim::Optimizer& optim
     t.losses.push_back(loss.item<double>());
   }
   return t;
-}
-
-// The same through the plugin, each rank on its shard. Losses are global means.
-Trajectory train_boosted(Plugin& plugin, Boosted& b, const GlobalBatches& data) {
-  Trajectory t;
-  for (std::size_t i = 0; i < data.images.size(); ++i) {
-    b.optimizer->zero_grad();
-    auto loss = b.criterion(b.model->forward(shard(data.images[i])), shard(data.labels[i]));
-    plugin.backward(loss, *b.optimizer);
-    EXPECT_TRUE(b.optimizer->step());
-    t.grad_norms.push_back(b.optimizer->last_grad_norm());
-    t.losses.push_back(global_mean(loss.item<double>()));
-  }
-  return t;
-}
-
-void expect_losses_near(const Trajectory& got, const Trajectory& want, double tolerance) {
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (std::size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_LE(std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]), tolerance)
-        << "step " << i << ": " << got.losses[i] << " vs " << want.losses[i];
-  }
 }
 
 // fp32 data parallelism == single-process training, for a given set of plugin options.
@@ -372,21 +280,6 @@ TEST(TorchDdp, LoadFullStateReportsEveryBadEntry) {
     EXPECT_TRUE(torch::equal(tensor, before.at(name))) << name;
   }
 }
-
-// y = x * w + b, elementwise: ops that LibTorch 1.13 has fp16 CPU kernels for.
-class ScaleShift : public nn::Layer {
- public:
-  ScaleShift(int64_t dim, int index) : prefix_("layers." + std::to_string(index) + ".") {
-    w = register_parameter("w", torch::ones({dim}) + 0.1 * torch::randn({dim}));
-    b = register_parameter("b", 0.1 * torch::randn({dim}));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return x * w + b; }
-  std::string canonical_prefix() const override { return prefix_; }
-  torch::Tensor w, b;
-
- private:
-  std::string prefix_;
-};
 
 std::shared_ptr<nn::LayerStack> make_scale_shift_stack() {
   torch::manual_seed(5);

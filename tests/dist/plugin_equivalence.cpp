@@ -1,0 +1,102 @@
+#include "plugin_equivalence.h"
+
+#include <colo/nn/vision_transformer.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "dist_test_env.h"
+
+namespace colo::test {
+
+nn::ViTConfig tiny_vit() {
+  return nn::ViTConfig().image_size(16).patch_size(8).in_channels(3).num_classes(10).embed_dim(32).depth(2).num_heads(
+      2);
+}
+
+std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed) {
+  torch::manual_seed(seed);
+  auto model = nn::make_vision_transformer(tiny_vit());
+  model->to(device());
+  return model;
+}
+
+torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed) {
+  torch::manual_seed(seed);
+  GlobalBatches b;
+  for (int i = 0; i < n; ++i) {
+    b.images.push_back(torch::randn({global_batch, 3, 16, 16}).to(device()));
+    b.labels.push_back(torch::randint(0, 10, {global_batch}).to(device()));
+  }
+  return b;
+}
+
+torch::Tensor shard(const torch::Tensor& global, int rank, int size) {
+  const int64_t per_rank = global.size(0) / size;
+  return global.narrow(0, rank * per_rank, per_rank);
+}
+
+torch::Tensor shard(const torch::Tensor& global) { return shard(global, world()->rank(), world()->size()); }
+
+double global_mean(double local, dist::ProcessGroup& group) {
+  auto t = torch::tensor({local}, torch::kFloat64).to(device());
+  group.all_reduce(t, dist::ReduceOp::kAvg).wait();
+  return t.item<double>();
+}
+
+double global_mean(double local) { return global_mean(local, *world()); }
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  const auto a = got.detach().to(torch::kCPU, torch::kFloat64);
+  const auto b = want.detach().to(torch::kCPU, torch::kFloat64);
+  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+  return (a - b).abs().max().item<double>() / scale;
+}
+
+std::map<std::string, torch::Tensor> named_state(const NamedTensors& state) { return {state.begin(), state.end()}; }
+
+double expect_weights_near(const ModelWrapper& model, const nn::LayerStack& reference, double tolerance) {
+  const auto got = named_state(model.full_state());
+  double worst = 0.0;
+  for (const auto& item : reference.canonical_named_parameters()) {
+    auto it = got.find(item.key());
+    EXPECT_NE(it, got.end()) << item.key();
+    if (it == got.end()) continue;
+    const double error = relative_error(it->second, item.value());
+    worst = std::max(worst, error);
+    EXPECT_LE(error, tolerance) << item.key() << " on rank " << world()->rank();
+  }
+  return worst;
+}
+
+Trajectory train_boosted(Plugin& plugin, Boosted& b, const GlobalBatches& data) {
+  Trajectory t;
+  for (std::size_t i = 0; i < data.images.size(); ++i) {
+    b.optimizer->zero_grad();
+    auto loss = b.criterion(b.model->forward(shard(data.images[i])), shard(data.labels[i]));
+    plugin.backward(loss, *b.optimizer);
+    EXPECT_TRUE(b.optimizer->step());
+    t.grad_norms.push_back(b.optimizer->last_grad_norm());
+    t.losses.push_back(global_mean(loss.item<double>()));
+  }
+  return t;
+}
+
+double expect_losses_near(const Trajectory& got, const Trajectory& want, double tolerance) {
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < std::min(got.losses.size(), want.losses.size()); ++i) {
+    const double error = std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]);
+    worst = std::max(worst, error);
+    EXPECT_LE(error, tolerance) << "step " << i << ": " << got.losses[i] << " vs " << want.losses[i];
+  }
+  return worst;
+}
+
+}  // namespace colo::test

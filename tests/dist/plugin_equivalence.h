@@ -1,0 +1,85 @@
+#pragma once
+
+// What the plugin-equivalence tests (torch_ddp_test.cpp, low_level_zero_test.cpp) share: a tiny
+// ViT, the same global batches on every rank, each rank's shard of them, the trajectory of a
+// boosted run, and the error measures the tolerances are stated in. Each test file keeps what is
+// its own: its optimizer, its plugin's name and its single-process reference run.
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/layer.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/vit_config.h>
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo::test {
+
+// 16×16 images, patch 8, 2 blocks of width 32, 10 classes: seconds per test on a CPU.
+nn::ViTConfig tiny_vit();
+// tiny_vit() initialised from `seed`, on this rank's device.
+std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed = 7);
+
+torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target);
+
+// `n` global batches of `global_batch` images and labels, the same on every rank (from `seed`).
+struct GlobalBatches {
+  std::vector<torch::Tensor> images, labels;
+};
+GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed = 11);
+
+// Rank `rank`'s contiguous slice of a global batch split over `size` ranks; without them, this
+// rank's slice over the world.
+torch::Tensor shard(const torch::Tensor& global, int rank, int size);
+torch::Tensor shard(const torch::Tensor& global);
+
+// The mean of `local` over `group` (the world by default).
+double global_mean(double local, dist::ProcessGroup& group);
+double global_mean(double local);
+
+// max|got - want| / max|want|: one number per tensor, insensitive to entries that are near zero.
+double relative_error(const torch::Tensor& got, const torch::Tensor& want);
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+std::map<std::string, torch::Tensor> named_state(const NamedTensors& state);
+
+// Checks every parameter of `reference` against the boosted model's full state, tensor by tensor
+// (relative_error <= tolerance); returns the largest error.
+double expect_weights_near(const ModelWrapper& model, const nn::LayerStack& reference, double tolerance);
+
+// Per step: the global mean loss and the gradient norm before clipping.
+struct Trajectory {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+};
+
+// Trains through the plugin, each rank on its shard of each global batch.
+Trajectory train_boosted(Plugin& plugin, Boosted& b, const GlobalBatches& data);
+
+// Checks the losses step by step (relative error <= tolerance); returns the largest error.
+double expect_losses_near(const Trajectory& got, const Trajectory& want, double tolerance);
+
+// y = x * w + b, elementwise, a layer named "layers.<index>.": ops that LibTorch 1.13 has fp16 CPU
+// kernels for (the ViT's are missing there), for the fp16 loss-scaler tests.
+class ScaleShift : public nn::Layer {
+ public:
+  ScaleShift(int64_t dim, int index) : prefix_("layers." + std::to_string(index) + ".") {
+    w = register_parameter("w", torch::ones({dim}) + 0.1 * torch::randn({dim}));
+    b = register_parameter("b", 0.1 * torch::randn({dim}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return x * w + b; }
+  std::string canonical_prefix() const override { return prefix_; }
+  torch::Tensor w, b;
+
+ private:
+  std::string prefix_;
+};
+
+}  // namespace colo::test
