@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "optimizer_scalars.h"
+#include "optimizer_state_entries.h"
 
 namespace colo {
 namespace {
@@ -30,8 +31,6 @@ void all_reduce_in_place(torch::Tensor& value, dist::ProcessGroup& group, dist::
   }
   group.all_reduce(value, op).wait();
 }
-
-std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 }  // namespace
 
@@ -62,7 +61,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
   for (std::size_t k = 0; k < given.size(); ++k) {
     auto it = model_index.find(given[k].unsafeGetTensorImpl());
     if (it == model_index.end()) {
-      strangers.push_back(fmt::format("#{} {}", k, shape_of(given[k])));
+      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
       continue;
     }
     index_of.push_back(it->second);
@@ -177,12 +176,6 @@ OptimizerWrapper::FullState MixedPrecisionOptimizer::full_state() const {
 }
 
 void MixedPrecisionOptimizer::load_full_state(const FullState& state) {
-  std::vector<std::string> errors;
-  std::unordered_map<std::string, std::size_t> param_index;
-  for (std::size_t k = 0; k < names_.size(); ++k) param_index.emplace(names_[k], k);
-  std::unordered_map<std::string, std::size_t> model_index;
-  for (std::size_t i = 0; i < model_names_.size(); ++i) model_index.emplace(model_names_[i], i);
-
   std::unordered_map<const void*, torch::Tensor> master_of;
   if (masters_) {
     for (std::size_t i = 0; i < masters_->working_params().size(); ++i) {
@@ -190,49 +183,13 @@ void MixedPrecisionOptimizer::load_full_state(const FullState& state) {
     }
   }
 
-  // 1. Sort and check every entry; change nothing yet.
-  std::vector<StateMap> param_states(names_.size());
-  std::map<std::size_t, torch::Tensor> master_values;  // model index -> value
-  bool any_master = false;
-  for (const auto& [key, tensor] : state.tensors) {
-    if (key.rfind("master.", 0) == 0) {
-      any_master = true;
-      if (!masters_) continue;  // saved with masters, resumed without: the model state has the weights
-      const auto name = key.substr(7);
-      auto it = model_index.find(name);
-      if (it == model_index.end()) {
-        errors.push_back(fmt::format("unexpected '{}' (no model parameter '{}')", key, name));
-        continue;
-      }
-      const auto& master = master_of.at(model_params_[it->second].unsafeGetTensorImpl());
-      if (!tensor.defined() || tensor.sizes() != master.sizes()) {
-        errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
-                                     tensor.defined() ? shape_of(tensor) : "undefined", shape_of(master)));
-        continue;
-      }
-      master_values[it->second] = tensor;
-      continue;
-    }
-    const auto dot = key.rfind('.');
-    auto it = dot == std::string::npos ? param_index.end() : param_index.find(key.substr(0, dot));
-    if (it == param_index.end()) {
-      errors.push_back(fmt::format("unexpected '{}' (not '<parameter>.<state key>' of an optimized parameter)", key));
-      continue;
-    }
-    const auto state_key = key.substr(dot + 1);
-    const auto& param = stepped_[it->second];
-    if (!tensor.defined() || (state_key != "step" && tensor.sizes() != param.sizes())) {
-      errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
-                                   tensor.defined() ? shape_of(tensor) : "undefined", shape_of(param)));
-      continue;
-    }
-    param_states[it->second][state_key] = tensor;
-  }
-  if (masters_ && any_master) {
-    for (std::size_t i = 0; i < model_names_.size(); ++i) {
-      if (!master_values.count(i)) errors.push_back(fmt::format("missing 'master.{}'", model_names_[i]));
-    }
-  }
+  // 1. Sort and check every entry; change nothing yet. Which state keys a parameter needs is the
+  // torch optimizer's to say (step 2).
+  std::vector<std::string> errors;
+  auto sorted = detail::sort_optimizer_state_entries(state.tensors, names_, stepped_, model_names_, model_params_,
+                                                     masters_ != nullptr, /*check=*/{}, errors);
+  auto& param_states = sorted.param_states;
+  const auto& master_values = sorted.masters;
 
   const auto scalars =
       detail::parse_optimizer_scalars(state.scalars, optimizer_->param_groups().size(), scaler_.get(), errors);

@@ -4,6 +4,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_wrapper.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp

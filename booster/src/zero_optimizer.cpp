@@ -18,15 +18,16 @@
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <optional>
 #include <typeinfo>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "optimizer_scalars.h"
+#include "optimizer_state_entries.h"
 
 namespace colo {
 namespace {
-
-std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 // Adam-like hyper-parameters of one parameter group, whatever the optimizer's own options type.
 optim::HybridAdamOptions adam_options(const torch::optim::Optimizer& optimizer, std::size_t group) {
@@ -127,7 +128,7 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   const auto given = optim::optimizer_params(*optimizer_);
   for (std::size_t k = 0; k < given.size(); ++k) {
     if (!in_model.count(given[k].unsafeGetTensorImpl())) {
-      strangers.push_back(fmt::format("#{} {}", k, shape_of(given[k])));
+      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
     }
   }
   if (!strangers.empty()) {
@@ -273,51 +274,25 @@ OptimizerWrapper::FullState ZeroOptimizer::full_state() const {
 }
 
 void ZeroOptimizer::load_full_state(const FullState& state) {
+  // 1. Sort and check every entry; change nothing yet. A ZeRO state is Adam's, whole.
   std::vector<std::string> errors;
-  std::unordered_map<std::string, std::size_t> param_index;
-  for (std::size_t i = 0; i < names_.size(); ++i) param_index.emplace(names_[i], i);
-  std::unordered_map<std::string, std::size_t> model_index;
-  for (std::size_t i = 0; i < model_names_.size(); ++i) model_index.emplace(model_names_[i], i);
-
-  // 1. Sort and check every entry; change nothing yet.
-  std::vector<std::map<std::string, torch::Tensor>> param_states(names_.size());
+  const auto adam_entry = [](const std::string& key, const std::string& state_key, const torch::Tensor& tensor,
+                             const torch::Tensor& param) -> std::optional<std::string> {
+    if (state_key == "max_exp_avg_sq") return fmt::format("'{}' is amsgrad state, which ZeRO does not implement", key);
+    if (state_key != "step" && state_key != "exp_avg" && state_key != "exp_avg_sq") {
+      return fmt::format("unexpected '{}' (an Adam state has step, exp_avg and exp_avg_sq)", key);
+    }
+    if (state_key == "step" && tensor.defined() && tensor.numel() != 1) {
+      return fmt::format("'{}' has shape {}, the parameter {}", key, detail::shape_of(tensor), detail::shape_of(param));
+    }
+    return std::nullopt;
+  };
+  const auto sorted = detail::sort_optimizer_state_entries(state.tensors, names_, params_, model_names_, model_params_,
+                                                           policy_.uses_master_weights(), adam_entry, errors);
+  const auto& param_states = sorted.param_states;
   std::map<std::string, torch::Tensor> master_values;
-  bool any_master = false;
-  for (const auto& [key, tensor] : state.tensors) {
-    if (key.rfind("master.", 0) == 0) {
-      any_master = true;
-      const auto name = key.substr(7);
-      auto it = model_index.find(name);
-      if (it == model_index.end()) {
-        errors.push_back(fmt::format("unexpected '{}' (no model parameter '{}')", key, name));
-      } else if (!tensor.defined() || tensor.sizes() != model_params_[it->second].sizes()) {
-        errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
-                                     tensor.defined() ? shape_of(tensor) : "undefined",
-                                     shape_of(model_params_[it->second])));
-      } else {
-        master_values[name] = tensor;
-      }
-      continue;
-    }
-    const auto dot = key.rfind('.');
-    auto it = dot == std::string::npos ? param_index.end() : param_index.find(key.substr(0, dot));
-    if (it == param_index.end()) {
-      errors.push_back(fmt::format("unexpected '{}' (not '<parameter>.<state key>' of an optimized parameter)", key));
-      continue;
-    }
-    const auto state_key = key.substr(dot + 1);
-    const auto& param = params_[it->second];
-    if (state_key == "max_exp_avg_sq") {
-      errors.push_back(fmt::format("'{}' is amsgrad state, which ZeRO does not implement", key));
-    } else if (state_key != "step" && state_key != "exp_avg" && state_key != "exp_avg_sq") {
-      errors.push_back(fmt::format("unexpected '{}' (an Adam state has step, exp_avg and exp_avg_sq)", key));
-    } else if (!tensor.defined() || (state_key == "step" ? tensor.numel() != 1 : tensor.sizes() != param.sizes())) {
-      errors.push_back(fmt::format("'{}' has shape {}, the parameter {}", key,
-                                   tensor.defined() ? shape_of(tensor) : "undefined", shape_of(param)));
-    } else {
-      param_states[it->second][state_key] = tensor;
-    }
-  }
+  for (const auto& [i, value] : sorted.masters) master_values.emplace(model_names_[i], value);
+  std::unordered_set<std::string> optimized(names_.begin(), names_.end());
 
   // Every parameter has a whole Adam state, all with one step count, or none has any.
   std::vector<std::string> with_state, without_state;
@@ -353,11 +328,6 @@ void ZeroOptimizer::load_full_state(const FullState& state) {
     errors.push_back(
         fmt::format("parameters have different step counts ({}); ZeRO keeps one for all", fmt::join(seen, ", ")));
   }
-  if (policy_.uses_master_weights() && any_master) {
-    for (const auto& name : model_names_) {
-      if (!master_values.count(name)) errors.push_back(fmt::format("missing 'master.{}'", name));
-    }
-  }
 
   const auto scalars =
       detail::parse_optimizer_scalars(state.scalars, optimizer_->param_groups().size(), scaler_.get(), errors);
@@ -391,7 +361,7 @@ void ZeroOptimizer::load_full_state(const FullState& state) {
     load_masters(master_values);
     // Parameters outside the optimizer have no fp32 master here: their working weights take the values.
     for (std::size_t i = 0; i < model_names_.size(); ++i) {
-      if (!param_index.count(model_names_[i])) model_params_[i].copy_(master_values.at(model_names_[i]));
+      if (!optimized.count(model_names_[i])) model_params_[i].copy_(master_values.at(model_names_[i]));
     }
   }
   detail::apply_optimizer_scalars(scalars, *optimizer_, scaler_.get());
