@@ -16,9 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <stdexcept>
-#include <optional>
 #include <typeinfo>
 #include <unordered_map>
 #include <unordered_set>

@@ -33,10 +33,7 @@
 #include <colo/dist/device.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
-#include <colo/nn/layer.h>
 #include <colo/nn/layer_stack.h>
-#include <colo/nn/vision_transformer.h>
-#include <colo/nn/vit_config.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/linear_warmup_lr.h>
 #include <colo/optim/optimizer_state.h>
@@ -50,7 +47,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <string>
 #include <vector>
 

@@ -23,8 +23,6 @@
 #include <colo/dist/process_group.h>
 #include <colo/nn/layer.h>
 #include <colo/nn/layer_stack.h>
-#include <colo/nn/vision_transformer.h>
-#include <colo/nn/vit_config.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -32,7 +30,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
