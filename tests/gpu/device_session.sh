@@ -107,7 +107,7 @@ for stage in "$@"; do
         timeout 280 python3 benchmarks/peers/run_all.py --nproc 1 "${common[@]}" --plugins torch_ddp \
           --peers eager compile --timeout 250 --out "$LOGS/b1" >"$LOGS/bench1.log" 2>&1
       else
-        timeout 280 python3 benchmarks/peers/run_all.py --nproc 2 "${common[@]}" --plugins torch_ddp torch_ddp:bucket_cap_mb=100 \
+        timeout 280 python3 benchmarks/peers/run_all.py --nproc 2 "${common[@]}" --plugins torch_ddp torch_ddp:overlap_communication=false \
           --peers ddp --timeout 250 --out "$LOGS/b2" >"$LOGS/bench2.log" 2>&1
       fi
       note "$stage rc=$? ($((SECONDS - start)) s)"
@@ -173,7 +173,7 @@ for stage in "$@"; do
       # What a 2-GPU torch_ddp step costs over two independent 1-GPU runs (ViT-B/16 bf16, batch 256):
       # one GPU alone, two 1-GPU runs at once, then 2-GPU runs, one per entry of COLO_DP_RUNS
       # (';'-separated; each entry: VAR=value environment settings and --bench-options, e.g.
-      # "NCCL_MAX_CTAS=4", "--no-sync", "--plugin-opt=bucket_cap_mb=1000"; "-" is the plain run).
+      # "NCCL_MAX_CTAS=4", "--no-sync", "--plugin-opt=overlap_communication=false"; "-" is the plain run).
       bench=("${vitb_ddp[@]}" --warmup-steps 10 --steps 60)
       # Each line also gives the GPUs' mean SM clock and power while busy: a slower clock, not the
       # kernels themselves, could be what makes a data-parallel step longer.
@@ -196,7 +196,7 @@ for stage in "$@"; do
       }
       clocks=$(with_clocks pair pair)
       note "two 1-GPU runs at once: $(grep -h '"images_per_s"' "$LOGS"/dp_pair*.json | tr -d '\n') | $clocks"
-      IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;NCCL_P2P_DISABLE=1;--plugin-opt=bucket_cap_mb=1000}"
+      IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;--plugin-opt=overlap_communication=false;NCCL_P2P_DISABLE=1}"
       for run in "${runs[@]}"; do
         envs=() args=()
         for word in $run; do
