@@ -1,10 +1,6 @@
 #include <colo/amp/grad_clip.h>
 #include <colo/booster/mixed_precision_optimizer.h>
-#include <colo/compat/side_stream.h>
-#include <colo/ddp/bucketed_all_reduce.h>
 #include <colo/dist/process_group.h>
-#include <colo/optim/hybrid_adam.h>
-#include <colo/optim/lamb.h>
 #include <colo/optim/optimizer_state.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,9 +10,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
-#include <typeinfo>
 #include <unordered_map>
-#include <utility>
 
 #include "optimizer_scalars.h"
 #include "optimizer_state_entries.h"
@@ -40,13 +34,6 @@ void all_reduce_in_place(torch::Tensor& value, dist::ProcessGroup& group, dist::
 
 }  // namespace
 
-bool steps_each_parameter_alone(const torch::optim::Optimizer& optimizer) {
-  const auto& type = typeid(optimizer);
-  return type == typeid(optim::HybridAdam) || type == typeid(optim::Lamb) || type == typeid(torch::optim::Adam) ||
-         type == typeid(torch::optim::AdamW) || type == typeid(torch::optim::SGD) ||
-         type == typeid(torch::optim::Adagrad) || type == typeid(torch::optim::RMSprop);
-}
-
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
                                                  std::shared_ptr<nn::LayerStack> model,
                                                  MixedPrecisionOptimizerOptions options)
@@ -59,7 +46,6 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
                     options_.max_grad_norm));
   }
   max_grad_norm_ = options_.max_grad_norm;
-  steps_each_parameter_alone_ = steps_each_parameter_alone(*optimizer_);
 
   std::unordered_map<const void*, std::size_t> model_index;
   for (const auto& item : model_->canonical_named_parameters()) {
@@ -88,8 +74,6 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
         "over model->parameters()",
         strangers.size(), fmt::join(strangers, ", ")));
   }
-
-  model_index_ = index_of;
 
   const auto& policy = options_.policy;
   const auto compute = policy.compute_dtype();
@@ -147,13 +131,6 @@ double MixedPrecisionOptimizer::global_norm(const std::vector<torch::Tensor>& gr
 
 bool MixedPrecisionOptimizer::step() {
   if (pre_step_hook_) pre_step_hook_();
-  if (landed_gradients_ && !scaler_ && max_grad_norm_ == 0.0 && steps_each_parameter_alone_) {
-    auto landed = landed_gradients_();
-    if (!landed.empty()) {
-      step_as_landed(landed);
-      return true;
-    }
-  }
   if (masters_) masters_->copy_grads_to_master();
   bool found_inf = false;
   if (scaler_ || max_grad_norm_ > 0.0) {
@@ -169,65 +146,6 @@ bool MixedPrecisionOptimizer::step() {
   optimizer_->step();
   if (masters_) masters_->copy_master_to_working();
   return true;
-}
-
-void MixedPrecisionOptimizer::step_as_landed(ddp::LandedBuckets& landed) {
-  torch::NoGradGuard no_grad;
-  // Optimizer positions, bucket by bucket in landing order; parameters with a gradient that no
-  // bucket holds go last.
-  std::unordered_map<const void*, std::size_t> position;
-  for (std::size_t k = 0; k < working_.size(); ++k) position.emplace(working_[k].unsafeGetTensorImpl(), k);
-  std::vector<std::vector<std::size_t>> stages(landed.params.size());
-  std::vector<bool> staged(working_.size(), false);
-  for (std::size_t b = 0; b < landed.params.size(); ++b) {
-    for (const auto& param : landed.params[b]) {
-      const auto it = position.find(param.unsafeGetTensorImpl());
-      if (it == position.end() || staged[it->second]) continue;  // not the optimizer's
-      stages[b].push_back(it->second);
-      staged[it->second] = true;
-    }
-  }
-  std::vector<std::size_t> rest;
-  for (std::size_t k = 0; k < working_.size(); ++k) {
-    if (!staged[k] && working_[k].grad().defined()) rest.push_back(k);
-  }
-
-  // The optimizer sees one stage's gradients at a time. Hidden gradients are kept, not dropped:
-  // the master gradients' storage is reused from step to step.
-  std::vector<torch::Tensor> hidden(stepped_.size());
-  for (std::size_t k = 0; k < stepped_.size(); ++k) {
-    hidden[k] = std::exchange(stepped_[k].mutable_grad(), torch::Tensor());
-    // As copy_grads_to_master() would: no working gradient, no master gradient.
-    if (masters_ && !working_[k].grad().defined()) hidden[k] = torch::Tensor();
-  }
-  const auto step_stage = [&](const std::vector<std::size_t>& stage) {
-    std::vector<std::size_t> models;
-    for (auto k : stage) {
-      stepped_[k].mutable_grad() = hidden[k];
-      models.push_back(model_index_[k]);
-    }
-    if (masters_) masters_->copy_grads_to_master(models);
-    optimizer_->step();
-    if (masters_) masters_->copy_master_to_working(models);
-    for (auto k : stage) hidden[k] = std::exchange(stepped_[k].mutable_grad(), torch::Tensor());
-  };
-  const auto show_all = [&] {
-    for (std::size_t k = 0; k < stepped_.size(); ++k) stepped_[k].mutable_grad() = hidden[k];
-  };
-  try {
-    const auto device = working_.empty() ? torch::Device(torch::kCPU) : working_.front().device();
-    compat::SideStreamScope side(device, landed.backward_end);
-    for (std::size_t b = 0; b < stages.size(); ++b) {
-      landed.works.at(b).wait();
-      if (!stages[b].empty()) step_stage(stages[b]);
-    }
-    if (!rest.empty()) step_stage(rest);
-  } catch (...) {
-    show_all();
-    throw;
-  }
-  show_all();
-  ++steps_as_landed_;
 }
 
 void MixedPrecisionOptimizer::zero_grad() {

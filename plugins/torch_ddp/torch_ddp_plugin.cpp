@@ -29,10 +29,6 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   o.overlap_communication =
       in.get_bool("overlap_communication", o.overlap_communication,
                   "all-reduce each bucket during backward as soon as it is full (false: all at the end of backward)");
-  o.overlap_optimizer = in.get_bool(
-      "overlap_optimizer", o.overlap_optimizer,
-      "the optimizer updates each bucket's parameters as soon as its all-reduce lands, while the next is in flight "
-      "(not with max_grad_norm or fp16 loss scaling, which need every gradient first)");
   o.broadcast_buffers =
       in.get_bool("broadcast_buffers", o.broadcast_buffers, "broadcast rank 0's buffers before each training forward");
   const auto precision = PrecisionOptions::read(in, given);
@@ -100,9 +96,6 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
                                                            .gradient_as_bucket_view(options_.gradient_as_bucket_view)
                                                            .find_unused_parameters(options_.find_unused_parameters)
                                                            .overlap_communication(options_.overlap_communication));
-    if (options_.overlap_optimizer) {
-      optimizer->set_landed_gradients([reducer] { return reducer->take_landed_buckets(); });
-    }
   }
 
   // 5.

@@ -16,7 +16,6 @@ struct TorchDdpOptions {
   bool gradient_as_bucket_view = true;
   bool broadcast_buffers = true;
   bool overlap_communication = true;
-  bool overlap_optimizer = true;
   amp::Precision precision = amp::Precision::kFp32;
   bool master_weights = true;
   double max_grad_norm = 0.0;
@@ -36,8 +35,7 @@ struct TorchDdpOptions {
 //   1. the model moves to the context's device;
 //   2. parameters and buffers are broadcast from rank 0 (every replica starts alike);
 //   3. the optimizer is wrapped: working weights cast to the compute dtype, fp32 masters;
-//   4. the BucketedAllReduce attaches its hooks to the (now final) working weights, and hands
-//      the optimizer each bucket as it lands (overlap_optimizer);
+//   4. the BucketedAllReduce attaches its hooks to the (now final) working weights;
 //   5. the model is wrapped (inputs cast to the compute dtype, outputs returned in fp32);
 //   6. the data loader is re-sharded over the world (dp = world); criterion and LR
 //      scheduler pass through (the scheduler keeps driving the user's optimizer object).

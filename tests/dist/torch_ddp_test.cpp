@@ -30,9 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dist_test_env.h"
@@ -209,42 +207,6 @@ TEST(TorchDdp, Bf16TracksTheFp32Reference) {
     world()->broadcast(first, 0).wait();
     EXPECT_TRUE(torch::equal(mine, first)) << name;
   }
-}
-
-// The optimizer stepping each bucket as its all-reduce lands (overlap_optimizer, the default)
-// makes exactly the updates of one step of all parameters: fp32, and bf16 with fp32 masters; AdamW;
-// dozens of buckets; communication during backward and after it. Clipping needs every gradient
-// first: those steps are whole.
-TEST(TorchDdp, OptimizerOverlappedWithCommunicationIsExact) {
-  const auto data = make_batches(3, kPerRankBatch * world()->size());
-  const auto train = [&](PluginOptions options, int64_t want_steps_as_landed) {
-    options["bucket_cap_mb"] = "0.001";
-    auto plugin = make_plugin(options);
-    auto model = make_vit();
-    auto b = plugin->boost({model, make_adamw(*model), cross_entropy, nullptr, nullptr});
-    train_boosted(*plugin, b, data);
-    const auto* mixed = dynamic_cast<const MixedPrecisionOptimizer*>(b.optimizer.get());
-    EXPECT_NE(mixed, nullptr);
-    if (mixed) {
-      EXPECT_EQ(mixed->steps_as_landed(), want_steps_as_landed);
-    }
-    return std::make_pair(named_state(b.model->full_state()), named_state(b.optimizer->full_state().tensors));
-  };
-  const auto expect_equal = [](const std::map<std::string, torch::Tensor>& got,
-                               const std::map<std::string, torch::Tensor>& want, const std::string& what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    for (const auto& [name, tensor] : want) EXPECT_TRUE(torch::equal(got.at(name), tensor)) << what << ": " << name;
-  };
-  for (const std::string precision : {"fp32", "bf16"}) {
-    const auto want = train({{"precision", precision}, {"overlap_optimizer", "false"}}, 0);
-    for (const std::string during_backward : {"true", "false"}) {
-      const auto got = train({{"precision", precision}, {"overlap_communication", during_backward}}, 3);
-      const auto what = fmt::format("{}, overlap_communication={}", precision, during_backward);
-      expect_equal(got.first, want.first, what + ", weights");
-      expect_equal(got.second, want.second, what + ", optimizer state");
-    }
-  }
-  train({{"max_grad_norm", "1.0"}}, 0);
 }
 
 // A resumed bf16 run continues bit-exactly: fp32 masters and optimizer state are saved.

@@ -182,38 +182,6 @@ TEST_F(BucketedAllReduceTest, NoSyncAccumulatesAndTheNextPassReducesTheSum) {
   }
 }
 
-// What an optimizer that steps bucket by bucket is handed: every bucket of the last synchronised
-// pass, in launch order, once; nothing after an unsynchronised pass or a new forward.
-TEST_F(BucketedAllReduceTest, HandsOverTheLandedBucketsOnce) {
-  for (bool view : {true, false}) {
-    SetUp();
-    BucketedAllReduce reducer(model_->named(), world_,
-                              BucketedAllReduceOptions().bucket_cap_mb(64.0 / (1 << 20)).gradient_as_bucket_view(view));
-    ASSERT_GT(reducer.num_buckets(), 1u);
-    EXPECT_TRUE(reducer.take_landed_buckets().empty());
-    backward(*model_);
-    auto landed = reducer.take_landed_buckets();
-    // CPU tensors: everything landed on the host already, so the views do not matter.
-    ASSERT_EQ(landed.params.size(), reducer.num_buckets());
-    ASSERT_EQ(landed.works.size(), reducer.num_buckets());
-    for (std::size_t b = 0; b < reducer.num_buckets(); ++b) {
-      ASSERT_EQ(landed.params[b].size(), reducer.bucket_assignment()[b].size());
-      for (std::size_t j = 0; j < landed.params[b].size(); ++j) {
-        EXPECT_TRUE(landed.params[b][j].is_same(reducer.params()[reducer.bucket_assignment()[b][j]]));
-      }
-      landed.works[b].wait();
-    }
-    EXPECT_TRUE(reducer.take_landed_buckets().empty());
-
-    backward(*model_);
-    reducer.prepare_for_backward();  // the next forward: what was not taken is stale
-    EXPECT_TRUE(reducer.take_landed_buckets().empty());
-    reducer.set_sync(false);
-    backward(*model_);
-    EXPECT_TRUE(reducer.take_landed_buckets().empty());
-  }
-}
-
 TEST_F(BucketedAllReduceTest, UnusedParameterIsAnErrorNamingItAndTheOption) {
   BucketedAllReduce reducer(model_->named(), world_);
   try {

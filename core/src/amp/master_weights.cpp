@@ -2,7 +2,6 @@
 #include <colo/compat/torch_compat.h>
 #include <fmt/format.h>
 
-#include <numeric>
 #include <stdexcept>
 
 namespace colo::amp {
@@ -31,20 +30,14 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> params, torch::Dtype wor
     masters_.push_back(master);
     param.set_data(param.detach().to(working_dtype));
   }
-  all_.resize(working_.size());
-  std::iota(all_.begin(), all_.end(), std::size_t{0});
 }
 
-void MasterWeights::copy_grads_to_master() { copy_grads_to_master(all_); }
-
-void MasterWeights::copy_master_to_working() { copy_master_to_working(all_); }
-
-void MasterWeights::copy_grads_to_master(const std::vector<std::size_t>& which) {
+void MasterWeights::copy_grads_to_master() {
   torch::NoGradGuard no_grad;
   // Gradients whose master gradient exists already are copied in one multi-tensor launch.
   std::vector<torch::Tensor> dst, src;
-  for (auto i : which) {
-    if (masters_.at(i).is_same(working_[i])) continue;
+  for (size_t i = 0; i < working_.size(); ++i) {
+    if (masters_[i].is_same(working_[i])) continue;
     const auto& grad = working_[i].grad();
     auto& master_grad = masters_[i].mutable_grad();
     if (!grad.defined()) {
@@ -59,11 +52,11 @@ void MasterWeights::copy_grads_to_master(const std::vector<std::size_t>& which) 
   compat::foreach_copy(dst, src);
 }
 
-void MasterWeights::copy_master_to_working(const std::vector<std::size_t>& which) {
+void MasterWeights::copy_master_to_working() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> dst, src;
-  for (auto i : which) {
-    if (masters_.at(i).is_same(working_[i])) continue;
+  for (size_t i = 0; i < working_.size(); ++i) {
+    if (masters_[i].is_same(working_[i])) continue;
     dst.push_back(working_[i]);
     src.push_back(masters_[i]);
   }

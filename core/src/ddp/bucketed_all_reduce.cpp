@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <utility>
 
 #include "gloo_staging.h"
 
@@ -146,25 +145,6 @@ void BucketedAllReduce::finish_backward(const std::vector<std::size_t>& missing)
       usage = torch::tensor(flags, torch::kInt32).to(buckets_.front().buffer.device());
       usage_work = group_->all_reduce(usage, dist::ReduceOp::kMax);
     }
-    // With NCCL the waits below only order the current stream; a consumer on another stream can
-    // start on each bucket as it lands (copies of the works: each wait() happens once per copy).
-    // Buckets that reach param.grad through a copy made here are offered to no one.
-    // (Other backends' works may finish on the host when waited for, e.g. Gloo's average: not copied.)
-    landed_ = LandedBuckets();
-    const bool host_synchronous = buckets_.front().buffer.device().is_cpu();
-    const bool lands_in_place = group_->backend() == dist::Backend::kNccl && options_.gradient_as_bucket_view() &&
-                                !exchange && std::none_of(buckets_.begin(), buckets_.end(), [](const Bucket& bucket) {
-                                  return bucket.staging.defined();
-                                });
-    if (host_synchronous || lands_in_place) {
-      landed_.backward_end = compat::StreamMark::here(buckets_.front().buffer.device());
-      for (const auto& bucket : buckets_) {
-        std::vector<torch::Tensor> params;
-        for (auto i : bucket.params) params.push_back(params_[i]);
-        landed_.params.push_back(std::move(params));
-        landed_.works.push_back(host_synchronous ? dist::Work() : bucket.work);
-      }
-    }
     for (auto& bucket : buckets_) {
       bucket.work.wait();
       if (bucket.staging.defined() && group_->size() > 1) bucket.buffer.copy_(bucket.staging);
@@ -178,13 +158,10 @@ void BucketedAllReduce::finish_backward(const std::vector<std::size_t>& missing)
     if (!options_.gradient_as_bucket_view()) bucket_to_gradients(used_anywhere);
   } catch (...) {
     for (auto& bucket : buckets_) bucket.work = dist::Work();
-    landed_ = LandedBuckets();
     throw;
   }
   for (auto& bucket : buckets_) bucket.work = dist::Work();
 }
-
-LandedBuckets BucketedAllReduce::take_landed_buckets() { return std::exchange(landed_, LandedBuckets()); }
 
 void BucketedAllReduce::bucket_to_gradients(const std::vector<bool>& used_anywhere) {
   torch::NoGradGuard no_grad;

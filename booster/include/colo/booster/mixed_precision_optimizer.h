@@ -15,9 +15,6 @@
 namespace colo::dist {
 class ProcessGroup;
 }
-namespace colo::ddp {
-struct LandedBuckets;
-}
 
 namespace colo {
 
@@ -37,12 +34,6 @@ struct MixedPrecisionOptimizerOptions {
   std::vector<std::shared_ptr<dist::ProcessGroup>> norm_groups;
 };
 
-// Whether `optimizer` updates each parameter from its own gradient and state alone, so that
-// stepping its parameters in groups (the others' gradients hidden) equals one step of all:
-// colo's HybridAdam and Lamb, LibTorch's Adam, AdamW, SGD, Adagrad and RMSprop (exactly these
-// types; a subclass may add something global, as LBFGS has).
-bool steps_each_parameter_alone(const torch::optim::Optimizer& optimizer);
-
 // An OptimizerWrapper for plain and mixed-precision training, for any plugin whose ranks hold
 // whole parameters (replicated or split by layer):
 //
@@ -57,8 +48,7 @@ bool steps_each_parameter_alone(const torch::optim::Optimizer& optimizer);
 //
 // A step: pre-step hook (e.g. "wait for gradient reduction") -> gradients to the masters ->
 // unscale and clip in one pass (amp::unscale_and_clip semantics; only when scaling or clipping)
-// -> optimizer step (unless skipped) -> masters to working weights. With landed_gradients, the
-// last three run once per gradient bucket instead, as each lands (set_landed_gradients).
+// -> optimizer step (unless skipped) -> masters to working weights.
 //
 // State is saved under the model's canonical parameter names (LayerStack::
 // canonical_named_parameters), so that it loads under any other plugin or layout.
@@ -73,21 +63,12 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
 
   // Runs before every step (every rank calls step()).
   void set_pre_step_hook(std::function<void()> hook) { pre_step_hook_ = std::move(hook); }
-  // The data-parallel reduction's buckets as they land (ddp::BucketedAllReduce::
-  // take_landed_buckets). Where nothing in the step needs every gradient first (no clipping, no
-  // loss scaling) and the optimizer updates each parameter on its own
-  // (steps_each_parameter_alone), step() then updates each bucket's parameters as soon as its
-  // average has landed, on a side CUDA stream: the optimizer overlaps the communication still in
-  // flight. The same updates, to the bit. Empty (the default): one step of all parameters.
-  void set_landed_gradients(std::function<ddp::LandedBuckets()> source) { landed_gradients_ = std::move(source); }
 
   void backward(const torch::Tensor& loss) override;
   bool step() override;
   // Zeroes the working gradients in place (gradients that are bucket views stay views).
   void zero_grad() override;
   int64_t skipped_steps() const override { return scaler_ ? scaler_->skipped_steps() : 0; }
-  // Steps taken bucket by bucket as the gradients landed (set_landed_gradients).
-  int64_t steps_as_landed() const { return steps_as_landed_; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
 
   // Tensors: "<param>.<key>" for each key of colo::optim::get_param_state (exp_avg, exp_avg_sq,
@@ -115,8 +96,6 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   // The global L2 norm of the unscaled gradients (inf or nan on overflow), agreed over the
   // norm groups and, with a loss scaler, the replica group.
   double global_norm(const std::vector<torch::Tensor>& grads, double inv_scale) const;
-  // The step, bucket by bucket as the gradients land (set_landed_gradients).
-  void step_as_landed(ddp::LandedBuckets& landed);
 
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<nn::LayerStack> model_;
@@ -124,15 +103,10 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   std::shared_ptr<amp::MasterWeights> masters_;
   std::unique_ptr<amp::DynamicLossScaler> scaler_;
   std::function<void()> pre_step_hook_;
-  std::function<ddp::LandedBuckets()> landed_gradients_;
   // Per optimizer parameter (optimizer order): canonical name, working and stepped tensor.
   std::vector<std::string> names_;
   std::vector<torch::Tensor> working_;
   std::vector<torch::Tensor> stepped_;
-  // Per optimizer parameter: its index among model_params_ (and so among the masters).
-  std::vector<std::size_t> model_index_;
-  bool steps_each_parameter_alone_ = false;
-  int64_t steps_as_landed_ = 0;
   // Every parameter of the model (canonical order): zero_grad clears them all, and masters
   // are saved for all of them.
   std::vector<std::string> model_names_;

@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <cstddef>
 #include <vector>
 
 namespace colo::amp {
@@ -39,16 +38,11 @@ class MasterWeights {
   void copy_grads_to_master();
   // working = master rounded to the working dtype (after the optimizer step).
   void copy_master_to_working();
-  // The same for some parameters only (indices into working_params(), in any order): for an
-  // optimizer that steps the parameters in groups, as their gradients become final.
-  void copy_grads_to_master(const std::vector<std::size_t>& which);
-  void copy_master_to_working(const std::vector<std::size_t>& which);
 
  private:
   torch::Dtype working_dtype_;
   std::vector<torch::Tensor> working_;
   std::vector<torch::Tensor> masters_;
-  std::vector<std::size_t> all_;  // 0 .. size-1
 };
 
 }  // namespace colo::amp

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <colo/compat/side_stream.h>
 #include <colo/ddp/grad_bucket_scheduler.h>
 #include <colo/dist/process_group.h>
 #include <torch/arg.h>
@@ -36,17 +35,6 @@ struct BucketedAllReduceOptions {
   // The dtype buckets are reduced in (e.g. fp32 for bf16 gradients, for a more accurate sum);
   // unset: the gradients' own. Buckets of another dtype travel through a copy in this one.
   TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
-};
-
-// The buckets of a synchronised backward pass, for a consumer that updates parameters bucket by
-// bucket as their averages land (MixedPrecisionOptimizer, through the torch_ddp plugin). Waiting
-// for works[b] on a stream that first waited for backward_end orders it after bucket b's
-// all-reduce and after the whole backward pass; on the host everything has landed already.
-struct LandedBuckets {
-  compat::StreamMark backward_end;                 // the current stream, as backward ended
-  std::vector<std::vector<torch::Tensor>> params;  // per bucket, launch order: its parameters
-  std::vector<dist::Work> works;                   // per bucket: its all-reduce (empty: nothing to wait for)
-  bool empty() const { return params.empty(); }
 };
 
 // Data-parallel gradient synchronisation: after each backward pass, every parameter's gradient
@@ -102,12 +90,8 @@ class BucketedAllReduce {
 
   // Call before each forward (the plugin's model wrapper does): discards the state of a
   // backward pass that failed midway (an exception inside autograd), which would otherwise
-  // keep the next pass from synchronising, and buckets the last pass left untaken. Cheap when
-  // there is nothing to discard.
-  void prepare_for_backward() {
-    scheduler_->prepare_for_backward();
-    landed_ = LandedBuckets();
-  }
+  // keep the next pass from synchronising. Cheap when there is nothing to discard.
+  void prepare_for_backward() { scheduler_->prepare_for_backward(); }
 
   const BucketedAllReduceOptions& options() const { return options_; }
   const dist::ProcessGroup& group() const { return *group_; }
@@ -121,13 +105,6 @@ class BucketedAllReduce {
   const torch::Tensor& bucket_buffer(std::size_t b) const { return buckets_.at(b).buffer; }
   // Backward passes whose gradients were synchronised so far.
   int64_t synchronized_passes() const { return scheduler_->synchronized_passes(); }
-
-  // Hands over, once, the buckets of the last synchronised backward pass; empty after a pass
-  // without synchronisation, when taken already, and where the averages reach param.grad only
-  // through a copy on the current stream (no bucket views, or buckets reduced in another dtype,
-  // with NCCL). The current stream has waited for every bucket anyway: a consumer that ignores
-  // this loses nothing but the overlap.
-  LandedBuckets take_landed_buckets();
 
  private:
   struct Bucket {
@@ -155,7 +132,6 @@ class BucketedAllReduce {
   std::vector<torch::Tensor> slots_;  // param i's slice of its bucket, shaped like param i
   std::vector<std::vector<std::size_t>> assignment_;
   std::vector<Bucket> buckets_;
-  LandedBuckets landed_;  // of the last synchronised pass, until taken
   // Last: destroyed first, so that its hooks are gone before what they use.
   std::unique_ptr<GradBucketScheduler> scheduler_;
 };
