@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -88,6 +89,11 @@ std::string shell_quote(const std::string& arg) {
 }
 
 // nullopt: --help was printed.
+std::string commit_of_this_tree() {
+  const char* given = std::getenv("COLO_COMMIT");
+  return given && *given ? given : COLO_GIT_COMMIT;
+}
+
 std::optional<Options> parse_command_line(int argc, char** argv) {
   Options o;
   std::vector<std::string> plugin_opts;
@@ -131,8 +137,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
        "parallelism costs besides communicating")
       ("gemm-sm-carveout", po::value(&o.gemm_sm_carveout)->default_value(0),
        "diagnostic: SMs that cuBLAS leaves free during backward (for the NCCL kernels beside it; LibTorch >= 2.6)")
-      ("commit", po::value(&o.commit)->default_value(COLO_GIT_COMMIT),
-       "commit recorded in the JSON (default: the source tree's HEAD at configure time)");
+      ("commit", po::value(&o.commit)->default_value(commit_of_this_tree()),
+       "commit recorded in the JSON (default: $COLO_COMMIT, else the source tree's HEAD at configure time; a copy "
+       "of the tree on another machine may carry stale git metadata)");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
@@ -238,6 +245,22 @@ double reduce_over_ranks(dist::ProcessGroup* world, const c10::Device& device, d
   auto t = torch::full({1}, x, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   world->all_reduce(t, op).wait();
   return t.cpu().item<double>();
+}
+
+// Every rank's `local` values (all ranks hold as many), rank by rank.
+std::vector<std::vector<double>> gather_over_ranks(dist::ProcessGroup* world, const c10::Device& device,
+                                                   const std::vector<double>& local) {
+  if (!world || world->size() == 1) return {local};
+  const auto mine = torch::tensor(local, torch::dtype(torch::kFloat64)).to(device);
+  auto all = torch::empty({world->size() * mine.numel()}, mine.options());
+  world->all_gather(all, mine).wait();
+  const auto host = all.cpu().view({world->size(), mine.numel()}).contiguous();
+  std::vector<std::vector<double>> out;
+  for (int64_t r = 0; r < host.size(0); ++r) {
+    const double* row = host[r].data_ptr<double>();
+    out.emplace_back(row, row + host.size(1));
+  }
+  return out;
 }
 
 int run(const Options& o) {
@@ -346,6 +369,21 @@ int run(const Options& o) {
   }
 
   const double seconds = reduce_over_ranks(world, device, local_seconds, dist::ReduceOp::kMax);
+  // Per step, the slowest rank's time: a synchronous data-parallel step cannot be shorter. In a
+  // --no-sync run (ranks independent) its mean against the slowest rank's own mean is what
+  // per-step synchronisation alone would cost under the ranks' step-to-step variation.
+  const auto step_ms_by_rank = gather_over_ranks(world, device, step_ms);
+  std::vector<double> rank_means;
+  for (const auto& times : step_ms_by_rank) {
+    rank_means.push_back(std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size()));
+  }
+  double per_step_max_sum = 0.0;
+  for (std::size_t i = 0; i < step_ms.size(); ++i) {
+    double slowest = 0.0;
+    for (const auto& times : step_ms_by_rank) slowest = std::max(slowest, times[i]);
+    per_step_max_sum += slowest;
+  }
+  const double mean_of_per_step_max = per_step_max_sum / static_cast<double>(step_ms.size());
   const double peak_mem =
       reduce_over_ranks(world, device, peak_memory_bytes(device), dist::ReduceOp::kMax) / (1024.0 * 1024.0 * 1024.0);
   const double final_loss = loss.defined() ? loss.detach().to(torch::kFloat).cpu().item<double>() : std::nan("");
@@ -412,7 +450,9 @@ int run(const Options& o) {
          {{"mean", mean_ms},
           {"p50", percentile(step_ms, 0.5)},
           {"min", *std::min_element(step_ms.begin(), step_ms.end())},
-          {"max", *std::max_element(step_ms.begin(), step_ms.end())}}},
+          {"max", *std::max_element(step_ms.begin(), step_ms.end())},
+          {"mean_per_rank", rank_means},
+          {"mean_of_per_step_max_over_ranks", mean_of_per_step_max}}},
         {"timed_seconds", seconds},
         {"forward_gflops_per_image", flops.forward_flops_per_image() / 1e9},
         {"training_gflops_per_image", flops.training_flops_per_image() / 1e9},
