@@ -20,18 +20,6 @@ namespace {
 
 using StateMap = std::map<std::string, torch::Tensor>;
 
-// NCCL reduces CUDA tensors only: a norm of CPU gradients travels to the current GPU and back.
-void all_reduce_in_place(torch::Tensor& value, dist::ProcessGroup& group, dist::ReduceOp op) {
-  if (group.size() == 1) return;
-  if (group.backend() == dist::Backend::kNccl && !value.is_cuda()) {
-    auto on_gpu = value.to(torch::Device(torch::kCUDA));
-    group.all_reduce(on_gpu, op).wait();
-    value = on_gpu.to(value.device());
-    return;
-  }
-  group.all_reduce(value, op).wait();
-}
-
 }  // namespace
 
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
@@ -118,13 +106,13 @@ void MixedPrecisionOptimizer::backward(const torch::Tensor& loss) {
 double MixedPrecisionOptimizer::global_norm(const std::vector<torch::Tensor>& grads, double inv_scale) const {
   auto sq = amp::grad_sq_norm(grads);
   for (const auto& group : options_.norm_groups) {
-    if (group) all_reduce_in_place(sq, *group, dist::ReduceOp::kSum);
+    if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
   }
   if (scaler_ && options_.replica_group && options_.replica_group->size() > 1) {
     // MAX drops NaNs on some backends; as +inf an overflow on one replica reaches them all.
     const double inf = std::numeric_limits<double>::infinity();
     sq = at::nan_to_num(sq, inf, inf, -inf);
-    all_reduce_in_place(sq, *options_.replica_group, dist::ReduceOp::kMax);
+    options_.replica_group->all_reduce_and_wait(sq, dist::ReduceOp::kMax);
   }
   return std::sqrt(sq.item<double>()) * inv_scale;
 }

@@ -64,10 +64,7 @@ DynamicLossScaler::DynamicLossScaler(LossScalerOptions options)
 
 bool DynamicLossScaler::has_overflow(const std::vector<torch::Tensor>& grads, dist::ProcessGroup* group) const {
   auto flag = (~torch::isfinite(grad_sq_norm(grads))).to(torch::kFloat);
-  if (group && group->size() > 1) {
-    if (group->backend() == dist::Backend::kNccl && !flag.is_cuda()) flag = flag.to(torch::Device(torch::kCUDA));
-    group->all_reduce(flag, dist::ReduceOp::kMax).wait();
-  }
+  if (group) group->all_reduce_and_wait(flag, dist::ReduceOp::kMax);
   return flag.item<float>() > 0.0f;
 }
 

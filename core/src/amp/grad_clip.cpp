@@ -19,19 +19,6 @@ std::vector<torch::Tensor> defined(const std::vector<torch::Tensor>& tensors) {
   return out;
 }
 
-// NCCL reduces CUDA tensors only; a norm of CPU gradients (optimizer offload) goes to the
-// current GPU for the collective and comes back.
-void all_reduce_sum(torch::Tensor& sq, dist::ProcessGroup& group) {
-  if (group.size() == 1) return;
-  if (group.backend() == dist::Backend::kNccl && !sq.is_cuda()) {
-    auto on_gpu = sq.to(torch::Device(torch::kCUDA));
-    group.all_reduce(on_gpu, dist::ReduceOp::kSum).wait();
-    sq = on_gpu.to(sq.device());
-    return;
-  }
-  group.all_reduce(sq, dist::ReduceOp::kSum).wait();
-}
-
 }  // namespace
 
 torch::Tensor grad_sq_norm(const std::vector<torch::Tensor>& grads) {
@@ -83,7 +70,7 @@ GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double 
   }
   auto sq = grad_sq_norm(grads);
   for (auto* group : norm_groups) {
-    if (group) all_reduce_sum(sq, *group);
+    if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
   }
   const double total_norm = std::sqrt(sq.item<double>()) * inv_scale;
   return apply_unscale_and_clip(grads, inv_scale, max_norm, total_norm);

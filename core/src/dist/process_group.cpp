@@ -233,6 +233,18 @@ Work ProcessGroup::barrier() {
   return Work({impl_->backend->barrier(options)}, "barrier", this);
 }
 
+torch::Tensor ProcessGroup::communicable(const torch::Tensor& tensor) const {
+  if (backend_ == Backend::kNccl && !tensor.is_cuda()) return tensor.to(torch::Device(torch::kCUDA));
+  return tensor;
+}
+
+void ProcessGroup::all_reduce_and_wait(torch::Tensor& value, ReduceOp op) {
+  if (size() == 1) return;
+  auto travelling = communicable(value);
+  all_reduce(travelling, op).wait();
+  if (!travelling.is_same(value)) value = travelling.to(value.device());
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& global_ranks,
                                                          const std::string& name,
                                                          std::optional<std::chrono::milliseconds> timeout) {

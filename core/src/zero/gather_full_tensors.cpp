@@ -16,8 +16,7 @@ std::vector<torch::Tensor> gather_full_tensors(const ShardLayout& layout, dist::
   }
   torch::NoGradGuard no_grad;
   if (group.size() == 1) return layout.unshard(shard.clone());
-  auto source = shard.contiguous();
-  if (group.backend() == dist::Backend::kNccl && !source.is_cuda()) source = source.to(torch::Device(torch::kCUDA));
+  auto source = group.communicable(shard.contiguous());
   auto gathered = torch::empty({group.size() * source.numel()}, source.options());
   group.all_gather(gathered, source).wait();
   auto full = layout.unshard(gathered);

@@ -87,6 +87,13 @@ class ProcessGroup {
   Work batch_send_recv(const std::vector<P2POp>& ops);
   Work barrier();
 
+  // `tensor` itself where this group's backend can communicate it, else a copy on the current
+  // CUDA device: NCCL takes CUDA tensors only, and small host values (a norm of offloaded
+  // gradients, an overflow flag) travel to the GPU for the collective.
+  torch::Tensor communicable(const torch::Tensor& tensor) const;
+  // all_reduce of a tensor on any device, waited for: `value` holds the result on its own device.
+  void all_reduce_and_wait(torch::Tensor& value, ReduceOp op = ReduceOp::kSum);
+
   // Creates the subgroup of the given global ranks. Called by every member (non-members must not
   // call it); members must create their groups in the same order.
   // `timeout` defaults to this group's.
