@@ -88,12 +88,13 @@ std::string shell_quote(const std::string& arg) {
   return quoted;
 }
 
-// nullopt: --help was printed.
+// $COLO_COMMIT where set: a copy of the tree on another machine may carry stale git metadata.
 std::string commit_of_this_tree() {
   const char* given = std::getenv("COLO_COMMIT");
   return given && *given ? given : COLO_GIT_COMMIT;
 }
 
+// nullopt: --help was printed.
 std::optional<Options> parse_command_line(int argc, char** argv) {
   Options o;
   std::vector<std::string> plugin_opts;
