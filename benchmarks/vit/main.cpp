@@ -241,18 +241,17 @@ std::string rank_trace_path(const std::string& path, int rank) {
 }
 
 // The value of `x` reduced over every rank (kMax: the slowest rank sets the pace).
-double reduce_over_ranks(dist::ProcessGroup* world, const c10::Device& device, double x, dist::ReduceOp op) {
-  if (!world || world->size() == 1) return x;
-  auto t = torch::full({1}, x, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  world->all_reduce(t, op).wait();
-  return t.cpu().item<double>();
+double reduce_over_ranks(dist::ProcessGroup* world, double x, dist::ReduceOp op) {
+  if (!world) return x;
+  auto t = torch::full({1}, x, torch::dtype(torch::kFloat64));
+  world->all_reduce_and_wait(t, op);
+  return t.item<double>();
 }
 
 // Every rank's `local` values (all ranks hold as many), rank by rank.
-std::vector<std::vector<double>> gather_over_ranks(dist::ProcessGroup* world, const c10::Device& device,
-                                                   const std::vector<double>& local) {
+std::vector<std::vector<double>> gather_over_ranks(dist::ProcessGroup* world, const std::vector<double>& local) {
   if (!world || world->size() == 1) return {local};
-  const auto mine = torch::tensor(local, torch::dtype(torch::kFloat64)).to(device);
+  const auto mine = world->communicable(torch::tensor(local, torch::dtype(torch::kFloat64)));
   auto all = torch::empty({world->size() * mine.numel()}, mine.options());
   world->all_gather(all, mine).wait();
   const auto host = all.cpu().view({world->size(), mine.numel()}).contiguous();
@@ -369,11 +368,11 @@ int run(const Options& o) {
     trace.stop_and_save(rank_trace_path(o.profile_path, rank));
   }
 
-  const double seconds = reduce_over_ranks(world, device, local_seconds, dist::ReduceOp::kMax);
+  const double seconds = reduce_over_ranks(world, local_seconds, dist::ReduceOp::kMax);
   // Per step, the slowest rank's time: a synchronous data-parallel step cannot be shorter. In a
   // --no-sync run (ranks independent) its mean against the slowest rank's own mean is what
   // per-step synchronisation alone would cost under the ranks' step-to-step variation.
-  const auto step_ms_by_rank = gather_over_ranks(world, device, step_ms);
+  const auto step_ms_by_rank = gather_over_ranks(world, step_ms);
   std::vector<double> rank_means;
   for (const auto& times : step_ms_by_rank) {
     rank_means.push_back(std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size()));
@@ -386,7 +385,7 @@ int run(const Options& o) {
   }
   const double mean_of_per_step_max = per_step_max_sum / static_cast<double>(step_ms.size());
   const double peak_mem =
-      reduce_over_ranks(world, device, peak_memory_bytes(device), dist::ReduceOp::kMax) / (1024.0 * 1024.0 * 1024.0);
+      reduce_over_ranks(world, peak_memory_bytes(device), dist::ReduceOp::kMax) / (1024.0 * 1024.0 * 1024.0);
   const double final_loss = loss.defined() ? loss.detach().to(torch::kFloat).cpu().item<double>() : std::nan("");
 
   // Measured after training, on a warm device, and after the memory peak was read.
@@ -395,14 +394,14 @@ int run(const Options& o) {
   if (peak_tflops == 0.0) {
     const int64_t n = o.peak_matmul_size.value_or(device.is_cuda() ? 8192 : 1024);
     matmul = measure_matmul_peak(device, dtype, n, o.peak_seconds);
-    peak_tflops = reduce_over_ranks(world, device, matmul->tflops, dist::ReduceOp::kSum) / world_size;
+    peak_tflops = reduce_over_ranks(world, matmul->tflops, dist::ReduceOp::kSum) / world_size;
   }
 
   const auto flops = vit_flops(config);
   const double images_per_s = static_cast<double>(global_batch * o.steps) / seconds;
   const double tflops_per_gpu = flops.training_flops_per_image() * images_per_s / world_size / 1e12;
   const double mfu = tflops_per_gpu / peak_tflops;
-  const double mean_ms = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
+  const double mean_ms = rank_means.at(static_cast<std::size_t>(rank));
 
   if (rank == 0) {
     nlohmann::json options_json = nlohmann::json::object();
