@@ -6,7 +6,8 @@
 #   bash tests/gpu/device_session.sh bench1 bench2   # ViT-B/16 benchmarks on 1 and 2 GPUs vs timm
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
-# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead.
+# Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
+# overlap-probe.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -76,6 +77,16 @@ profile_runs() {
   cp "$LOGS/$report" "$OUT/"
   rm -f "$LOGS"/*_trace*.json "$LOGS"/*_profiled.json
   note "$report done ($((SECONDS - start)) s)"
+}
+
+# split_run ENTRY: one ';'-separated entry of COLO_DP_RUNS / COLO_PROBE_RUNS into envs (its VAR=value
+# words), args (its --options) and tag (a file-name-safe label); "-" alone is the plain run.
+split_run() {
+  envs=() args=()
+  for word in $1; do
+    if [[ $word == --* ]]; then args+=("$word"); elif [[ $word != - ]]; then envs+=("$word"); fi
+  done
+  tag=$(echo "$1" | tr -c 'A-Za-z0-9=\n' '_')
 }
 
 for stage in "$@"; do
@@ -198,11 +209,7 @@ for stage in "$@"; do
       note "two 1-GPU runs at once: $(grep -h '"images_per_s"' "$LOGS"/dp_pair*.json | tr -d '\n') | $clocks"
       IFS=';' read -r -a runs <<<"${COLO_DP_RUNS:--;--no-sync;--plugin-opt=overlap_communication=false;NCCL_P2P_DISABLE=1}"
       for run in "${runs[@]}"; do
-        envs=() args=()
-        for word in $run; do
-          if [[ $word == --* ]]; then args+=("$word"); elif [[ $word != - ]]; then envs+=("$word"); fi
-        done
-        tag=$(echo "$run" | tr -c 'A-Za-z0-9=\n' '_')
+        split_run "$run"
         two() {
           env "${envs[@]}" timeout 90 build-gpu/bin/colo-run --nproc-per-node 2 "${bench[@]}" "${args[@]}" \
             --json "$LOGS/dp2_$tag.json" >"$LOGS/dp2_$tag.log" 2>&1
@@ -212,6 +219,19 @@ for stage in "$@"; do
       done
       # The GPUs are warmer now than for the first 1-GPU run: a second one shows how far that moves it.
       one_alone one_again "one GPU alone, again"
+      ;;
+    overlap-probe)
+      # One ViT-B/16-sized bf16 all-reduce alone and beside a GEMM stream (what overlapping it with
+      # backward costs the compute on these power-capped GPUs), once per entry of COLO_PROBE_RUNS
+      # (';'-separated NCCL/PyTorch environment settings and probe --options; "-" is the plain run).
+      IFS=';' read -r -a runs <<<"${COLO_PROBE_RUNS:--;TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1}"
+      for run in "${runs[@]}"; do
+        split_run "$run"
+        env "${envs[@]}" timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" \
+          benchmarks/peers/allreduce_overlap_probe.py --tag "$run" "${args[@]}" >"$LOGS/probe_$tag.log" 2>&1
+        note "probe [$run] rc=$?"
+        grep -h '^PROBE' "$LOGS/probe_$tag.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      done
       ;;
     *) note "unknown stage $stage" ;;
   esac
