@@ -80,7 +80,8 @@ profile_runs() {
 }
 
 # split_run ENTRY: one ';'-separated entry of COLO_DP_RUNS / COLO_PROBE_RUNS into envs (its VAR=value
-# words), args (its --options) and tag (a file-name-safe label); "-" alone is the plain run.
+# words), args (its --options, written --name=value: words are split on spaces) and tag (a
+# file-name-safe label); "-" alone is the plain run.
 split_run() {
   envs=() args=()
   for word in $1; do
@@ -223,8 +224,9 @@ for stage in "$@"; do
     overlap-probe)
       # One ViT-B/16-sized bf16 all-reduce alone and beside a GEMM stream (what overlapping it with
       # backward costs the compute on these power-capped GPUs), once per entry of COLO_PROBE_RUNS
-      # (';'-separated NCCL/PyTorch environment settings and probe --options; "-" is the plain run).
-      IFS=';' read -r -a runs <<<"${COLO_PROBE_RUNS:--;TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1}"
+      # (';'-separated NCCL/PyTorch environment settings and probe options such as --gemms=10; "-" is
+      # the plain run). By default NVLink and the host path (RESULTS.md, session 8).
+      IFS=';' read -r -a runs <<<"${COLO_PROBE_RUNS:--;NCCL_P2P_DISABLE=1}"
       for run in "${runs[@]}"; do
         split_run "$run"
         env "${envs[@]}" timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" \
