@@ -4,6 +4,7 @@
 #include <colo/checkpoint/safetensors.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/data/data_loader.h>
+#include <colo/dist/logger.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/lr_scheduler.h>
 
@@ -20,16 +21,26 @@ namespace {
 int world_rank(const Plugin& plugin) { return plugin.context().world ? plugin.context().world->rank() : 0; }
 int world_size(const Plugin& plugin) { return plugin.context().world ? plugin.context().world->size() : 1; }
 
+constexpr const char* kTrainingStateFile = "training_state.json";
+
 std::string rng_file(const std::string& dir, int rank) {
   return files::join(dir, fmt::format("rng_rank{}.safetensors", rank));
 }
 
 }  // namespace
 
-Booster::Booster(std::shared_ptr<Plugin> plugin)
-    : plugin_(std::move(plugin)), checkpoint_io_(std::make_unique<CheckpointIO>(plugin_->context().world)) {
-  if (!plugin_) throw std::invalid_argument("Booster needs a plugin; create one with colo::PluginRegistry");
+namespace {
+
+std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
+  if (!plugin) throw std::invalid_argument("Booster needs a plugin; create one with colo::PluginRegistry");
+  return plugin;
 }
+
+}  // namespace
+
+Booster::Booster(std::shared_ptr<Plugin> plugin)
+    : plugin_(require_plugin(std::move(plugin))),
+      checkpoint_io_(std::make_unique<CheckpointIO>(plugin_->context().world)) {}
 
 Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                        Criterion criterion, std::shared_ptr<data::DataLoader> dataloader,
@@ -71,6 +82,14 @@ void Booster::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string
 }
 
 void Booster::save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir) {
+  const auto marker = files::join(dir, kTrainingStateFile);
+  const auto& world = plugin_->context().world;
+  // Saving over an earlier state: its marker goes first, durably, and no rank writes before it
+  // is gone. A save that stops halfway then leaves a directory load_state refuses, never an old
+  // marker vouching for a mix of old and new files.
+  if (world_rank(*plugin_) == 0) checkpoint::remove_file_durably(marker);
+  if (world && world_size(*plugin_) > 1) world->barrier().wait();
+
   // Each rank's random state goes to its own file: dropout and augmentation draw from it.
   files::create_directories(dir);
   checkpoint::NamedTensors rng{{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
@@ -87,14 +106,15 @@ void Booster::save_state(const Boosted& boosted, const TrainingProgress& progres
                            {"data_next_batch", progress.data.next_batch},
                            {"world_size", world_size(*plugin_)},
                            {"plugin", plugin_->name()}};
-    // Written last: its presence marks a complete training state.
-    checkpoint::atomic_write_file(files::join(dir, "training_state.json"), json.dump(2));
+    // Written last: its presence marks a complete training state. Every rank's files are in
+    // by now: each rank wrote its RNG file before save_model, which ends in a barrier.
+    checkpoint::atomic_write_file(marker, json.dump(2));
   }
-  if (plugin_->context().world && world_size(*plugin_) > 1) plugin_->context().world->barrier().wait();
+  if (world && world_size(*plugin_) > 1) world->barrier().wait();
 }
 
 TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& dir) {
-  const auto state_path = files::join(dir, "training_state.json");
+  const auto state_path = files::join(dir, kTrainingStateFile);
   if (!files::exists(state_path)) {
     throw checkpoint::CheckpointError(fmt::format(
         "{}: no training_state.json, so this is not a complete training state (was saving interrupted?)", dir));
@@ -116,7 +136,12 @@ TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& 
     if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
     // Random states resume exactly only on the same number of ranks; elsewhere the run goes on
     // with fresh streams (weights, optimizer and data position still carry over).
-    if (saved_world == world_size(*plugin_)) {
+    if (saved_world != world_size(*plugin_)) {
+      dist::Logger(world_rank(*plugin_), world_size(*plugin_))
+          .warn("{}: saved by {} ranks, loaded by {}: the random streams (dropout, augmentation) start afresh, "
+                "so training goes on but is not an exact continuation",
+                dir, saved_world, world_size(*plugin_));
+    } else {
       auto rng = checkpoint::read_safetensors(rng_file(dir, world_rank(*plugin_)));
       auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
       cpu_generator.set_state(rng.at("cpu"));

@@ -4,6 +4,7 @@
 //   colo-run --nproc-per-node 2 train_vit --plugin torch_ddp
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
+#include <colo/checkpoint/atomic_file.h>
 #include <colo/data/cifar10.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/fashion_mnist.h>
@@ -94,6 +95,18 @@ Datasets load_datasets(const TrainOptions& o) {
           std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples / 5, shape, 10, o.seed + 1)};
 }
 
+// Whether fp16 training can run on CPUs: LibTorch 1.13 has almost no fp16 CPU kernels (its
+// linear layers fail with "addmm_impl_cpu_ not implemented for 'Half'"), newer ones have them.
+bool cpu_has_fp16_matmul() {
+  try {
+    const auto a = torch::ones({2, 2}, torch::kHalf);
+    torch::mm(a, a);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, colo::nn::LayerStack& model) {
   // One parameter group over model->parameters(): what the Booster's contract asks for (the
   // group's order is how plugins and checkpoints match optimizer state to parameters).
@@ -113,8 +126,9 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, c
 // so that --resume can tell a continuation from a different run.
 constexpr const char* kRunRecordFile = "train_vit.json";
 
-nlohmann::json run_record(const TrainOptions& o) {
-  return {{"dataset", o.dataset},
+nlohmann::json run_record(const TrainOptions& o, int world_size) {
+  return {{"world_size", world_size},
+          {"dataset", o.dataset},
           {"synthetic_samples", o.synthetic_samples},
           {"batch_size", o.batch_size},
           {"grad_accum", o.grad_accum},
@@ -129,13 +143,20 @@ nlohmann::json run_record(const TrainOptions& o) {
 }
 
 // Options that give a saved data position another meaning make --resume an error; other changes
-// (a longer schedule, another learning rate) are allowed and returned as notes for the user, as
-// the run is then no longer the saved one's exact continuation.
-std::vector<std::string> check_resume(const TrainOptions& o, const std::string& state_dir) {
-  std::ifstream in(colo::files::join(state_dir, kRunRecordFile));
+// (a longer schedule, another learning rate, another number of ranks) are allowed and returned as
+// notes for the user, as the run is then no longer the saved one's exact continuation.
+std::vector<std::string> check_resume(const TrainOptions& o, int world_size, const std::string& state_dir) {
+  const auto path = colo::files::join(state_dir, kRunRecordFile);
+  std::ifstream in(path);
   if (!in) return {};  // saved by another program: the Booster's own checks apply
-  const nlohmann::json saved = nlohmann::json::parse(in);
-  const nlohmann::json now = run_record(o);
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("--resume {}: {} is damaged ({}); resume from another saved state", state_dir,
+                                 path, e.what()));
+  }
+  const nlohmann::json now = run_record(o, world_size);
   std::vector<std::string> errors, changes;
   for (const auto& [key, value] : now.items()) {
     if (!saved.contains(key) || saved[key] == value) continue;
@@ -194,6 +215,11 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const c10::Device device = plugin->context().device;
   const Console console(rank == 0);
   colo::Booster booster(plugin);
+  if (o.precision == "fp16" && device.is_cpu() && !cpu_has_fp16_matmul()) {
+    throw UsageError(
+        "--precision fp16: this LibTorch has no fp16 matrix multiply on CPUs (Debian's 1.13 has not), and "
+        "there is no GPU here; train in bf16 or fp32 on CPUs, or in fp16 on GPUs");
+  }
 
   torch::manual_seed(o.seed);  // the same initial weights on every rank
   auto model = colo::nn::make_vision_transformer(config);
@@ -260,7 +286,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   std::vector<std::string> resume_notes;
   if (!o.resume_dir.empty()) {
     const auto state_dir = train_vit::StateDirectory::resolve(o.resume_dir);
-    resume_notes = check_resume(o, state_dir);
+    resume_notes = check_resume(o, world_size, state_dir);
     const colo::TrainingProgress progress = booster.load_state(b, state_dir);
     global_step = progress.global_step;
     resumed_from = fmt::format("resumed from {}: epoch {}, step {}", state_dir,
@@ -298,7 +324,8 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     progress.data = train_loader.state();
     booster.save_state(b, progress, state_directory.staging());
     if (rank == 0) {
-      std::ofstream(colo::files::join(state_directory.staging(), kRunRecordFile)) << run_record(o).dump(2) << '\n';
+      colo::checkpoint::atomic_write_file(colo::files::join(state_directory.staging(), kRunRecordFile),
+                                          run_record(o, world_size).dump(2) + "\n");
       const auto where = state_directory.publish(global_step);
       console.print("saved the training state of step {} to {} ({:.1f} s)", global_step, where,
                     seconds_since(start));

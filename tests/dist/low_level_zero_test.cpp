@@ -439,24 +439,6 @@ std::shared_ptr<dist::ProcessGroup> first_ranks(int size, const std::string& nam
   return world()->new_subgroup(ranks, name);
 }
 
-// A directory every rank knows: rank 0 makes it and passes its name through the store.
-std::string shared_directory(const std::string& key) {
-  std::string path;
-  if (world()->rank() == 0) {
-    path = files::make_temp_directory("colo_zero_test_");
-    world()->store().set(key, std::vector<uint8_t>(path.begin(), path.end()));
-  } else {
-    const auto bytes = world()->store().get(key);
-    path.assign(bytes.begin(), bytes.end());
-  }
-  return path;
-}
-
-void remove_shared_directory(const std::string& path) {
-  world()->barrier().wait();
-  if (world()->rank() == 0) files::remove_all(path);
-}
-
 // One training step of a boosted model on a global batch, split over `group`.
 void train_step(Plugin& plugin, Boosted& b, const torch::Tensor& images, const torch::Tensor& labels,
                 dist::ProcessGroup& group) {

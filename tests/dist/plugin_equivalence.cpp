@@ -1,5 +1,7 @@
 #include "plugin_equivalence.h"
 
+#include <colo/compat/files.h>
+#include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -51,6 +53,23 @@ double global_mean(double local, dist::ProcessGroup& group) {
 }
 
 double global_mean(double local) { return global_mean(local, *world()); }
+
+std::string shared_directory(const std::string& key) {
+  std::string path;
+  if (world()->rank() == 0) {
+    path = files::make_temp_directory("colo_dist_test_");
+    world()->store().set(key, std::vector<uint8_t>(path.begin(), path.end()));
+  } else {
+    const auto bytes = world()->store().get(key);
+    path.assign(bytes.begin(), bytes.end());
+  }
+  return path;
+}
+
+void remove_shared_directory(const std::string& path) {
+  world()->barrier().wait();
+  if (world()->rank() == 0) files::remove_all(path);
+}
 
 double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   const auto a = got.detach().to(torch::kCPU, torch::kFloat64);

@@ -44,6 +44,11 @@ torch::Tensor shard(const torch::Tensor& global);
 double global_mean(double local, dist::ProcessGroup& group);
 double global_mean(double local);
 
+// A directory every rank knows, for checkpoints: rank 0 makes it and passes its name through the
+// store under `key` (one key per test). remove_shared_directory waits for every rank first.
+std::string shared_directory(const std::string& key);
+void remove_shared_directory(const std::string& path);
+
 // max|got - want| / max|want|: one number per tensor, insensitive to entries that are near zero.
 double relative_error(const torch::Tensor& got, const torch::Tensor& want);
 

@@ -88,7 +88,42 @@ TEST(CheckpointIO, SingleFileReplacesAnEarlierShardedSet) {
   checkpoint_io().save_model(second, dir.path());
   EXPECT_TRUE(files::exists(dir / "model.safetensors"));
   EXPECT_FALSE(files::exists(dir / "model.safetensors.index.json")) << "a stale index would shadow the new file";
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"model.safetensors"})) << "the old shards stayed behind";
 
+  ModelWrapper loaded(tiny_vit(32, 99));
+  checkpoint_io().load_model(loaded, dir.path());
+  expect_same_state(second, loaded);
+}
+
+TEST(CheckpointIO, FewerShardsReplaceAnEarlierSetWithoutLeavingItsFiles) {
+  TemporaryDirectory dir;
+  ModelWrapper first(tiny_vit(32, 3));
+  SaveOptions small;
+  small.shard = true;
+  small.max_shard_mb = 0.02;
+  auto indexed_files = [&dir] {
+    std::ifstream index_file(dir / "model.safetensors.index.json");
+    const auto index = nlohmann::json::parse(index_file);
+    std::set<std::string> out;
+    for (const auto& [name, file] : index.at("weight_map").items()) {
+      out.insert(file.get<std::string>());
+    }
+    return out;
+  };
+  checkpoint_io().save_model(first, dir.path(), small);
+  const auto first_shards = indexed_files();
+  // Another set's shards in the same directory are not the model's to remove.
+  std::ofstream(dir / "other-00001-of-00002.safetensors") << "x";
+
+  ModelWrapper second(tiny_vit(32, 4));
+  SaveOptions large = small;
+  large.max_shard_mb = 0.04;
+  checkpoint_io().save_model(second, dir.path(), large);
+  auto expected = indexed_files();
+  ASSERT_LT(expected.size(), first_shards.size()) << "the test needs the second save to use fewer shards";
+  expected.insert({"model.safetensors.index.json", "other-00001-of-00002.safetensors"});
+  const auto entries = dir.entries();
+  EXPECT_EQ(std::set<std::string>(entries.begin(), entries.end()), expected);
   ModelWrapper loaded(tiny_vit(32, 99));
   checkpoint_io().load_model(loaded, dir.path());
   expect_same_state(second, loaded);

@@ -4,12 +4,14 @@
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/ddp/grad_bucket_scheduler.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <colo/compat/files.h>
 #include <string>
@@ -273,6 +275,51 @@ TEST_F(BucketedAllReduceTest, BroadcastInAWorldOfOneChangesNothing) {
   auto t = torch::arange(6.0);
   broadcast_coalesced(*world_, {t}, 0);
   EXPECT_TRUE(torch::equal(t, torch::arange(6.0)));
+}
+
+// Overlap: with launch_during_backward a bucket's collective starts as soon as its last gradient
+// is in, while autograd still computes the gradients of earlier layers; without it, nothing
+// starts before the pass has ended.
+TEST(GradBucketScheduler, LaunchesDuringBackwardOnlyWhenAskedTo) {
+  for (const bool during : {true, false}) {
+    torch::manual_seed(3);
+    TwoLayers model;
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& [name, param] : model.named()) {
+      params.push_back(param);
+      names.push_back(name);
+    }
+    ASSERT_EQ(names, (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "skip.weight",
+                                               "skip.bias"}));
+    // Bucket 0: the layers next to the output, whose gradients come first; bucket 1: fc1.
+    const std::vector<std::vector<std::size_t>> buckets{{2, 3, 4, 5}, {0, 1}};
+    std::vector<std::string> events;
+    std::unique_ptr<GradBucketScheduler> scheduler;
+    GradBucketCallbacks callbacks;
+    callbacks.grad_ready = [&](std::size_t i) { events.push_back(names[i]); };
+    callbacks.launch = [&](std::size_t b) { events.push_back("launch " + std::to_string(b)); };
+    callbacks.finish = [&](const std::vector<std::size_t>& missing) {
+      EXPECT_TRUE(missing.empty());
+      events.push_back("end of pass");
+      scheduler->launch_remaining();
+    };
+    scheduler = std::make_unique<GradBucketScheduler>(params, names, buckets, callbacks, during);
+    model.forward(torch::randn({4, 6}), /*use_skip=*/true).pow(2).mean().backward();
+
+    auto at = [&events](const std::string& event) {
+      return std::find(events.begin(), events.end(), event) - events.begin();
+    };
+    ASSERT_EQ(events.size(), 9u) << "six gradients, two launches, one end of pass";
+    EXPECT_LT(at("launch 0"), at("launch 1"));
+    if (during) {
+      EXPECT_LT(at("launch 0"), std::min(at("fc1.weight"), at("fc1.bias"))) << "bucket 0 waited for fc1";
+      EXPECT_LT(at("launch 1"), at("end of pass"));
+    } else {
+      EXPECT_EQ(at("launch 0"), at("end of pass") + 1) << "a launch before the end of the pass";
+    }
+    EXPECT_EQ(scheduler->synchronized_passes(), 1);
+  }
 }
 
 }  // namespace

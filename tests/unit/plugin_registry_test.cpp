@@ -1,3 +1,4 @@
+#include <colo/booster/booster.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/dist/process_group.h>
@@ -252,7 +253,17 @@ TEST(PluginRegistry, PluginDefaultsRefuseWhatTheyCannotDo) {
     plugin.execute_pipeline(torch::zeros({1}), torch::zeros({1}), model, {}, optimizer, {});
     FAIL() << "execute_pipeline did not throw";
   } catch (const std::logic_error& e) {
-    EXPECT_EQ(std::string(e.what()), "plugin bare has no pipeline parallelism; use hybrid_parallel with pp_size > 1");
+    EXPECT_CONTAINS(e.what(), "plugin bare has no pipeline parallelism");
+    EXPECT_CONTAINS(e.what(), "booster.backward yourself, or load a plugin that implements execute_pipeline");
+  }
+}
+
+TEST(PluginRegistry, BoosterWithoutAPluginSaysWhereToGetOne) {
+  try {
+    colo::Booster booster(nullptr);
+    FAIL() << "a Booster without a plugin was built";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_CONTAINS(e.what(), "Booster needs a plugin; create one with colo::PluginRegistry");
   }
 }
 

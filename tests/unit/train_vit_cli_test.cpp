@@ -3,6 +3,7 @@
 // Every run is one process (a world of one) on tiny synthetic data.
 #include <colo/compat/files.h>
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,14 +210,21 @@ TEST_F(TrainVitCli, ResumeContinuesExactly) {
     args.insert(args.end(), extra.begin(), extra.end());
     return tiny(args);
   };
-  const Result whole = run(with({"--metrics", files::join(dir_, "whole.jsonl")}));
+  const Result whole =
+      run(with({"--metrics", files::join(dir_, "whole.jsonl"), "--save", files::join(dir_, "whole_state")}));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   const Result first = run(with({"--max-steps", "4", "--save", files::join(dir_, "state")}));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_TRUE(files::exists(files::join(dir_, "state", "latest", "training_state.json")));
-  const Result second =
-      run(with({"--resume", files::join(dir_, "state"), "--metrics", files::join(dir_, "resumed.jsonl")}));
+  const Result second = run(with({"--resume", files::join(dir_, "state"), "--metrics",
+                                  files::join(dir_, "resumed.jsonl"), "--save", files::join(dir_, "state")}));
   ASSERT_EQ(second.exit_code, 0) << second.err;
+  // The final weights and optimizer state too, byte for byte.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const auto want = read_file(files::join(dir_, "whole_state", "latest", file));
+    EXPECT_FALSE(want.empty()) << file;
+    EXPECT_TRUE(want == read_file(files::join(dir_, "state", "latest", file))) << file << " differs";
+  }
 
   const auto expected = losses(files::join(dir_, "whole.jsonl"));
   const auto resumed = losses(files::join(dir_, "resumed.jsonl"));
@@ -234,6 +242,29 @@ TEST_F(TrainVitCli, ResumeWithOtherDataSettingsIsRejected) {
   const Result r = run(tiny({"--resume", files::join(dir_, "state"), "--grad-accum", "2"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("grad_accum 2 (saved: 1)"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, ResumeFromADamagedRunRecordSaysSo) {
+  ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
+  std::ofstream(files::join(dir_, "state", "latest", "train_vit.json")) << "{\"dataset\": ";
+  const Result r = run(tiny({"--resume", files::join(dir_, "state")}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("train_vit.json is damaged"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("resume from another saved state"), std::string::npos) << r.err;
+}
+
+TEST_F(TrainVitCli, Fp16WithoutCpuKernelsIsAUsageErrorBeforeTraining) {
+  try {
+    const auto a = torch::ones({2, 2}, torch::kHalf);
+    torch::mm(a, a);
+    GTEST_SKIP() << "this LibTorch multiplies fp16 matrices on CPUs: fp16 training runs here";
+  } catch (const c10::Error&) {
+  }
+  const Result r = run(tiny({"--precision", "fp16"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--precision fp16: this LibTorch has no fp16 matrix multiply on CPUs"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "it trained before failing: " << r.out;
 }
 
 TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {

@@ -31,6 +31,11 @@ void fsync_path(const std::string& path, int flags, const char* what) {
   if (rc != 0) throw CheckpointError(path + ": fsync of " + what + " failed: " + error);
 }
 
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
 bool is_directory(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
@@ -40,7 +45,7 @@ bool is_directory(const std::string& path) {
 
 void atomic_write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir = directory_of(path);
   const std::string filename = slash == std::string::npos ? path : path.substr(slash + 1);
   if (filename.empty() || filename == "." || filename == "..") {
     throw CheckpointError(path + ": not a file path (it names a directory)");
@@ -75,6 +80,15 @@ void atomic_write_file(const std::string& path, const std::function<void(std::os
 
 void atomic_write_file(const std::string& path, std::string_view bytes) {
   atomic_write_file(path, [bytes](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
+}
+
+bool remove_file_durably(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    throw CheckpointError(path + ": cannot remove it: " + errno_text());
+  }
+  fsync_path(directory_of(path), O_RDONLY | O_DIRECTORY, "its directory");
+  return true;
 }
 
 }  // namespace colo::checkpoint

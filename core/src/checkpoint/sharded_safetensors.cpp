@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -16,6 +17,31 @@ int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>
 
 std::string index_path(const std::string& dir, const std::string& base) {
   return files::join(dir, base + ".safetensors.index.json");
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "<base>-<i>-of-<n>.safetensors": a shard of `base`'s set, of this save or an earlier one.
+bool is_shard_of(const std::string& name, const std::string& base) {
+  const std::string prefix = base + "-", suffix = ".safetensors";
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const auto of = middle.find("-of-");
+  return of != std::string::npos && all_digits(middle.substr(0, of)) && all_digits(middle.substr(of + 4));
+}
+
+// An earlier save into `dir` may have split `base` into another number of shards: its files,
+// which the new index does not name, would otherwise stay behind as dead weight. Removed only
+// after the new set is complete, so a crash midway leaves the old files, never a gap.
+void remove_stale_shards(const std::string& dir, const std::string& base, const std::set<std::string>& keep) {
+  for (const auto& name : files::list_directory(dir)) {
+    if (is_shard_of(name, base) && keep.count(name) == 0) files::remove(files::join(dir, name));
+  }
 }
 
 }  // namespace
@@ -38,13 +64,16 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
   if (shards.size() == 1) {
     write_safetensors(files::join(dir, base + ".safetensors"), shards[0], metadata);
     files::remove(index_path(dir, base));  // a stale index would shadow the single file
+    remove_stale_shards(dir, base, {});
     return;
   }
   nlohmann::json weight_map = nlohmann::json::object();
   int64_t total = 0;
+  std::set<std::string> written;
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, i + 1, shards.size());
     write_safetensors(files::join(dir, file), shards[i], metadata);
+    written.insert(file);
     for (const auto& [name, tensor] : shards[i]) {
       weight_map[name] = file;
       total += nbytes(tensor);
@@ -53,6 +82,7 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   atomic_write_file(index_path(dir, base), index.dump(2));
   files::remove(files::join(dir, base + ".safetensors"));
+  remove_stale_shards(dir, base, written);
 }
 
 bool has_safetensors_set(const std::string& dir, const std::string& base) {

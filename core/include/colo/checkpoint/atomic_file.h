@@ -16,4 +16,9 @@ namespace colo::checkpoint {
 void atomic_write_file(const std::string& path, const std::function<void(std::ostream&)>& write);
 void atomic_write_file(const std::string& path, std::string_view bytes);
 
+// Removes `path` and fsyncs its directory, so that the removal survives a crash before anything
+// written after it does. Returns false when there was no such file (nothing is synced then).
+// Used to withdraw a marker of completeness before the files it vouches for are rewritten.
+bool remove_file_durably(const std::string& path);
+
 }  // namespace colo::checkpoint

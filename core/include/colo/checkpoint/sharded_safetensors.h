@@ -12,7 +12,9 @@ namespace colo::checkpoint {
 //   <dir>/<base>-00001-of-00003.safetensors ... + <dir>/<base>.safetensors.index.json
 // The index ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}) is written last,
 // after every shard, so a reader never sees an index that names missing files. Every file is
-// written atomically. max_shard_bytes = 0 means one file.
+// written atomically. max_shard_bytes = 0 means one file. What an earlier save of the same base
+// left in `dir` in the other layout, or with another number of shards, is removed once the new
+// set is complete.
 void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
 
