@@ -90,8 +90,14 @@ split_run() {
   tag=$(echo "$1" | tr -c 'A-Za-z0-9=\n' '_')
 }
 
+# Every later process prints its stack if it segfaults (session 9: one rank of a 4-GPU
+# low_level_zero run died of SIGSEGV after its results were written, once in ~30 runs).
+segv_backtrace() { [ -f build-gpu/libsegv_backtrace.so ] && export LD_PRELOAD=$PWD/build-gpu/libsegv_backtrace.so; }
+segv_backtrace
+
 for stage in "$@"; do
   start=$SECONDS
+  [ "$stage" = build ] || segv_backtrace
   case "$stage" in
     build)
       {
@@ -100,6 +106,7 @@ for stage in "$@"; do
       } >"$LOGS/build.log" 2>&1
       note "build rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      gcc -shared -fPIC -O1 -o build-gpu/libsegv_backtrace.so tests/gpu/segv_backtrace.c >>"$LOGS/build.log" 2>&1
       ;;
     test)
       # Distributed tests over NCCL, one process per GPU.
@@ -146,6 +153,10 @@ for stage in "$@"; do
       model=${stage#scaling-}
       batch=256 steps=12
       [ "$model" = large ] && batch=128 steps=8
+      # More steps where device time allows: the multi-GPU step means of a 12-step run sit 1-2 ms
+      # above their medians (one or two slow early steps), which moves the efficiencies by ~2 %.
+      steps=${COLO_SCALING_STEPS:-$steps}
+      warmup=${COLO_SCALING_WARMUP:-4}
       # GPU counts: 1, 2, 4, ... up to the GPUs present, or the list in COLO_SCALING_GPUS (e.g. "1 4"
       # when device time is short; "1" re-runs only the 1-GPU baselines).
       counts=${COLO_SCALING_GPUS:-}
@@ -154,7 +165,7 @@ for stage in "$@"; do
       fi
       for n in $counts; do
         timeout 200 python3 benchmarks/peers/run_all.py --nproc "$n" --build-dir build-gpu --model "$model" \
-          --batch-size "$batch" --precision bf16 --warmup-steps 4 --steps "$steps" --peak-seconds 0.3 \
+          --batch-size "$batch" --precision bf16 --warmup-steps "$warmup" --steps "$steps" --peak-seconds 0.3 \
           --peak-matmul-size 4096 --plugins torch_ddp low_level_zero:stage=1 low_level_zero:stage=2 \
           --peers ddp fsdp2 --timeout 90 --out "$LOGS/s_${model}_$n" >"$LOGS/scaling_${model}_$n.log" 2>&1
         note "scaling $model x$n rc=$? ($((SECONDS - start)) s)"
