@@ -21,13 +21,7 @@ namespace {
 constexpr int64_t kCpuChunk = 32768;
 
 void validate(const HybridAdamOptions& o, size_t group) {
-  std::vector<std::string> errors;
-  const auto [beta1, beta2] = o.betas();
-  if (!(o.lr() >= 0.0)) errors.push_back(fmt::format("lr {} must be >= 0", o.lr()));
-  if (!(o.eps() >= 0.0)) errors.push_back(fmt::format("eps {} must be >= 0", o.eps()));
-  if (!(beta1 >= 0.0 && beta1 < 1.0)) errors.push_back(fmt::format("beta1 {} must lie in [0, 1)", beta1));
-  if (!(beta2 >= 0.0 && beta2 < 1.0)) errors.push_back(fmt::format("beta2 {} must lie in [0, 1)", beta2));
-  if (!(o.weight_decay() >= 0.0)) errors.push_back(fmt::format("weight_decay {} must be >= 0", o.weight_decay()));
+  const auto errors = adam_option_errors(o.lr(), o.eps(), o.betas(), o.weight_decay());
   if (!errors.empty()) {
     throw std::invalid_argument(fmt::format("HybridAdam: parameter group {}: {}", group, fmt::join(errors, "; ")));
   }
@@ -110,18 +104,6 @@ void HybridAdamOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, bias_correction);
 }
 
-void HybridAdamParamState::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
-}
-
-void HybridAdamParamState::serialize(torch::serialize::InputArchive& archive) {
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, step);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg_sq);
-}
-
 // ---- the CPU kernel --------------------------------------------------------------------------
 
 void adam_step_cpu(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
@@ -187,16 +169,7 @@ torch::Tensor HybridAdam::step(LossClosure closure) {
         throw std::invalid_argument("HybridAdam does not support sparse gradients; use dense embeddings");
       }
       if (grad.scalar_type() != param.scalar_type()) grad = grad.to(param.scalar_type());
-      auto key = compat::optimizer_state_key(param);
-      auto it = state_.find(key);
-      if (it == state_.end()) {
-        auto fresh = std::make_unique<HybridAdamParamState>();
-        fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        it = state_.emplace(key, std::move(fresh)).first;
-      }
-      auto& state = static_cast<HybridAdamParamState&>(*it->second);
-      state.step(state.step() + 1);
+      auto& state = advance_adam_moments(*this, param);
 
       const bool contiguous = param.is_contiguous() && grad.is_contiguous() && state.exp_avg().is_contiguous() &&
                               state.exp_avg_sq().is_contiguous();

@@ -1,4 +1,3 @@
-#include <colo/compat/torch_compat.h>
 #include <colo/optim/lamb.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,13 +10,7 @@ namespace colo::optim {
 namespace {
 
 void validate(const LambOptions& o, size_t group) {
-  std::vector<std::string> errors;
-  const auto [beta1, beta2] = o.betas();
-  if (!(o.lr() >= 0.0)) errors.push_back(fmt::format("lr {} must be >= 0", o.lr()));
-  if (!(o.eps() >= 0.0)) errors.push_back(fmt::format("eps {} must be >= 0", o.eps()));
-  if (!(beta1 >= 0.0 && beta1 < 1.0)) errors.push_back(fmt::format("beta1 {} must lie in [0, 1)", beta1));
-  if (!(beta2 >= 0.0 && beta2 < 1.0)) errors.push_back(fmt::format("beta2 {} must lie in [0, 1)", beta2));
-  if (!(o.weight_decay() >= 0.0)) errors.push_back(fmt::format("weight_decay {} must be >= 0", o.weight_decay()));
+  auto errors = adam_option_errors(o.lr(), o.eps(), o.betas(), o.weight_decay());
   if (!(o.max_weight_norm() > 0.0)) {
     errors.push_back(fmt::format("max_weight_norm {} must be > 0 (infinity disables the clamp)", o.max_weight_norm()));
   }
@@ -48,18 +41,6 @@ void LambOptions::serialize(torch::serialize::InputArchive& archive) {
   _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, max_weight_norm);
 }
 
-void LambParamState::serialize(torch::serialize::OutputArchive& archive) const {
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
-  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
-}
-
-void LambParamState::serialize(torch::serialize::InputArchive& archive) {
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, step);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg);
-  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, exp_avg_sq);
-}
-
 Lamb::Lamb(std::vector<torch::optim::OptimizerParamGroup> param_groups, LambOptions defaults)
     : Optimizer(std::move(param_groups), std::make_unique<LambOptions>(defaults)) {
   validate(defaults, 0);
@@ -83,16 +64,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
       auto grad = param.grad();
       if (grad.is_sparse()) throw std::invalid_argument("Lamb does not support sparse gradients; use dense embeddings");
       if (grad.scalar_type() != param.scalar_type()) grad = grad.to(param.scalar_type());
-      auto key = compat::optimizer_state_key(param);
-      auto it = state_.find(key);
-      if (it == state_.end()) {
-        auto fresh = std::make_unique<LambParamState>();
-        fresh->exp_avg(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(param, torch::MemoryFormat::Preserve));
-        it = state_.emplace(key, std::move(fresh)).first;
-      }
-      auto& state = static_cast<LambParamState&>(*it->second);
-      state.step(state.step() + 1);
+      auto& state = advance_adam_moments(*this, param);
       auto& exp_avg = state.exp_avg();
       auto& exp_avg_sq = state.exp_avg_sq();
       exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);

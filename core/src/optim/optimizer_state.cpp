@@ -132,8 +132,7 @@ std::map<std::string, torch::Tensor> get_param_state(const torch::optim::Optimiz
   auto it = optimizer.state().find(compat::optimizer_state_key(param));
   if (it == optimizer.state().end()) return {};
   const auto* state = it->second.get();
-  if (auto* s = dynamic_cast<const HybridAdamParamState*>(state)) return adam_like(*s);
-  if (auto* s = dynamic_cast<const LambParamState*>(state)) return adam_like(*s);
+  if (auto* s = dynamic_cast<const AdamMomentsParamState*>(state)) return adam_like(*s);  // HybridAdam, Lamb
   if (auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
     auto out = adam_like(*s);
     if (s->max_exp_avg_sq().defined()) out["max_exp_avg_sq"] = s->max_exp_avg_sq();
@@ -162,10 +161,8 @@ void set_param_state(torch::optim::Optimizer& optimizer, size_t index,
   }
   StateReader in(state, param, index);
   std::unique_ptr<torch::optim::OptimizerParamState> built;
-  if (dynamic_cast<HybridAdam*>(&optimizer)) {
-    built = make_adam_like<HybridAdamParamState>(in, false);
-  } else if (dynamic_cast<Lamb*>(&optimizer)) {
-    built = make_adam_like<LambParamState>(in, false);
+  if (dynamic_cast<HybridAdam*>(&optimizer) || dynamic_cast<Lamb*>(&optimizer)) {
+    built = make_adam_like<AdamMomentsParamState>(in, false);
   } else if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
     built = make_adam_like<torch::optim::AdamWParamState>(in, true);
   } else if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {

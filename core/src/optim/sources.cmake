@@ -1,4 +1,5 @@
 list(APPEND COLO_CORE_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/adam_moments_param_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hybrid_adam.cpp
   ${CMAKE_CURRENT_LIST_DIR}/adam_cpu_kernel.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lamb.cpp

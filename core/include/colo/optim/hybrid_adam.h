@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/optim/adam_moments_param_state.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -28,16 +29,8 @@ struct HybridAdamOptions : public torch::optim::OptimizerCloneableOptions<Hybrid
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-// Per-parameter state; exp_avg and exp_avg_sq have the parameter's shape, dtype and device.
-struct HybridAdamParamState : public torch::optim::OptimizerCloneableParamState<HybridAdamParamState> {
-  TORCH_ARG(int64_t, step) = 0;  // updates applied so far
-  TORCH_ARG(torch::Tensor, exp_avg);
-  TORCH_ARG(torch::Tensor, exp_avg_sq);
-
- public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-};
+// Per-parameter state (the Adam family's: step count and the two moments).
+using HybridAdamParamState = AdamMomentsParamState;
 
 // Adam/AdamW for parameters on any device, Colossal-AI's HybridAdam: a torch::optim::Optimizer,
 // so it drops into LibTorch code (param groups, zero_grad, torch::save/load of its state).

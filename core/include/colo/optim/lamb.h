@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/optim/adam_moments_param_state.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -30,15 +31,8 @@ struct LambOptions : public torch::optim::OptimizerCloneableOptions<LambOptions>
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct LambParamState : public torch::optim::OptimizerCloneableParamState<LambParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg);
-  TORCH_ARG(torch::Tensor, exp_avg_sq);
-
- public:
-  void serialize(torch::serialize::InputArchive& archive) override;
-  void serialize(torch::serialize::OutputArchive& archive) const override;
-};
+// Per-parameter state (the Adam family's: step count and the two moments).
+using LambParamState = AdamMomentsParamState;
 
 // LAMB (You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes"):
 // Adam's direction, rescaled per parameter tensor (layer-wise) by a trust ratio. For each
