@@ -27,10 +27,6 @@ std::string rng_file(const std::string& dir, int rank) {
   return files::join(dir, fmt::format("rng_rank{}.safetensors", rank));
 }
 
-}  // namespace
-
-namespace {
-
 std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
   if (!plugin) throw std::invalid_argument("Booster needs a plugin; create one with colo::PluginRegistry");
   return plugin;
