@@ -138,6 +138,17 @@ std::string private_store_file() {
   return path;
 }
 
+// The registry is never destroyed (see global()), so without this its world group, and with it
+// NCCL's watchdog threads, would live on while the process exits and the CUDA runtime and
+// LibTorch's statics are torn down beneath them. Registered after CUDA and the group started, so
+// it runs before their own exit handlers. Plugins may still hold the group: it is closed, not
+// destroyed.
+void close_at_exit(dist::ProcessGroup* world) {
+  static dist::ProcessGroup* to_close = nullptr;
+  to_close = world;
+  std::atexit([] { to_close->close(); });
+}
+
 }  // namespace
 
 PluginRegistry& PluginRegistry::global() {
@@ -294,6 +305,7 @@ PluginContext PluginRegistry::default_context() {
     // The device first: NCCL binds a communicator to the device current at creation.
     context->device = dist::select_device(env);
     context->world = dist::init_world(env, options);
+    close_at_exit(context->world.get());
     default_context_ = std::move(context);
   }
   return *default_context_;

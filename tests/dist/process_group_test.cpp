@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <numeric>
+
 namespace colo::dist {
 namespace {
 
@@ -169,6 +171,38 @@ TEST(ProcessGroup, TimeoutNamesOperationAndGroup) {
 TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
   COLO_SKIP_ON_NCCL_OR_ONE_RANK();
   expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
+}
+
+// close() lets work this rank queued finish first, then ends the group: every later operation
+// says the group is closed, closing again is harmless, and other groups keep working.
+TEST(ProcessGroup, ClosedGroupFinishesQueuedWorkThenRefusesOperations) {
+  const int n = world()->size();
+  std::vector<int> all(static_cast<std::size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  auto group = world()->new_subgroup(all, "closing");
+  auto queued = torch::ones({1 << 16}, torch::kFloat32).to(device());
+  group->all_reduce(queued);  // not waited for: close() must not cut it off
+  EXPECT_FALSE(group->closed());
+  group->close();
+  EXPECT_TRUE(group->closed());
+  EXPECT_TRUE(torch::equal(queued, torch::full_like(queued, n)));
+  group->close();
+
+  auto t = torch::ones({4}, torch::kFloat32).to(device());
+  try {
+    group->all_reduce(t);
+    ADD_FAILURE() << "all_reduce on a closed group was accepted";
+  } catch (const DistError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("all_reduce on group closing"), std::string::npos) << what;
+    EXPECT_NE(what.find("was closed"), std::string::npos) << what;
+  }
+  EXPECT_THROW(group->barrier(), DistError);
+  EXPECT_THROW(group->broadcast(t, 0), DistError);
+  EXPECT_THROW(group->new_subgroup(all, "child"), DistError);
+
+  world()->all_reduce(t).wait();
+  EXPECT_TRUE(torch::equal(t, torch::full_like(t, n)));
 }
 
 TEST(ProcessGroup, ShapeErrorsSayWhatFits) {

@@ -7,7 +7,7 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# overlap-probe.
+# overlap-probe exit-loop.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -245,6 +245,31 @@ for stage in "$@"; do
         note "probe [$run] rc=$?"
         grep -h '^PROBE' "$LOGS/probe_$tag.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       done
+      ;;
+    exit-loop)
+      # The exit path of multi-GPU jobs (session 9: one rank of a 4-GPU low_level_zero run died of
+      # SIGSEGV after writing its results). COLO_EXIT_RUNS short ViT-B runs on every GPU, cycling
+      # through torch_ddp and low_level_zero stages 1 and 2. Per run: the exit status, how long the
+      # process took to end after its JSON record was written (the exit path alone), and whether it
+      # printed PyTorch's "process group has NOT been destroyed" warning, a segfault stack, or one of
+      # colo's close() messages.
+      plugins=(torch_ddp "low_level_zero --plugin-opt stage=1" "low_level_zero --plugin-opt stage=2")
+      fails=0 warned=0 segv=0 closing=0 lags=()
+      for ((i = 0; i < ${COLO_EXIT_RUNS:-30}; i++)); do
+        read -r -a plugin <<<"${plugins[i % 3]}"
+        rm -f "$LOGS/exit.json"
+        timeout 90 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/colo_vit_bench --plugin "${plugin[@]}" \
+          --model base --batch-size 64 --precision bf16 --peak-tflops 1 --warmup-steps 2 --steps 3 \
+          --json "$LOGS/exit.json" >"$LOGS/exit_$i.log" 2>&1
+        rc=$?
+        lags+=("$(python3 -c 'import os,sys,time; print(f"{time.time() - os.path.getmtime(sys.argv[1]):.2f}")' "$LOGS/exit.json" 2>/dev/null || echo none)")
+        [ $rc -ne 0 ] && fails=$((fails + 1)) && note "exit run $i (${plugin[*]}) rc=$rc"
+        grep -q "NOT been destroyed" "$LOGS/exit_$i.log" && warned=$((warned + 1))
+        grep -q "SIGSEGV\|Segmentation" "$LOGS/exit_$i.log" && segv=$((segv + 1))
+        grep -q "colo: closing group" "$LOGS/exit_$i.log" && closing=$((closing + 1))
+      done
+      note "exit-loop on $ngpu GPUs: ${COLO_EXIT_RUNS:-30} runs, $fails failed, $segv segfaults, $warned with the not-destroyed warning, $closing with a close() message ($((SECONDS - start)) s)"
+      note "seconds from the JSON record to the end of colo-run: ${lags[*]}"
       ;;
     *) note "unknown stage $stage" ;;
   esac

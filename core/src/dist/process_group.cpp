@@ -8,10 +8,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/cuda.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 
 namespace colo::dist {
 
@@ -20,6 +25,9 @@ struct ProcessGroup::Impl {
   // How many groups each (name, ranks) key has produced, so that creating the same group
   // twice uses fresh store keys. Shared by a world and all its subgroups.
   std::shared_ptr<std::map<std::string, int>> creations;
+  // The GPU the group's NCCL communicators belong to (the device current when it was created);
+  // -1 for Gloo.
+  int cuda_device = -1;
 };
 
 namespace {
@@ -56,6 +64,27 @@ compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c1
 #endif
   }
   return compat::make_gloo_backend(store, rank, size, timeout);
+}
+
+// How long close() waits for queued GPU work at most: enough for any collective of a healthy
+// job, short enough that an exit next to a dead peer is not held up for a whole group timeout.
+constexpr std::chrono::milliseconds kDrainLimit{std::chrono::seconds(30)};
+
+// Waits up to `limit` for the work queued on GPU `device` to finish; false when it did not. The
+// wait runs on a thread of its own because a collective whose peer died never finishes: that
+// thread is then left behind, and the abort that follows ends the collective and so the wait.
+bool wait_for_gpu(int device, std::chrono::milliseconds limit) {
+  auto finished = std::make_shared<std::promise<void>>();
+  auto future = finished->get_future();
+  std::thread([finished, device] {
+    try {
+      torch::cuda::synchronize(device);
+    } catch (...) {
+      // A GPU error here belongs to the work that failed, which reported it already.
+    }
+    finished->set_value();
+  }).detach();
+  return future.wait_for(limit) == std::future_status::ready;
 }
 
 void require_same_device_kind(const torch::Tensor& t, Backend backend, const char* op) {
@@ -124,19 +153,46 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::
       backend_(backend),
       timeout_(timeout) {}
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() { close(); }
+
+ProcessGroup::Impl& ProcessGroup::live(const char* op) const {
+  if (!impl_->backend) {
+    throw DistError(fmt::format("{} on group {}: the group was closed; create a new group instead", op, describe()));
+  }
+  return *impl_;
+}
+
+bool ProcessGroup::closed() const { return !impl_->backend; }
+
+void ProcessGroup::close() noexcept {
+  if (!impl_ || !impl_->backend) return;
+  try {
+    if (impl_->cuda_device >= 0 && !wait_for_gpu(impl_->cuda_device, std::min(timeout_, kDrainLimit))) {
+      std::fprintf(stderr,
+                   "colo: closing group %s: the GPU work queued on it did not finish within %lld ms (a peer may "
+                   "have died mid-collective); aborting its communicators\n",
+                   describe().c_str(), static_cast<long long>(std::min(timeout_, kDrainLimit).count()));
+    }
+    compat::abort_backend(*impl_->backend);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "colo: closing group %s: %s\n", describe().c_str(), e.what());
+  }
+  // The last reference: the backend's destructor joins its threads (the abort above told them to end).
+  impl_->backend.reset();
+}
 
 std::string ProcessGroup::describe() const {
   return fmt::format("{} ({}, global ranks {})", name_, backend_name(backend_), fmt::join(global_ranks_, ","));
 }
 
 Work ProcessGroup::all_reduce(torch::Tensor tensor, ReduceOp op) {
+  auto& backend = *live("all_reduce").backend;
   require_same_device_kind(tensor, backend_, "all_reduce");
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op, backend_);
   options.timeout = timeout_;
-  auto work = impl_->backend->allreduce(tensors, options);
+  auto work = backend.allreduce(tensors, options);
   std::function<void()> finish;
   if (op == ReduceOp::kAvg && backend_ != Backend::kNccl) {
     const int n = size();
@@ -146,18 +202,19 @@ Work ProcessGroup::all_reduce(torch::Tensor tensor, ReduceOp op) {
 }
 
 Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
+  auto& backend = *live("all_gather").backend;
   require_same_device_kind(input, backend_, "all_gather");
   if (output.size(0) != size() * input.size(0)) {
     throw std::invalid_argument(fmt::format("all_gather on {}: output has {} rows, expected {} x {}", describe(),
                                             output.size(0), size(), input.size(0)));
   }
   if (backend_ == Backend::kNccl) {
-    return Work({impl_->backend->_allgather_base(output, input)}, "all_gather", this);
+    return Work({backend._allgather_base(output, input)}, "all_gather", this);
   }
   // Gloo gathers into a list of tensors: the output's row blocks are contiguous views of it.
   std::vector<std::vector<at::Tensor>> outputs{output.contiguous().chunk(size(), 0)};
   std::vector<at::Tensor> inputs{input.contiguous()};
-  auto work = impl_->backend->allgather(outputs, inputs);
+  auto work = backend.allgather(outputs, inputs);
   std::function<void()> finish;
   if (!output.is_contiguous()) {
     auto staged = outputs[0];
@@ -167,16 +224,17 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
 }
 
 Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
+  auto& backend = *live("reduce_scatter").backend;
   require_same_device_kind(input, backend_, "reduce_scatter");
   if (input.size(0) != size() * output.size(0)) {
     throw std::invalid_argument(fmt::format("reduce_scatter on {}: input has {} rows, expected {} x {}", describe(),
                                             input.size(0), size(), output.size(0)));
   }
-  if (compat::backend_has_reduce_scatter(*impl_->backend)) {
+  if (compat::backend_has_reduce_scatter(backend)) {
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op, backend_);
     options.timeout = timeout_;
-    return Work({impl_->backend->_reduce_scatter_base(output, input, options)}, "reduce_scatter", this);
+    return Work({backend._reduce_scatter_base(output, input, options)}, "reduce_scatter", this);
   }
   // Emulation: all-reduce a copy and keep this rank's rows. Correct, at n times the traffic;
   // only the CPU build (Gloo) takes this path.
@@ -185,7 +243,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op, backend_);
   options.timeout = timeout_;
-  auto work = impl_->backend->allreduce(tensors, options);
+  auto work = backend.allreduce(tensors, options);
   const int n = size();
   const int r = rank();
   const bool average = op == ReduceOp::kAvg;
@@ -197,40 +255,45 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
 }
 
 Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
+  auto& backend = *live("broadcast").backend;
   require_same_device_kind(tensor, backend_, "broadcast");
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = src;
   options.timeout = timeout_;
-  return Work({impl_->backend->broadcast(tensors, options)}, fmt::format("broadcast from {}", src), this);
+  return Work({backend.broadcast(tensors, options)}, fmt::format("broadcast from {}", src), this);
 }
 
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
+  auto& backend = *live("send").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return Work({impl_->backend->send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
+  return Work({backend.send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
 }
 
 Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
+  auto& backend = *live("recv").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return Work({impl_->backend->recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
+  return Work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
 }
 
 Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
+  auto& backend = *live("batch_send_recv").backend;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  compat::start_coalescing(*impl_->backend);
+  compat::start_coalescing(backend);
   for (const auto& op : ops) {
     std::vector<at::Tensor> tensors{op.tensor};
-    works.push_back(op.kind == P2POp::Kind::kSend ? impl_->backend->send(tensors, op.peer, op.tag)
-                                                  : impl_->backend->recv(tensors, op.peer, op.tag));
+    works.push_back(op.kind == P2POp::Kind::kSend ? backend.send(tensors, op.peer, op.tag)
+                                                  : backend.recv(tensors, op.peer, op.tag));
   }
-  if (auto coalesced = compat::end_coalescing(*impl_->backend)) works = {coalesced};
+  if (auto coalesced = compat::end_coalescing(backend)) works = {coalesced};
   return Work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this);
 }
 
 Work ProcessGroup::barrier() {
+  auto& backend = *live("barrier").backend;
   c10d::BarrierOptions options;
   options.timeout = timeout_;
-  return Work({impl_->backend->barrier(options)}, "barrier", this);
+  return Work({backend.barrier(options)}, "barrier", this);
 }
 
 torch::Tensor ProcessGroup::communicable(const torch::Tensor& tensor) const {
@@ -257,12 +320,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
     throw std::invalid_argument(fmt::format("rank {} called new_subgroup('{}') for ranks [{}] it is not part of",
                                             global_rank(rank_), name, fmt::join(global_ranks, ",")));
   }
+  live("new_subgroup");
   const std::string key = fmt::format("{}[{}]", name, fmt::join(global_ranks, ","));
   const int generation = (*impl_->creations)[key]++;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("colo/group/{}/{}", key, generation), store_);
   auto impl = std::make_unique<Impl>();
   impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
   impl->creations = impl_->creations;
+  if (backend_ == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   return std::shared_ptr<ProcessGroup>(
       new ProcessGroup(std::move(impl), store_, name, global_ranks, my_rank, backend_, group_timeout));
 }
@@ -279,6 +344,7 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
                                 backend_name(backend), env.world_size, e.what()));
   }
   impl->creations = std::make_shared<std::map<std::string, int>>();
+  if (backend == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   std::vector<int> ranks(env.world_size);
   for (int r = 0; r < env.world_size; ++r) ranks[r] = r;
   return std::shared_ptr<ProcessGroup>(

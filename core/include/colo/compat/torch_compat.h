@@ -132,6 +132,35 @@ inline bool backend_has_reduce_scatter(const CommBackend& backend) {
   return backend.getBackendName() == "nccl";
 }
 
+namespace detail {
+template <typename B, typename = void>
+struct HasAbort : std::false_type {};
+template <typename B>
+struct HasAbort<B, std::void_t<decltype(std::declval<B&>().abort())>> : std::true_type {};
+}  // namespace detail
+
+// Stops a backend for good: NCCL aborts its communicators and tells its watchdog and heartbeat
+// threads to end (LibTorch 2.x). LibTorch 1.13's backends have no such call; there, destroying
+// the backend does the same.
+// (A template, so that the branch a LibTorch lacks is discarded, not compiled.)
+template <typename B = CommBackend>
+void abort_backend(B& backend) {
+  if constexpr (detail::HasAbort<B>::value) {
+    backend.abort();
+  } else {
+    (void)backend;
+  }
+}
+
+// The GPU current for this thread; -1 in a build without CUDA.
+inline int current_cuda_device() {
+#ifdef COLO_WITH_CUDA
+  return static_cast<int>(c10::cuda::current_device());
+#else
+  return -1;
+#endif
+}
+
 // Groups several point-to-point operations so that NCCL launches them together (a pair of
 // ranks that both send first would otherwise deadlock). Gloo's send/recv are already
 // asynchronous, so there it is a no-op.

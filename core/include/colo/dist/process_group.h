@@ -61,7 +61,18 @@ class ProcessGroup {
     std::optional<Backend> backend;  // default: NCCL for CUDA devices, Gloo otherwise
   };
 
+  // Closes the group (see close()).
   ~ProcessGroup();
+
+  // Ends the group for good. Over NCCL it first waits (up to 30 s, or the group's timeout when
+  // shorter) for the GPU work queued on this rank to finish, so that peers are not cut off in the
+  // middle of a collective, then aborts the communicators and joins the backend's watchdog
+  // threads: none of them may outlive the CUDA runtime at process exit. Every operation on a
+  // closed group throws DistError. Idempotent; never throws (a failure is printed). Groups the
+  // program owns are closed by their destructor; the world group that PluginRegistry creates is
+  // closed when the process exits.
+  void close() noexcept;
+  bool closed() const;
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(global_ranks_.size()); }
@@ -108,6 +119,9 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::Store> store, std::string name,
                std::vector<int> global_ranks, int rank, Backend backend, std::chrono::milliseconds timeout);
+
+  // impl_, or a DistError naming `op` when the group is closed.
+  Impl& live(const char* op) const;
 
   std::unique_ptr<Impl> impl_;
   c10::intrusive_ptr<c10d::Store> store_;
