@@ -253,12 +253,16 @@ for stage in "$@"; do
       # process took to end after its JSON record was written (the exit path alone), and whether it
       # printed PyTorch's "process group has NOT been destroyed" warning, a segfault stack, or one of
       # colo's close() messages.
+      # tests/gpu/exit_threads.c, preloaded first, lists the threads still alive at the very end of
+      # each process; runs whose ranks still had PyTorch's NCCL threads (pt_nccl_*) there are counted.
       plugins=(torch_ddp "low_level_zero --plugin-opt stage=1" "low_level_zero --plugin-opt stage=2")
-      fails=0 warned=0 segv=0 closing=0 lags=()
+      fails=0 warned=0 segv=0 closing=0 nccl_alive=0 lags=()
+      gcc -shared -fPIC -O1 -o build-gpu/libexit_threads.so tests/gpu/exit_threads.c
+      preload=$PWD/build-gpu/libexit_threads.so${LD_PRELOAD:+ $LD_PRELOAD}
       for ((i = 0; i < ${COLO_EXIT_RUNS:-30}; i++)); do
         read -r -a plugin <<<"${plugins[i % 3]}"
         rm -f "$LOGS/exit.json"
-        timeout 90 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/colo_vit_bench --plugin "${plugin[@]}" \
+        LD_PRELOAD=$preload timeout 90 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/colo_vit_bench --plugin "${plugin[@]}" \
           --model base --batch-size 64 --precision bf16 --peak-tflops 1 --warmup-steps 2 --steps 3 \
           --json "$LOGS/exit.json" >"$LOGS/exit_$i.log" 2>&1
         rc=$?
@@ -267,8 +271,10 @@ for stage in "$@"; do
         grep -q "NOT been destroyed" "$LOGS/exit_$i.log" && warned=$((warned + 1))
         grep -q "SIGSEGV\|Segmentation" "$LOGS/exit_$i.log" && segv=$((segv + 1))
         grep -q "colo: closing group" "$LOGS/exit_$i.log" && closing=$((closing + 1))
+        grep -q "exit-threads.*pt_nccl" "$LOGS/exit_$i.log" && nccl_alive=$((nccl_alive + 1))
       done
-      note "exit-loop on $ngpu GPUs: ${COLO_EXIT_RUNS:-30} runs, $fails failed, $segv segfaults, $warned with the not-destroyed warning, $closing with a close() message ($((SECONDS - start)) s)"
+      note "threads at the end of run 0: $(grep -h 'exit-threads' "$LOGS/exit_0.log" | tr '\n' ';')"
+      note "exit-loop on $ngpu GPUs: ${COLO_EXIT_RUNS:-30} runs, $fails failed, $segv segfaults, $warned with the not-destroyed warning, $closing with a close() message, $nccl_alive with NCCL threads alive at the end ($((SECONDS - start)) s)"
       note "seconds from the JSON record to the end of colo-run: ${lags[*]}"
       ;;
     *) note "unknown stage $stage" ;;
