@@ -66,21 +66,25 @@ compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c1
   return compat::make_gloo_backend(store, rank, size, timeout);
 }
 
-// How long close() waits for queued GPU work at most: enough for any collective of a healthy
-// job, short enough that an exit next to a dead peer is not held up for a whole group timeout.
-constexpr std::chrono::milliseconds kDrainLimit{std::chrono::seconds(30)};
+// How long each of close()'s two waits lasts at most: enough for any collective of a healthy job
+// and for a backend's shutdown, short enough that an exit beside a dead peer is not held up for a
+// whole group timeout.
+constexpr std::chrono::milliseconds kCloseLimit{std::chrono::seconds(30)};
 
-// Waits up to `limit` for the work queued on GPU `device` to finish; false when it did not. The
-// wait runs on a thread of its own because a collective whose peer died never finishes: that
-// thread is then left behind, and the abort that follows ends the collective and so the wait.
-bool wait_for_gpu(int device, std::chrono::milliseconds limit) {
+// Runs `work` on a thread of its own and waits up to `limit` for it; false when it did not end in
+// time. The thread is then left behind: what it waits for (a collective whose peer died, a backend
+// destructor waiting for such a collective) may never end, and close() must still return. `work`
+// owns everything it touches. A failure is printed, prefixed with `what`.
+bool finishes_within(std::chrono::milliseconds limit, const std::string& what, std::function<void()> work) {
   auto finished = std::make_shared<std::promise<void>>();
   auto future = finished->get_future();
-  std::thread([finished, device] {
+  std::thread([finished, what, work = std::move(work)] {
     try {
-      torch::cuda::synchronize(device);
+      work();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "colo: %s: %s\n", what.c_str(), e.what());
     } catch (...) {
-      // A GPU error here belongs to the work that failed, which reported it already.
+      std::fprintf(stderr, "colo: %s: unknown error\n", what.c_str());
     }
     finished->set_value();
   }).detach();
@@ -167,18 +171,35 @@ bool ProcessGroup::closed() const { return !impl_->backend; }
 void ProcessGroup::close() noexcept {
   if (!impl_ || !impl_->backend) return;
   try {
-    if (impl_->cuda_device >= 0 && !wait_for_gpu(impl_->cuda_device, std::min(timeout_, kDrainLimit))) {
-      std::fprintf(stderr,
-                   "colo: closing group %s: the GPU work queued on it did not finish within %lld ms (a peer may "
-                   "have died mid-collective); aborting its communicators\n",
-                   describe().c_str(), static_cast<long long>(std::min(timeout_, kDrainLimit).count()));
-    }
-    compat::abort_backend(*impl_->backend);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "colo: closing group %s: %s\n", describe().c_str(), e.what());
+    close_within(std::min(timeout_, kCloseLimit));
+  } catch (const std::exception& e) {  // a thread that could not be started, or out of memory
+    std::fprintf(stderr, "colo: closing group %s: %s\n", name_.c_str(), e.what());
   }
-  // The last reference: the backend's destructor joins its threads (the abort above told them to end).
-  impl_->backend.reset();
+}
+
+void ProcessGroup::close_within(std::chrono::milliseconds limit) {
+  const std::string what = fmt::format("closing group {}", describe());
+  // Moved out: from here on every operation says the group is closed.
+  compat::CommBackendPtr backend = std::move(impl_->backend);
+  if (const int device = impl_->cuda_device; device >= 0) {
+    const bool drained = finishes_within(limit, what, [device] { torch::cuda::synchronize(device); });
+    if (!drained) {
+      std::fprintf(stderr,
+                   "colo: %s: the GPU work queued on it did not finish within %lld ms (a peer may have died in the "
+                   "middle of a collective); aborting its communicators\n",
+                   what.c_str(), static_cast<long long>(limit.count()));
+    }
+  }
+  // Abort (NCCL: communicators, then the watchdog threads are told to end), then drop the last
+  // reference: the destructor joins the backend's threads (Gloo: after its queued work).
+  const bool stopped = finishes_within(limit, what, [backend = std::move(backend)]() mutable {
+    compat::abort_backend(*backend);
+    backend.reset();
+  });
+  if (!stopped) {
+    std::fprintf(stderr, "colo: %s: its backend did not shut down within %lld ms; leaving it behind\n", what.c_str(),
+                 static_cast<long long>(limit.count()));
+  }
 }
 
 std::string ProcessGroup::describe() const {

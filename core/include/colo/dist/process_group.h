@@ -64,13 +64,14 @@ class ProcessGroup {
   // Closes the group (see close()).
   ~ProcessGroup();
 
-  // Ends the group for good. Over NCCL it first waits (up to 30 s, or the group's timeout when
-  // shorter) for the GPU work queued on this rank to finish, so that peers are not cut off in the
-  // middle of a collective, then aborts the communicators and joins the backend's watchdog
-  // threads: none of them may outlive the CUDA runtime at process exit. Every operation on a
-  // closed group throws DistError. Idempotent; never throws (a failure is printed). Groups the
-  // program owns are closed by their destructor; the world group that PluginRegistry creates is
-  // closed when the process exits.
+  // Ends the group for good. Over NCCL it first waits for the GPU work queued on this rank to
+  // finish, so that peers are not cut off in the middle of a collective, then aborts the
+  // communicators; then it destroys the backend, which joins its threads (NCCL's watchdog must
+  // not outlive the CUDA runtime at process exit; Gloo's first finish their queued work). Each of
+  // the two waits lasts at most 30 s (or the group's timeout when shorter): beside a dead peer
+  // close() prints what it gave up on and returns. Every operation on a closed group throws
+  // DistError. Idempotent; never throws. Groups the program owns are closed by their destructor;
+  // the world group that PluginRegistry creates is closed when the process exits.
   void close() noexcept;
   bool closed() const;
 
@@ -122,6 +123,7 @@ class ProcessGroup {
 
   // impl_, or a DistError naming `op` when the group is closed.
   Impl& live(const char* op) const;
+  void close_within(std::chrono::milliseconds limit);
 
   std::unique_ptr<Impl> impl_;
   c10::intrusive_ptr<c10d::Store> store_;
