@@ -205,6 +205,34 @@ TEST(ProcessGroup, ClosedGroupFinishesQueuedWorkThenRefusesOperations) {
   EXPECT_TRUE(torch::equal(t, torch::full_like(t, n)));
 }
 
+// A peer that stays but never joins a collective must not hold close() up past its bound. Rank 0
+// queues an all-reduce that rank 1 never joins; the group's timeout (60 s) is far longer than the
+// bound given to close() (2 s), so without the bound close() would wait for the timeout: over
+// Gloo in the backend's destructor, over NCCL in the drain (the abort then ends the kernel).
+TEST(ProcessGroup, CloseGivesUpAfterItsBoundOnACollectiveAPeerNeverJoins) {
+  if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const auto bound = std::chrono::milliseconds(2000);
+  if (world()->rank() < 2) {
+    auto group = world()->new_subgroup({0, 1}, "stuck", std::chrono::seconds(60));
+    auto t = torch::ones({4}, torch::kFloat32).to(device());
+    group->all_reduce(t).wait();  // both: NCCL creates its communicator at the first collective
+    if (group->rank() == 0) {
+      group->all_reduce(t);  // rank 1 never joins this one
+      const auto start = std::chrono::steady_clock::now();
+      group->close(bound);
+      const auto elapsed_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_TRUE(group->closed());
+      // Two waits of at most `bound` each, and what happens between them.
+      EXPECT_LT(elapsed_ms, (bound * 2 + std::chrono::seconds(3)).count());
+    }
+    // Rank 1 keeps its end open, and silent, until rank 0 has closed.
+    world()->barrier().wait();
+  } else {
+    world()->barrier().wait();
+  }
+}
+
 TEST(ProcessGroup, ShapeErrorsSayWhatFits) {
   const int n = world()->size();
   try {

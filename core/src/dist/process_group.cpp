@@ -91,6 +91,31 @@ bool finishes_within(std::chrono::milliseconds limit, const std::string& what, s
   return future.wait_for(limit) == std::future_status::ready;
 }
 
+// close()'s work: drains the GPU the backend's communicators belong to (cuda_device; -1: none),
+// aborts the backend and drops it, each of the two steps bounded by `limit`.
+void close_backend(compat::CommBackendPtr backend, int cuda_device, const std::string& what,
+                   std::chrono::milliseconds limit) {
+  if (cuda_device >= 0) {
+    const bool drained = finishes_within(limit, what, [cuda_device] { torch::cuda::synchronize(cuda_device); });
+    if (!drained) {
+      std::fprintf(stderr,
+                   "colo: %s: the GPU work queued on it did not finish within %lld ms (a peer may have died in the "
+                   "middle of a collective); aborting its communicators\n",
+                   what.c_str(), static_cast<long long>(limit.count()));
+    }
+  }
+  // Abort (NCCL: communicators, then the watchdog threads are told to end), then drop the last
+  // reference: the destructor joins the backend's threads (Gloo: after its queued work).
+  const bool stopped = finishes_within(limit, what, [backend = std::move(backend)]() mutable {
+    compat::abort_backend(*backend);
+    backend.reset();
+  });
+  if (!stopped) {
+    std::fprintf(stderr, "colo: %s: its backend did not shut down within %lld ms; leaving it behind\n", what.c_str(),
+                 static_cast<long long>(limit.count()));
+  }
+}
+
 void require_same_device_kind(const torch::Tensor& t, Backend backend, const char* op) {
   if (backend == Backend::kNccl && !t.is_cuda()) {
     throw std::invalid_argument(fmt::format("{} over NCCL needs CUDA tensors, got a {} tensor", op, t.device().str()));
@@ -168,37 +193,16 @@ ProcessGroup::Impl& ProcessGroup::live(const char* op) const {
 
 bool ProcessGroup::closed() const { return !impl_->backend; }
 
-void ProcessGroup::close() noexcept {
+void ProcessGroup::close() noexcept { close(std::min(timeout_, kCloseLimit)); }
+
+void ProcessGroup::close(std::chrono::milliseconds limit) noexcept {
   if (!impl_ || !impl_->backend) return;
   try {
-    close_within(std::min(timeout_, kCloseLimit));
+    const std::string what = fmt::format("closing group {}", describe());
+    // Moved out: from here on every operation says the group is closed.
+    close_backend(std::move(impl_->backend), impl_->cuda_device, what, limit);
   } catch (const std::exception& e) {  // a thread that could not be started, or out of memory
     std::fprintf(stderr, "colo: closing group %s: %s\n", name_.c_str(), e.what());
-  }
-}
-
-void ProcessGroup::close_within(std::chrono::milliseconds limit) {
-  const std::string what = fmt::format("closing group {}", describe());
-  // Moved out: from here on every operation says the group is closed.
-  compat::CommBackendPtr backend = std::move(impl_->backend);
-  if (const int device = impl_->cuda_device; device >= 0) {
-    const bool drained = finishes_within(limit, what, [device] { torch::cuda::synchronize(device); });
-    if (!drained) {
-      std::fprintf(stderr,
-                   "colo: %s: the GPU work queued on it did not finish within %lld ms (a peer may have died in the "
-                   "middle of a collective); aborting its communicators\n",
-                   what.c_str(), static_cast<long long>(limit.count()));
-    }
-  }
-  // Abort (NCCL: communicators, then the watchdog threads are told to end), then drop the last
-  // reference: the destructor joins the backend's threads (Gloo: after its queued work).
-  const bool stopped = finishes_within(limit, what, [backend = std::move(backend)]() mutable {
-    compat::abort_backend(*backend);
-    backend.reset();
-  });
-  if (!stopped) {
-    std::fprintf(stderr, "colo: %s: its backend did not shut down within %lld ms; leaving it behind\n", what.c_str(),
-                 static_cast<long long>(limit.count()));
   }
 }
 

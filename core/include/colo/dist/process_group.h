@@ -73,6 +73,8 @@ class ProcessGroup {
   // DistError. Idempotent; never throws. Groups the program owns are closed by their destructor;
   // the world group that PluginRegistry creates is closed when the process exits.
   void close() noexcept;
+  // The same with another bound on each wait.
+  void close(std::chrono::milliseconds limit) noexcept;
   bool closed() const;
 
   int rank() const { return rank_; }
@@ -123,7 +125,6 @@ class ProcessGroup {
 
   // impl_, or a DistError naming `op` when the group is closed.
   Impl& live(const char* op) const;
-  void close_within(std::chrono::milliseconds limit);
 
   std::unique_ptr<Impl> impl_;
   c10::intrusive_ptr<c10d::Store> store_;
