@@ -196,7 +196,7 @@ bool ProcessGroup::closed() const { return !impl_->backend; }
 void ProcessGroup::close() noexcept { close(std::min(timeout_, kCloseLimit)); }
 
 void ProcessGroup::close(std::chrono::milliseconds limit) noexcept {
-  if (!impl_ || !impl_->backend) return;
+  if (!impl_->backend) return;
   try {
     const std::string what = fmt::format("closing group {}", describe());
     // Moved out: from here on every operation says the group is closed.
