@@ -7,7 +7,7 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# overlap-probe exit-loop.
+# peer-scaling overlap-probe exit-loop.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -77,6 +77,13 @@ profile_runs() {
   cp "$LOGS/$report" "$OUT/"
   rm -f "$LOGS"/*_trace*.json "$LOGS"/*_profiled.json
   note "$report done ($((SECONDS - start)) s)"
+}
+
+# logged LOG COMMAND...: COMMAND with its output in LOG (for with_clocks, whose own output is the clocks).
+logged() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1
 }
 
 # split_run ENTRY: one ';'-separated entry of COLO_DP_RUNS / COLO_PROBE_RUNS into envs (its VAR=value
@@ -231,6 +238,42 @@ for stage in "$@"; do
       done
       # The GPUs are warmer now than for the first 1-GPU run: a second one shows how far that moves it.
       one_alone one_again "one GPU alone, again"
+      ;;
+    peer-scaling)
+      # Issue 3's 1.95x: is what colo's 2-GPU torch_ddp step loses the price of any data-parallel step
+      # as short as colo's on these GPUs, or colo's own? PyTorch's DDP scaled the same way: timm eager
+      # (~95 ms per step), and torch.compile'd timm (~75 ms, as short as colo's), its gradients in
+      # fp32 (autocast, the standard recipe: twice colo's bytes) or bf16 (pure bf16: colo's bytes).
+      # ViT-B/16 bf16, batch 256 per GPU, 10 + 60 steps; per run 1 GPU then 2 GPUs, with clocks.
+      # COLO_PEER_SCALING picks the runs: colo, colo-late (overlap_communication=false; 2 GPUs only),
+      # eager-fp32, compile-fp32, compile-bf16.
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 60 --peak-tflops 1)
+      for kind in ${COLO_PEER_SCALING:-colo colo-late eager-fp32 compile-bf16 compile-fp32}; do
+        for n in 1 2; do
+          json="$LOGS/ps_${kind}_$n.json"
+          case $kind in
+            colo) cmd=(build-gpu/bin/colo-run --nproc-per-node "$n" build-gpu/bin/colo_vit_bench --plugin torch_ddp) ;;
+            colo-late)
+              [ "$n" = 1 ] && continue
+              cmd=(build-gpu/bin/colo-run --nproc-per-node "$n" build-gpu/bin/colo_vit_bench --plugin torch_ddp
+                --plugin-opt=overlap_communication=false)
+              ;;
+            eager-* | compile-*)
+              mode=${kind%-*}
+              peer=(benchmarks/peers/timm_train_bench.py --param-dtype "${kind#*-}")
+              if [ "$n" = 1 ]; then
+                cmd=(python3 "${peer[@]}" --mode "$mode")
+              else
+                cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "${peer[@]}" --mode ddp)
+                [ "$mode" = compile ] && cmd+=(--compile)
+              fi
+              ;;
+            *) note "peer-scaling: unknown run $kind" && continue ;;
+          esac
+          clocks=$(with_clocks "ps_${kind}_$n" logged "$LOGS/ps_${kind}_$n.log" timeout 240 "${cmd[@]}" "${common[@]}" --json "$json")
+          note "peer-scaling $kind x$n rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$json" 2>/dev/null) | $clocks ($((SECONDS - start)) s)"
+        done
+      done
       ;;
     overlap-probe)
       # One ViT-B/16-sized bf16 all-reduce alone and beside a GEMM stream (what overlapping it with
