@@ -42,6 +42,8 @@ def main():
     parser.add_argument("--mib", type=float, default=172e6 / 2**20, help="all-reduce size in MiB of bf16")
     parser.add_argument("--gemms", type=int, default=30, help="8192^3 bf16 GEMMs per timed run")
     parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--op", choices=["avg", "sum"], default="avg",
+                        help="reduction: NCCL turns AVG of floating-point data into a pre-multiplied sum")
     parser.add_argument("--tag", default="-", help="label of the printed lines (e.g. the NCCL settings)")
     args = parser.parse_args()
 
@@ -52,8 +54,10 @@ def main():
     grads = torch.randn(int(args.mib * 2**20 / 2), device=device, dtype=torch.bfloat16)
     a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
 
+    op = dist.ReduceOp.AVG if args.op == "avg" else dist.ReduceOp.SUM
+
     def all_reduce():
-        dist.all_reduce(grads, op=dist.ReduceOp.AVG)
+        dist.all_reduce(grads, op=op)
 
     def gemms():
         for _ in range(args.gemms):

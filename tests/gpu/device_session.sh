@@ -284,7 +284,7 @@ for stage in "$@"; do
       for run in "${runs[@]}"; do
         split_run "$run"
         env "${envs[@]}" timeout 90 python3 -m torch.distributed.run --standalone --nproc-per-node "$ngpu" \
-          benchmarks/peers/allreduce_overlap_probe.py --tag "$run" "${args[@]}" >"$LOGS/probe_$tag.log" 2>&1
+          benchmarks/peers/allreduce_overlap_probe.py --tag="$run" "${args[@]}" >"$LOGS/probe_$tag.log" 2>&1
         note "probe [$run] rc=$?"
         grep -h '^PROBE' "$LOGS/probe_$tag.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       done
