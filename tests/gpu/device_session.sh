@@ -7,7 +7,7 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# peer-scaling overlap-probe exit-loop.
+# peer-scaling profile-peers overlap-probe exit-loop.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -48,7 +48,8 @@ with_clocks() {
 }
 
 # profile_runs NPROC OUTPUT.md LABEL:MODE...: one traced ViT-B/16 bf16 run per LABEL:MODE (colo plugin
-# for the label colo*, timm_train_bench.py mode otherwise), then kernel_summary.py over the traces.
+# for the label colo*, timm_train_bench.py mode otherwise, which may carry options: "ddp --compile"),
+# then kernel_summary.py over the traces.
 profile_runs() {
   local nproc=$1 report=$2 start=$SECONDS
   shift 2
@@ -61,7 +62,7 @@ profile_runs() {
         >"$LOGS/profile_$label.log" 2>&1
     else
       timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
-        benchmarks/peers/timm_train_bench.py --mode "$mode" "${common[@]}" --profile "$LOGS/${label}_trace.json" \
+        benchmarks/peers/timm_train_bench.py --mode $mode "${common[@]}" --profile "$LOGS/${label}_trace.json" \
         --json "$LOGS/${label}_profiled.json" >"$LOGS/profile_$label.log" 2>&1
     fi
     note "profile $label on $nproc GPU(s) rc=$?"
@@ -188,6 +189,11 @@ for stage in "$@"; do
       # The same on 2 GPUs (traces of rank 0): what data parallelism adds to the step (NCCL kernels,
       # compute slowed by sharing the GPU with them, idle gaps).
       profile_runs 2 kernels2.md "colo_ddp:torch_ddp" "timm_ddp:ddp"
+      ;;
+    profile-peers)
+      # The 2-GPU step of colo beside PyTorch's DDP over torch.compile'd pure-bf16 timm (the peer that
+      # moves colo's number of gradient bytes in a shorter step, stage peer-scaling).
+      profile_runs 2 kernels_peers.md "colo_ddp:torch_ddp" "timm_ddpc:ddp --compile --param-dtype bf16"
       ;;
     per-gpu)
       # Each GPU alone (ViT-B/16 bf16, batch 256, torch_ddp): a GPU, or the CPU socket its process
