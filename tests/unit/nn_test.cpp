@@ -18,6 +18,7 @@
 #include "colo/nn/encoder_block.h"
 #include "colo/nn/init.h"
 #include "colo/nn/layer_stack.h"
+#include "colo/nn/linear.h"
 #include "colo/nn/patch_embedding.h"
 #include "colo/nn/pretrained.h"
 #include "colo/nn/vision_transformer.h"
@@ -527,6 +528,98 @@ TEST(TimmParity, VitTinyGradients) {
     }
   }
   std::cout << "vit_tiny gradients: worst ||colo - timm|| / ||timm|| = " << worst << " (" << worst_name << ")\n";
+}
+
+// colo::nn::linear against at::linear under autograd: its backward computes the bias gradient as a
+// matrix-vector product, the rest as the same products.
+struct LinearGrads {
+  torch::Tensor out, input, weight, bias;
+};
+
+LinearGrads linear_grads(bool colo_path, torch::Tensor input, torch::Tensor weight, torch::Tensor bias,
+                         const torch::Tensor& grad_out) {
+  input = input.detach().requires_grad_(input.requires_grad());
+  weight = weight.detach().requires_grad_(weight.requires_grad());
+  if (bias.defined()) bias = bias.detach().requires_grad_(bias.requires_grad());
+  auto out = colo_path ? colo::nn::linear(input, weight, bias) : at::linear(input, weight, bias);
+  out.backward(grad_out);
+  return {out.detach(), input.grad(), weight.grad(), bias.defined() ? bias.grad() : torch::Tensor()};
+}
+
+double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>() /
+         std::max(b.to(torch::kDouble).abs().max().item<double>(), 1e-30);
+}
+
+TEST(Linear, GradientsEqualAtLinearsForEveryInputRank) {
+  torch::manual_seed(3);
+  const auto weight = torch::randn({5, 7}).requires_grad_();
+  const auto bias = torch::randn({5}).requires_grad_();
+  // 1-D, 2-D and 3-D inputs, and the token counts growing then shrinking (the ones vector is reused).
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{7}, {3, 7}, {4, 33, 7}, {2, 7}, {2, 3, 7}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    const auto input = torch::randn(shape).requires_grad_();
+    auto out_shape = shape;
+    out_shape.back() = 5;
+    const auto grad_out = torch::randn(out_shape);
+    const auto mine = linear_grads(true, input, weight, bias, grad_out);
+    const auto ref = linear_grads(false, input, weight, bias, grad_out);
+    EXPECT_TRUE(torch::equal(mine.out, ref.out));
+    ASSERT_EQ(mine.input.sizes(), ref.input.sizes());
+    EXPECT_LT(rel_diff(mine.input, ref.input), 1e-6);
+    ASSERT_EQ(mine.weight.sizes(), ref.weight.sizes());
+    EXPECT_TRUE(mine.weight.is_contiguous());  // the parameter's layout: autograd keeps it as it is
+    EXPECT_LT(rel_diff(mine.weight, ref.weight), 1e-6);
+    ASSERT_EQ(mine.bias.sizes(), ref.bias.sizes());
+    EXPECT_LT(rel_diff(mine.bias, ref.bias), 1e-6);
+    // The bias gradient is the output gradient summed over every row.
+    EXPECT_LT(rel_diff(mine.bias, grad_out.reshape({-1, 5}).sum(0)), 1e-6);
+  }
+}
+
+TEST(Linear, Bf16GradientsStayWithinBf16RoundingOfTheFp32Ones) {
+  torch::manual_seed(4);
+  const auto input = torch::randn({8, 50, 16});
+  const auto weight = torch::randn({12, 16});
+  const auto bias = torch::randn({12});
+  const auto grad_out = torch::randn({8, 50, 12});
+  const auto ref = linear_grads(false, input.requires_grad_(), weight.requires_grad_(), bias.requires_grad_(), grad_out);
+  const auto mine = linear_grads(true, input.to(torch::kBFloat16).requires_grad_(),
+                                 weight.to(torch::kBFloat16).requires_grad_(),
+                                 bias.to(torch::kBFloat16).requires_grad_(), grad_out.to(torch::kBFloat16));
+  ASSERT_EQ(mine.bias.scalar_type(), torch::kBFloat16);
+  // bf16 keeps 8 significant bits: the inputs' own rounding moves products by ~2^-8 relative.
+  EXPECT_LT(rel_diff(mine.out, ref.out), 2e-2);
+  EXPECT_LT(rel_diff(mine.input, ref.input), 2e-2);
+  EXPECT_LT(rel_diff(mine.weight, ref.weight), 2e-2);
+  EXPECT_LT(rel_diff(mine.bias, ref.bias), 2e-2);
+}
+
+TEST(Linear, WithoutBiasOrWithFrozenPartsGivesOnlyTheGradientsAsked) {
+  torch::manual_seed(5);
+  const auto input = torch::randn({3, 4, 6});
+  const auto weight = torch::randn({2, 6}).requires_grad_();
+  const auto grad_out = torch::randn({3, 4, 2});
+  const auto no_bias = linear_grads(true, input, weight, torch::Tensor(), grad_out);
+  const auto ref = linear_grads(false, input, weight, torch::Tensor(), grad_out);
+  EXPECT_TRUE(torch::equal(no_bias.out, ref.out));
+  EXPECT_TRUE(torch::equal(no_bias.weight, ref.weight));
+  EXPECT_FALSE(no_bias.input.defined());  // the input did not require a gradient
+
+  const auto frozen_bias = linear_grads(true, input, weight, torch::randn({2}), grad_out);
+  EXPECT_FALSE(frozen_bias.bias.defined());
+  EXPECT_LT(rel_diff(frozen_bias.weight, ref.weight), 1e-6);
+}
+
+TEST(Linear, ModuleForwardIsColoLinear) {
+  torch::manual_seed(6);
+  colo::nn::Linear layer(torch::nn::LinearOptions(6, 3));
+  const auto input = torch::randn({2, 5, 6});
+  auto out = layer->forward(input);
+  EXPECT_TRUE(torch::equal(out, at::linear(input, layer->weight, layer->bias)));
+  ASSERT_NE(out.grad_fn(), nullptr);
+  // colo's backward node, not at::linear's (whose AddmmBackward0 sums the bias gradient's columns).
+  EXPECT_NE(out.grad_fn()->name().find("LinearFunction"), std::string::npos) << out.grad_fn()->name();
 }
 
 }  // namespace

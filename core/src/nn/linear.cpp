@@ -1,7 +1,73 @@
 #include "colo/nn/linear.h"
 
-namespace colo::nn {
+#include <c10/core/impl/VirtualGuardImpl.h>
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& input) { return torch::linear(input, weight, bias); }
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace colo::nn {
+namespace {
+
+// The stream work on `device` is queued on now; none for the CPU.
+std::optional<c10::Stream> current_stream(const c10::Device& device) {
+  if (device.is_cpu() || !c10::impl::hasDeviceGuardImpl(device.type())) return std::nullopt;
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
+// A vector of n ones in `like`'s dtype and device, for the bias gradient's matrix-vector product.
+// Kept per autograd thread (one per device) and grown as needed, so a step does not fill ~50 of
+// them. It is remade when the current stream changes: the fill that made it is then ordered
+// before its use on the new stream as well.
+torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
+  struct Cached {
+    torch::Tensor ones;
+    std::optional<c10::Stream> stream;
+  };
+  thread_local std::vector<Cached> cache;
+  const auto stream = current_stream(like.device());
+  for (auto& entry : cache) {
+    if (entry.ones.device() != like.device() || entry.ones.scalar_type() != like.scalar_type()) continue;
+    if (entry.ones.numel() < n || entry.stream != stream) {
+      entry.ones = torch::ones({std::max(n, entry.ones.numel())}, like.options());
+      entry.stream = stream;
+    }
+    return entry.ones.narrow(0, 0, n);
+  }
+  cache.push_back({torch::ones({n}, like.options()), stream});
+  return cache.back().ones;
+}
+
+struct LinearFunction : torch::autograd::Function<LinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    ctx->save_for_backward({input, weight});
+    return at::linear(input, weight, bias);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& input = saved[0];
+    const auto& weight = saved[1];
+    const auto& grad = grads[0];
+    // Every leading dimension of the input is a row of one matrix product, as in at::linear.
+    const auto rows = grad.reshape({-1, weight.size(0)});
+    torch::Tensor grad_input, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) grad_input = grad.matmul(weight);
+    if (ctx->needs_input_grad(1)) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
+    if (ctx->needs_input_grad(2)) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
+    return {grad_input, grad_weight, grad_bias};
+  }
+};
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!bias.defined()) return at::linear(input, weight);
+  return LinearFunction::apply(input, weight, bias);
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& input) { return nn::linear(input, weight, bias); }
 
 }  // namespace colo::nn
