@@ -17,6 +17,7 @@
 #include "colo/nn/drop_path.h"
 #include "colo/nn/encoder_block.h"
 #include "colo/nn/init.h"
+#include "colo/nn/layer_norm.h"
 #include "colo/nn/layer_stack.h"
 #include "colo/nn/linear.h"
 #include "colo/nn/patch_embedding.h"
@@ -620,6 +621,57 @@ TEST(Linear, ModuleForwardIsColoLinear) {
   ASSERT_NE(out.grad_fn(), nullptr);
   // colo's backward node, not at::linear's (whose AddmmBackward0 sums the bias gradient's columns).
   EXPECT_NE(out.grad_fn()->name().find("LinearFunction"), std::string::npos) << out.grad_fn()->name();
+}
+
+// colo::nn::layer_norm against at::layer_norm under autograd. On the CPU the backward is ATen's own
+// (the CUDA kernel for the weight and bias gradients is tested on the GPU: tests/gpu).
+TEST(LayerNorm, MatchesAtLayerNormForwardAndBackward) {
+  torch::manual_seed(7);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{3, 8}, {2, 5, 8}, {4, 3, 2, 8}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    const auto x = torch::randn(shape);
+    const auto w = torch::randn({8});
+    const auto b = torch::randn({8});
+    const auto g = torch::randn(shape);
+    std::vector<torch::Tensor> grads[2];
+    torch::Tensor outs[2];
+    for (int colo_path = 0; colo_path < 2; ++colo_path) {
+      auto xi = x.clone().requires_grad_();
+      auto wi = w.clone().requires_grad_();
+      auto bi = b.clone().requires_grad_();
+      outs[colo_path] = colo_path ? colo::nn::layer_norm(xi, {8}, wi, bi, 1e-6) : at::layer_norm(xi, {8}, wi, bi, 1e-6);
+      outs[colo_path].backward(g);
+      grads[colo_path] = {xi.grad(), wi.grad(), bi.grad()};
+    }
+    EXPECT_TRUE(torch::equal(outs[0], outs[1]));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::allclose(grads[1][i], grads[0][i], 1e-6, 1e-6)) << "gradient " << i;
+    EXPECT_FALSE(colo::nn::layer_norm_uses_colo_kernel(g, x, 8));  // the CPU
+  }
+}
+
+TEST(LayerNorm, GivesOnlyTheGradientsAskedAndTakesTheModulesOptions) {
+  torch::manual_seed(8);
+  torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({6}).eps(1e-3));
+  const auto x = torch::randn({4, 6});
+  EXPECT_TRUE(torch::equal(colo::nn::layer_norm(x, *norm), norm->forward(x)));
+
+  // A frozen weight and bias: only the input's gradient.
+  norm->weight.set_requires_grad(false);
+  norm->bias.set_requires_grad(false);
+  auto xi = x.clone().requires_grad_();
+  colo::nn::layer_norm(xi, *norm).sum().backward();
+  EXPECT_TRUE(xi.grad().defined());
+  EXPECT_FALSE(norm->weight.grad().defined());
+
+  // An input that needs no gradient: only the parameters'.
+  norm->weight.set_requires_grad(true);
+  norm->bias.set_requires_grad(true);
+  colo::nn::layer_norm(x, *norm).pow(2).sum().backward();
+  EXPECT_TRUE(norm->weight.grad().defined());
+  EXPECT_TRUE(norm->bias.grad().defined());
+
+  // Without an affine transform it is at::layer_norm.
+  EXPECT_TRUE(torch::equal(colo::nn::layer_norm(x, {6}, {}, {}, 1e-5), at::layer_norm(x, {6}, {}, {}, 1e-5)));
 }
 
 }  // namespace

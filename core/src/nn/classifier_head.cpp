@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "colo/nn/init.h"
+#include "colo/nn/layer_norm.h"
 
 namespace colo::nn {
 
@@ -24,7 +25,7 @@ torch::Tensor ClassifierHead::forward(const torch::Tensor& x) {
   }
   // timm normalises every token, then pools the class token; LayerNorm acts on each token
   // alone, so normalising only the class token gives the same logits for less work.
-  return head_->forward(norm_->forward(x.select(1, 0)));
+  return head_->forward(layer_norm(x.select(1, 0), *norm_));
 }
 
 }  // namespace colo::nn

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "colo/nn/drop_path.h"
+#include "colo/nn/layer_norm.h"
 
 namespace colo::nn {
 
@@ -27,8 +28,8 @@ EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
 std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }
 
 torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
-  auto h = x + drop_path(attn_->forward(norm1_->forward(x)), drop_path_, is_training());
-  return h + drop_path(mlp_->forward(norm2_->forward(h)), drop_path_, is_training());
+  auto h = x + drop_path(attn_->forward(layer_norm(x, *norm1_)), drop_path_, is_training());
+  return h + drop_path(mlp_->forward(layer_norm(h, *norm2_)), drop_path_, is_training());
 }
 
 const std::vector<std::string>& EncoderBlock::replaceable_submodules() {
