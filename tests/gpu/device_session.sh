@@ -247,12 +247,12 @@ for stage in "$@"; do
       ;;
     peer-scaling)
       # Issue 3's 1.95x: is what colo's 2-GPU torch_ddp step loses the price of any data-parallel step
-      # as short as colo's on these GPUs, or colo's own? PyTorch's DDP scaled the same way: timm eager
-      # (~95 ms per step), and torch.compile'd timm (~75 ms, as short as colo's), its gradients in
-      # fp32 (autocast, the standard recipe: twice colo's bytes) or bf16 (pure bf16: colo's bytes).
-      # ViT-B/16 bf16, batch 256 per GPU, 10 + 60 steps; per run 1 GPU then 2 GPUs, with clocks.
-      # COLO_PEER_SCALING picks the runs: colo, colo-late (overlap_communication=false; 2 GPUs only),
-      # eager-fp32, compile-fp32, compile-bf16.
+      # as short as colo's on these GPUs, or colo's own? The same measurement for PyTorch's DDP: timm
+      # eager (~80-95 ms per step) and torch.compile'd timm (~70-75 ms, as short as colo's), with
+      # gradients in fp32 (autocast, the standard recipe: twice colo's bytes) or bf16 (pure bf16:
+      # colo's bytes). ViT-B/16 bf16, batch 256 per GPU, 10 + 60 steps; per run 1 GPU then 2 GPUs,
+      # with clocks. COLO_PEER_SCALING picks the runs: colo, colo-late (overlap_communication=false;
+      # 2 GPUs only), eager-fp32, eager-bf16, compile-fp32, compile-bf16.
       common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 60 --peak-tflops 1)
       for kind in ${COLO_PEER_SCALING:-colo colo-late eager-fp32 compile-bf16 compile-fp32}; do
         for n in 1 2; do

@@ -49,7 +49,7 @@ std::pair<torch::Tensor, torch::Tensor> affine_grads_on_gpu(const torch::Tensor&
         "{}{}",
         input.device().str(), cudaGetErrorString(status),
         status == cudaErrorNoKernelImageForDevice
-            ? " (colo was compiled for other GPU architectures: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<this GPU's>)"
+            ? " (colo was compiled for other GPU architectures: rebuild with -DCOLO_CUDA_ARCHITECTURES=<this GPU's, e.g. 89>)"
             : ""));
   }
   auto sums = partial.sum(1);
