@@ -19,9 +19,7 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return ::testing::PrintToString(c.shape) + " " + std::string(c.dtype == torch::kFloat    ? "fp32"
-                                                               : c.dtype == torch::kHalf ? "fp16"
-                                                                                         : "bf16");
+  return ::testing::PrintToString(c.shape) + " " + std::string(c10::toString(c.dtype));
 }
 
 double max_rel(const torch::Tensor& actual, const torch::Tensor& expected) {
