@@ -103,20 +103,6 @@ void MixedPrecisionOptimizer::backward(const torch::Tensor& loss) {
   }
 }
 
-double MixedPrecisionOptimizer::global_norm(const std::vector<torch::Tensor>& grads, double inv_scale) const {
-  auto sq = amp::grad_sq_norm(grads);
-  for (const auto& group : options_.norm_groups) {
-    if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
-  }
-  if (scaler_ && options_.replica_group && options_.replica_group->size() > 1) {
-    // MAX drops NaNs on some backends; as +inf an overflow on one replica reaches them all.
-    const double inf = std::numeric_limits<double>::infinity();
-    sq = at::nan_to_num(sq, inf, inf, -inf);
-    options_.replica_group->all_reduce_and_wait(sq, dist::ReduceOp::kMax);
-  }
-  return std::sqrt(sq.item<double>()) * inv_scale;
-}
-
 bool MixedPrecisionOptimizer::step() {
   if (pre_step_hook_) pre_step_hook_();
   if (masters_) masters_->copy_grads_to_master();
@@ -126,7 +112,9 @@ bool MixedPrecisionOptimizer::step() {
     std::vector<torch::Tensor> grads;
     grads.reserve(stepped_.size());
     for (const auto& p : stepped_) grads.push_back(p.grad());
-    const auto result = amp::apply_unscale_and_clip(grads, inv_scale, max_grad_norm_, global_norm(grads, inv_scale));
+    auto plan = options_.grad_norm;
+    if (!scaler_) plan.agree_over = nullptr;
+    const auto result = amp::unscale_and_clip(grads, inv_scale, max_grad_norm_, plan);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;
   }

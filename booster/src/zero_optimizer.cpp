@@ -206,8 +206,15 @@ bool ZeroOptimizer::step() {
   bool found_inf = false;
   if (scaler_ || max_grad_norm_ > 0.0) {
     const double inv_scale = scaler_ ? scaler_->inv_scale() : 1.0;
-    // The shards are disjoint: their squared norms sum to the global one (padding adds zeros).
-    const auto result = amp::unscale_and_clip({adam_->grad()}, inv_scale, max_grad_norm_, {group_.get()});
+    // The shards are disjoint: their squared norms sum to the global one. Normed per parameter
+    // piece, as a replica's gradients are, so that the norm does not depend on the layout.
+    const auto grad = adam_->grad();
+    std::vector<torch::Tensor> pieces;
+    for (const auto& piece : layout_->pieces(group_->rank())) pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
+    amp::GradNormPlan plan;
+    plan.sum_over.push_back(group_);
+    const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
+    const auto result = amp::apply_unscale_and_clip({grad}, inv_scale, max_grad_norm_, norm);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;
   }

@@ -80,7 +80,7 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   mp.policy = amp::PrecisionPolicy(options_.precision).master_weights(options_.master_weights);
   mp.loss_scaler = options_.loss_scaler;
   mp.max_grad_norm = options_.max_grad_norm;
-  mp.replica_group = world;  // gradients are identical on every rank after the all-reduce
+  mp.grad_norm.agree_over = world;  // gradients are identical on every rank after the all-reduce
   auto optimizer = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, model, mp);
 
   // 4. Hooks go on the final tensors: a later dtype or device change would drop them. A world

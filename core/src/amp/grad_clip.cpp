@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -36,7 +37,10 @@ torch::Tensor grad_sq_norm(const std::vector<torch::Tensor>& grads) {
     if (g.is_sparse()) {
       throw std::invalid_argument("grad_sq_norm: sparse gradients are not supported; use dense embeddings");
     }
-    if (g.scalar_type() == torch::kFloat) {
+    if (!g.is_cuda()) {
+      // fp64 accumulation (see the header): exact to rounding whatever the tensor's size.
+      norms.push_back(torch::linalg_vector_norm(g, 2, at::OptionalIntArrayRef(), false, torch::kDouble).to(device));
+    } else if (g.scalar_type() == torch::kFloat) {
       fp32_by_device[g.device().str()].push_back(g);
     } else {
       norms.push_back(torch::linalg_vector_norm(g, 2, at::OptionalIntArrayRef(), false, torch::kFloat).to(device));
@@ -62,18 +66,27 @@ GradClipResult apply_unscale_and_clip(const std::vector<torch::Tensor>& grads, d
   return result;
 }
 
+double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale) {
+  auto sq = grad_sq_norm(grads);
+  for (const auto& group : plan.sum_over) {
+    if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
+  }
+  if (plan.agree_over && plan.agree_over->size() > 1) {
+    // MAX drops NaNs on some backends; as +inf an overflow on one replica reaches them all.
+    const double inf = std::numeric_limits<double>::infinity();
+    sq = at::nan_to_num(sq, inf, inf, -inf);
+    plan.agree_over->all_reduce_and_wait(sq, dist::ReduceOp::kMax);
+  }
+  return std::sqrt(sq.item<double>()) * inv_scale;
+}
+
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
-                                const std::vector<dist::ProcessGroup*>& norm_groups) {
+                                const GradNormPlan& plan) {
   if (!(inv_scale > 0.0) || !std::isfinite(inv_scale)) {
     throw std::invalid_argument(fmt::format(
         "unscale_and_clip: inv_scale {} must be finite and > 0 (1 / the loss scale; 1 without scaling)", inv_scale));
   }
-  auto sq = grad_sq_norm(grads);
-  for (auto* group : norm_groups) {
-    if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
-  }
-  const double total_norm = std::sqrt(sq.item<double>()) * inv_scale;
-  return apply_unscale_and_clip(grads, inv_scale, max_norm, total_norm);
+  return apply_unscale_and_clip(grads, inv_scale, max_norm, global_grad_norm(grads, plan, inv_scale));
 }
 
 }  // namespace colo::amp

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <colo/amp/dynamic_loss_scaler.h>
+#include <colo/amp/grad_clip.h>
 #include <colo/amp/master_weights.h>
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/optimizer_wrapper.h>
@@ -24,14 +25,12 @@ struct MixedPrecisionOptimizerOptions {
   amp::LossScalerOptions loss_scaler;
   // Gradient clipping by global L2 norm; 0 disables it.
   double max_grad_norm = 0.0;
-  // Ranks that hold the SAME gradients (data-parallel replicas after their all-reduce): the
-  // overflow decision is taken together over them (a MAX all-reduce of the squared norm, which
-  // leaves the norm itself unchanged), so that all skip a step or none does. Only consulted
-  // with a loss scaler.
-  std::shared_ptr<dist::ProcessGroup> replica_group;
-  // Groups over which each rank holds a DISJOINT part of the gradients (ZeRO-2's dp shards,
-  // pipeline stages, tensor-parallel shards): their squared norms are summed over each.
-  std::vector<std::shared_ptr<dist::ProcessGroup>> norm_groups;
+  // How this rank's gradient squares combine into the global norm (amp::GradNormPlan): sum_over
+  // the groups whose ranks hold disjoint parts (pipeline stages, say); agree_over the ranks
+  // holding the same gradients (data-parallel replicas after their all-reduce), over which the
+  // overflow decision is taken together so that all skip a step or none does. agree_over is
+  // consulted only with a loss scaler: without one, replicas compute the same norm anyway.
+  amp::GradNormPlan grad_norm;
 };
 
 // An OptimizerWrapper for plain and mixed-precision training, for any plugin whose ranks hold
@@ -44,7 +43,7 @@ struct MixedPrecisionOptimizerOptions {
 //                 its state is fp32 too; after each step the masters are rounded back into the
 //                 working weights
 //   fp16          a DynamicLossScaler: backward() scales the loss, step() unscales, and skips
-//                 the step on overflow on every rank of replica_group alike (counted)
+//                 the step on overflow on every rank of grad_norm.agree_over alike (counted)
 //
 // A step: pre-step hook (e.g. "wait for gradient reduction") -> gradients to the masters ->
 // unscale and clip in one pass (amp::unscale_and_clip semantics; only when scaling or clipping)
@@ -93,10 +92,6 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   const std::vector<torch::Tensor>& working_params() const { return working_; }
 
  private:
-  // The global L2 norm of the unscaled gradients (inf or nan on overflow), agreed over the
-  // norm groups and, with a loss scaler, the replica group.
-  double global_norm(const std::vector<torch::Tensor>& grads, double inv_scale) const;
-
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<nn::LayerStack> model_;
   MixedPrecisionOptimizerOptions options_;
