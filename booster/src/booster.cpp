@@ -44,8 +44,10 @@ Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<to
   if (!model) throw std::invalid_argument("Booster::boost: the model is null");
   if (!optimizer) throw std::invalid_argument("Booster::boost: the optimizer is null");
   if (!criterion) throw std::invalid_argument("Booster::boost: the criterion is empty");
-  return plugin_->boost({std::move(model), std::move(optimizer), std::move(criterion), std::move(dataloader),
-                         std::move(lr_scheduler)});
+  auto boosted = plugin_->boost({std::move(model), std::move(optimizer), std::move(criterion), std::move(dataloader),
+                                 std::move(lr_scheduler)});
+  if (!boosted.mesh) boosted.mesh = plugin_->context().mesh;
+  return boosted;
 }
 
 void Booster::backward(const torch::Tensor& loss, OptimizerWrapper& optimizer) { plugin_->backward(loss, optimizer); }

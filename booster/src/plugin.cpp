@@ -6,11 +6,17 @@
 
 namespace colo {
 
-NoSyncGuard Plugin::no_sync(ModelWrapper& /*model*/, OptimizerWrapper& /*optimizer*/) {
-  throw std::logic_error(fmt::format(
-      "plugin {} does not support no_sync (gradient accumulation without synchronisation); accumulate by "
-      "running backward on several micro-batches before one optimizer step, or use a plugin that supports it",
-      name()));
+NoSyncGuard Plugin::no_sync(ModelWrapper& model, OptimizerWrapper& optimizer) {
+  // The wrappers own their reductions; the guard only needs them to outlive it (the boosted
+  // objects do).
+  const bool model_sync = model.gradient_sync();
+  const bool optimizer_sync = optimizer.gradient_sync();
+  model.set_gradient_sync(false);
+  optimizer.set_gradient_sync(false);
+  return NoSyncGuard([&model, &optimizer, model_sync, optimizer_sync] {
+    model.set_gradient_sync(model_sync);
+    optimizer.set_gradient_sync(optimizer_sync);
+  });
 }
 
 PipelineResult Plugin::execute_pipeline(const torch::Tensor& /*inputs*/, const torch::Tensor& /*targets*/,

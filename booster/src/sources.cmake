@@ -6,6 +6,8 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_wrapper.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizer_wrapper.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/parallelize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp

@@ -195,6 +195,10 @@ void ZeroOptimizer::backward(const torch::Tensor& loss) {
   }
 }
 
+void ZeroOptimizer::set_gradient_sync(bool enabled) { reducer_->set_sync(enabled); }
+bool ZeroOptimizer::gradient_sync() const { return reducer_->sync_enabled(); }
+void ZeroOptimizer::reduce_accumulated_gradients() { reducer_->reduce_accumulated(); }
+
 std::vector<optim::HybridAdamOptions> ZeroOptimizer::hyperparameters() const {
   std::vector<optim::HybridAdamOptions> groups;
   for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) groups.push_back(adam_options(*optimizer_, g));

@@ -160,11 +160,6 @@ class SingleDevicePlugin : public colo::Plugin {
     return out;
   }
 
-  // One device has nothing to synchronise: backward passes accumulate either way.
-  colo::NoSyncGuard no_sync(colo::ModelWrapper&, colo::OptimizerWrapper&) override {
-    return colo::NoSyncGuard([] {});
-  }
-
  private:
   double max_grad_norm_ = 0.0;
 };

@@ -1,6 +1,8 @@
 #include "low_level_zero_plugin.h"
 
+#include <colo/booster/parallelize.h>
 #include <colo/booster/plugin_info.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/booster/precision_options.h>
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
@@ -65,6 +67,7 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(const PluginOptions& options, const Plugi
   if (!context_.world) {
     throw std::invalid_argument("low_level_zero needs the job's world process group in its PluginContext");
   }
+  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
 }
 
 Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
@@ -75,43 +78,18 @@ Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
   const auto& world = context_.world;
 
   // 1.
-  if (inputs.dataloader) {
-    try {
-      inputs.dataloader->reshard(world->size(), world->rank());
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(
-          fmt::format("low_level_zero: the data loader cannot be split over the {} data-parallel ranks of this job: {}",
-                      world->size(), e.what()));
-    }
-  }
+  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
 
   // 2.
   auto model = inputs.model;
-  model->to(context_.device);
-  {
-    auto states = model->parameters();
-    for (auto& b : model->buffers()) states.push_back(b);
-    ddp::broadcast_coalesced(*world, states, 0);
-  }
+  broadcast_model(*model, context_.device, *world);
 
   // 3.
   auto optimizer = std::make_shared<ZeroOptimizer>(inputs.optimizer, model, world, options_.zero);
 
   // 4.
   auto wrapped = std::make_shared<LowLevelZeroModel>(model, optimizer);
-  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler};
-}
-
-NoSyncGuard LowLevelZeroPlugin::no_sync(ModelWrapper& /*model*/, OptimizerWrapper& optimizer) {
-  auto* zero = dynamic_cast<ZeroOptimizer*>(&optimizer);
-  if (!zero) {
-    throw std::invalid_argument(
-        "low_level_zero no_sync: the optimizer was not boosted by low_level_zero; pass the boosted optimizer");
-  }
-  auto* reducer = &zero->reducer();  // lives as long as the boosted optimizer, which outlives the guard
-  const bool previous = reducer->sync_enabled();
-  reducer->set_sync(false);
-  return NoSyncGuard([reducer, previous] { reducer->set_sync(previous); });
+  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
 }  // namespace colo::plugins

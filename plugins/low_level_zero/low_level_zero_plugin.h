@@ -44,7 +44,6 @@ class LowLevelZeroPlugin : public Plugin {
   const LowLevelZeroOptions& options() const { return options_; }
 
   Boosted boost(BoostInputs inputs) override;
-  NoSyncGuard no_sync(ModelWrapper& model, OptimizerWrapper& optimizer) override;
 
  private:
   LowLevelZeroOptions options_;

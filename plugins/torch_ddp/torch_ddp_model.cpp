@@ -26,6 +26,15 @@ torch::Tensor TorchDdpModel::forward(const torch::Tensor& input) {
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }
 
+// A world of one has no reducer: nothing to switch, nothing to reduce.
+void TorchDdpModel::set_gradient_sync(bool enabled) {
+  if (reducer_) reducer_->set_sync(enabled);
+}
+bool TorchDdpModel::gradient_sync() const { return !reducer_ || reducer_->sync_enabled(); }
+void TorchDdpModel::reduce_accumulated_gradients() {
+  if (reducer_) reducer_->reduce_accumulated();
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> TorchDdpModel::named_masters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   if (!masters_) return out;

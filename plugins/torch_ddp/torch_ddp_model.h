@@ -34,6 +34,9 @@ class TorchDdpModel : public ModelWrapper {
                 std::shared_ptr<dist::ProcessGroup> buffer_sync_group);
 
   torch::Tensor forward(const torch::Tensor& input) override;
+  void set_gradient_sync(bool enabled) override;
+  bool gradient_sync() const override;
+  void reduce_accumulated_gradients() override;
 
   std::vector<std::pair<std::string, torch::Tensor>> full_state() const override;
   void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;

@@ -1,6 +1,8 @@
 #include "torch_ddp_plugin.h"
 
 #include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/booster/parallelize.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/booster/precision_options.h>
 #include <colo/data/data_loader.h>
@@ -58,6 +60,7 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
   if (!context_.world) {
     throw std::invalid_argument("torch_ddp needs the job's world process group in its PluginContext");
   }
+  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
 }
 
 Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
@@ -68,12 +71,7 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   auto model = inputs.model;
 
   // 1-2. One device, one starting point for every replica (before any rounding to bf16/fp16).
-  model->to(context_.device);
-  {
-    auto states = model->parameters();
-    for (auto& b : model->buffers()) states.push_back(b);
-    ddp::broadcast_coalesced(*world, states, 0);
-  }
+  broadcast_model(*model, context_.device, *world);
 
   // 3. Casts the working weights and makes the masters.
   MixedPrecisionOptimizerOptions mp;
@@ -86,37 +84,20 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   // 4. Hooks go on the final tensors: a later dtype or device change would drop them. A world
   // of one has nothing to average: no hooks, no buckets, autograd's own gradients (gathering
   // them into buckets would copy every gradient once per step for nothing).
-  std::shared_ptr<ddp::BucketedAllReduce> reducer;
-  if (world->size() > 1) {
-    std::vector<std::pair<std::string, torch::Tensor>> named;
-    for (const auto& item : model->canonical_named_parameters()) named.emplace_back(item.key(), item.value());
-    reducer = std::make_shared<ddp::BucketedAllReduce>(std::move(named), world,
-                                                       ddp::BucketedAllReduceOptions()
-                                                           .bucket_cap_mb(options_.bucket_cap_mb)
-                                                           .gradient_as_bucket_view(options_.gradient_as_bucket_view)
-                                                           .find_unused_parameters(options_.find_unused_parameters)
-                                                           .overlap_communication(options_.overlap_communication));
-  }
+  auto reducer = apply_ddp(*model, world,
+                           ddp::BucketedAllReduceOptions()
+                               .bucket_cap_mb(options_.bucket_cap_mb)
+                               .gradient_as_bucket_view(options_.gradient_as_bucket_view)
+                               .find_unused_parameters(options_.find_unused_parameters)
+                               .overlap_communication(options_.overlap_communication));
 
   // 5.
   auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
                                                  options_.broadcast_buffers ? world : nullptr);
 
   // 6.
-  if (inputs.dataloader) inputs.dataloader->reshard(world->size(), world->rank());
-  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler};
-}
-
-NoSyncGuard TorchDdpPlugin::no_sync(ModelWrapper& model, OptimizerWrapper& /*optimizer*/) {
-  auto* ddp_model = dynamic_cast<TorchDdpModel*>(&model);
-  if (!ddp_model) {
-    throw std::invalid_argument("torch_ddp no_sync: the model was not boosted by torch_ddp; pass the boosted model");
-  }
-  auto reducer = ddp_model->reducer();
-  if (!reducer) return NoSyncGuard([] {});  // a world of one never communicates
-  const bool previous = reducer->sync_enabled();
-  reducer->set_sync(false);
-  return NoSyncGuard([reducer, previous] { reducer->set_sync(previous); });
+  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
+  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
 }  // namespace colo::plugins

@@ -47,7 +47,6 @@ class TorchDdpPlugin : public Plugin {
   const TorchDdpOptions& options() const { return options_; }
 
   Boosted boost(BoostInputs inputs) override;
-  NoSyncGuard no_sync(ModelWrapper& model, OptimizerWrapper& optimizer) override;
 
  private:
   TorchDdpOptions options_;

@@ -125,8 +125,9 @@ TEST(ProcessGroupMesh, WorldOfOne) {
   ProcessGroupMesh mesh(world, {1, 1, 1});
   EXPECT_EQ(mesh.groups().tp->size(), 1);
   EXPECT_EQ(mesh.groups().dp->size(), 1);
-  EXPECT_EQ(mesh.axis_ranks("pp", 0), std::vector<int>{0});
-  EXPECT_THROW(mesh.axis_ranks("xy", 0), std::invalid_argument);
+  EXPECT_EQ(mesh.axis_ranks(MeshAxis::kPp, 0), std::vector<int>{0});
+  EXPECT_EQ(mesh.group(MeshAxis::kDp), world) << "an axis over the whole world is the world group";
+  EXPECT_STREQ(to_string(MeshAxis::kTp), "tp");
 }
 
 TEST(Coordinator, MasterIsRankZero) {

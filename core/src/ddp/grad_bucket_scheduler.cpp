@@ -100,6 +100,27 @@ void GradBucketScheduler::on_grad_ready(std::size_t i) {
   }
 }
 
+void GradBucketScheduler::reduce_accumulated() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pass_active_) {
+      throw std::logic_error(
+          "GradBucketScheduler::reduce_accumulated: a backward pass is in flight; call it after backward has returned");
+    }
+    reset_pass();
+    pass_active_ = true;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad().defined()) continue;
+      grad_ready_[i] = true;
+      callbacks_.grad_ready(i);
+      const auto b = bucket_of_[i];
+      if (--pending_[b] == 0) ready_[b] = true;
+    }
+    launch_ready_buckets();
+  }
+  finish_backward();
+}
+
 void GradBucketScheduler::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && ready_[next_launch_]) callbacks_.launch(next_launch_++);
 }

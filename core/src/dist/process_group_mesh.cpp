@@ -7,6 +7,32 @@
 
 namespace colo::dist {
 
+const char* to_string(MeshAxis axis) {
+  switch (axis) {
+    case MeshAxis::kDp:
+      return "dp";
+    case MeshAxis::kPp:
+      return "pp";
+    case MeshAxis::kTp:
+      return "tp";
+  }
+  throw std::invalid_argument("unknown MeshAxis");
+}
+
+int MeshShape::size(MeshAxis axis) const {
+  return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp;
+}
+
+int& MeshCoordinate::on(MeshAxis axis) { return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp; }
+int MeshCoordinate::on(MeshAxis axis) const { return const_cast<MeshCoordinate*>(this)->on(axis); }
+
+std::shared_ptr<ProcessGroup>& MeshGroups::on(MeshAxis axis) {
+  return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp;
+}
+const std::shared_ptr<ProcessGroup>& MeshGroups::on(MeshAxis axis) const {
+  return const_cast<MeshGroups*>(this)->on(axis);
+}
+
 MeshShape ProcessGroupMesh::resolve(MeshShape shape, int world_size) {
   if (shape.pp < 1 || shape.tp < 1 || shape.dp < 0) {
     throw std::invalid_argument(fmt::format("mesh sizes must be positive (dp may be 0 = inferred), got dp={} pp={} tp={}",
@@ -31,44 +57,54 @@ MeshShape ProcessGroupMesh::resolve(MeshShape shape, int world_size) {
 }
 
 ProcessGroupMesh::ProcessGroupMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape)
-    : shape_(resolve(shape, world->size())), rank_(world->global_rank(world->rank())) {
+    : shape_(resolve(shape, world->size())), rank_(world->rank()) {
   groups_.world = world;
+  const auto c = coordinate();
   // Every rank walks the same axes in the same order, so the members of each group arrive at
   // its creation together (new_subgroup's contract).
-  for (const char* axis : {"tp", "pp", "dp"}) {
+  for (const MeshAxis axis : {MeshAxis::kTp, MeshAxis::kPp, MeshAxis::kDp}) {
+    auto& group = groups_.on(axis);
     const auto ranks = axis_ranks(axis, rank_);
-    const auto c = coordinate();
-    const std::string name = std::string(axis) == "tp" ? fmt::format("tp[dp{},pp{}]", c.dp, c.pp)
-                             : std::string(axis) == "pp" ? fmt::format("pp[dp{},tp{}]", c.dp, c.tp)
-                                                         : fmt::format("dp[pp{},tp{}]", c.pp, c.tp);
-    auto group = world->new_subgroup(ranks, name);
-    (std::string(axis) == "tp" ? groups_.tp : std::string(axis) == "pp" ? groups_.pp : groups_.dp) = group;
+    if (static_cast<int>(ranks.size()) == world->size()) {
+      group = world;
+      continue;
+    }
+    std::vector<int> global;
+    for (int r : ranks) global.push_back(world->global_rank(r));
+    // The group's name says where it sits: "dp[pp1,tp0]" is the data-parallel group of stage 1.
+    std::vector<std::string> others;
+    for (const MeshAxis other : kMeshAxes) {
+      if (other != axis) others.push_back(fmt::format("{}{}", to_string(other), c.on(other)));
+    }
+    group = world->new_subgroup(global, fmt::format("{}[{},{}]", to_string(axis), others[0], others[1]));
   }
 }
 
-MeshCoordinate ProcessGroupMesh::coordinate_of(int global_rank) const {
+MeshCoordinate ProcessGroupMesh::coordinate_of(int rank) const {
   MeshCoordinate c;
-  c.tp = global_rank % shape_.tp;
-  c.pp = (global_rank / shape_.tp) % shape_.pp;
-  c.dp = global_rank / (shape_.tp * shape_.pp);
+  c.tp = rank % shape_.tp;
+  c.pp = (rank / shape_.tp) % shape_.pp;
+  c.dp = rank / (shape_.tp * shape_.pp);
   return c;
 }
 
-int ProcessGroupMesh::global_rank_of(const MeshCoordinate& c) const {
+int ProcessGroupMesh::rank_of(const MeshCoordinate& c) const {
   return (c.dp * shape_.pp + c.pp) * shape_.tp + c.tp;
 }
 
-std::vector<int> ProcessGroupMesh::axis_ranks(const std::string& axis, int global_rank) const {
-  const MeshCoordinate base = coordinate_of(global_rank);
+std::vector<int> ProcessGroupMesh::axis_ranks(MeshAxis axis, int rank) const {
+  const MeshCoordinate base = coordinate_of(rank);
   std::vector<int> ranks;
-  const int n = axis == "dp" ? shape_.dp : axis == "pp" ? shape_.pp : axis == "tp" ? shape_.tp : -1;
-  if (n < 0) throw std::invalid_argument(fmt::format("unknown mesh axis '{}'; use dp, pp or tp", axis));
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < shape_.size(axis); ++i) {
     MeshCoordinate c = base;
-    (axis == "dp" ? c.dp : axis == "pp" ? c.pp : c.tp) = i;
-    ranks.push_back(global_rank_of(c));
+    c.on(axis) = i;
+    ranks.push_back(rank_of(c));
   }
   return ranks;
+}
+
+std::string ProcessGroupMesh::describe() const {
+  return fmt::format("dp={} pp={} tp={}", shape_.dp, shape_.pp, shape_.tp);
 }
 
 }  // namespace colo::dist

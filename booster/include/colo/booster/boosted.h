@@ -11,6 +11,9 @@
 namespace colo::data {
 class DataLoader;
 }
+namespace colo::dist {
+class ProcessGroupMesh;
+}
 namespace colo::optim {
 class LRScheduler;
 }
@@ -37,6 +40,10 @@ struct Boosted {
   Criterion criterion;
   std::shared_ptr<data::DataLoader> dataloader;  // re-sharded over the data-parallel axis
   std::shared_ptr<optim::LRScheduler> lr_scheduler;
+  // The plugin's layout: the (dp, pp, tp) mesh and its groups. User code reads the data-parallel
+  // size and rank from it (mesh->size(MeshAxis::kDp), mesh->coordinate(MeshAxis::kDp)) to shard
+  // evaluation data; null only for a plugin that runs without a world (a single device).
+  std::shared_ptr<const dist::ProcessGroupMesh> mesh;
 };
 
 }  // namespace colo

@@ -22,6 +22,17 @@ class ModelWrapper {
   virtual torch::Tensor forward(const torch::Tensor& input) { return module_->forward(input); }
   torch::Tensor operator()(const torch::Tensor& input) { return forward(input); }
 
+  // Data-parallel gradient synchronisation, a switch every plugin's wrappers answer to
+  // (Booster::no_sync, and the pipeline's "reduce once, after the last backward"). Off, backward
+  // passes accumulate gradients locally without communicating; the next synchronised pass, or
+  // reduce_accumulated_gradients(), reduces everything accumulated. Wrappers that reduce nothing
+  // ignore it.
+  virtual void set_gradient_sync(bool enabled) { (void)enabled; }
+  virtual bool gradient_sync() const { return true; }
+  // Reduces, now and without a backward pass, the gradients accumulated with sync off, as a
+  // synchronised backward pass would have. Collective over the data-parallel group.
+  virtual void reduce_accumulated_gradients() {}
+
   virtual void train(bool on = true) { module_->train(on); }
   void eval() { train(false); }
   bool is_training() const { return module_->is_training(); }

@@ -23,12 +23,29 @@ class OptimizerWrapper {
 
   // Runs backward on the loss (scaled where the precision needs it).
   virtual void backward(const torch::Tensor& loss) = 0;
+  // Runs backward from `outputs` given the gradients of the loss with respect to them: what a
+  // pipeline stage that does not compute the loss does with the gradient its next stage sent.
+  // Hooks and accumulation work as in backward(loss); the gradients already carry the loss
+  // scale (the last stage's backward(loss) applied it), so it is not applied again.
+  virtual void backward_by_grad(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& grads);
+
   // Applies the accumulated gradients. Returns false when the step was skipped (fp16 overflow,
   // decided on every rank alike).
   virtual bool step() = 0;
   // Clears the gradients before the next accumulation: drops them (set to undefined) or zeroes
   // them in place, whichever the plugin's gradient path handles faster.
   virtual void zero_grad() = 0;
+
+  // Data-parallel gradient synchronisation, a switch every plugin's wrappers answer to
+  // (Booster::no_sync, and the pipeline's "reduce once, after the last backward"). Off, backward
+  // passes accumulate gradients locally without communicating; the next synchronised pass, or
+  // reduce_accumulated_gradients(), reduces everything accumulated. Wrappers that reduce nothing
+  // ignore it.
+  virtual void set_gradient_sync(bool enabled) { (void)enabled; }
+  virtual bool gradient_sync() const { return true; }
+  // Reduces, now and without a backward pass, the gradients accumulated with sync off, as a
+  // synchronised backward pass would have. Collective over the data-parallel group.
+  virtual void reduce_accumulated_gradients() {}
 
   // Gradient clipping by global norm; 0 disables it.
   void set_max_grad_norm(double max_norm) { max_grad_norm_ = max_norm; }

@@ -13,14 +13,22 @@
 
 namespace colo::dist {
 class ProcessGroup;
-}
+class ProcessGroupMesh;
+}  // namespace colo::dist
 
 namespace colo {
 
-// What a plugin is created with: the job's world group and this rank's device.
+// What a plugin is created with: the job's world group and this rank's device. The plugin adds
+// its layout: the (dp, pp, tp) mesh over the world, built in its constructor (torch_ddp and
+// low_level_zero: the world as data parallel).
 struct PluginContext {
+  PluginContext() = default;
+  PluginContext(std::shared_ptr<dist::ProcessGroup> world_group, c10::Device rank_device)
+      : world(std::move(world_group)), device(rank_device) {}
+
   std::shared_ptr<dist::ProcessGroup> world;
   c10::Device device = c10::Device(c10::kCPU);
+  std::shared_ptr<const dist::ProcessGroupMesh> mesh;
 };
 
 // Restores gradient synchronisation when it goes out of scope (Booster::no_sync).
@@ -69,7 +77,9 @@ class Plugin {
   virtual void backward(const torch::Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
 
   // Gradient accumulation: backward passes inside the guard's scope accumulate locally, without
-  // communication; the first backward after it synchronises everything accumulated.
+  // communication; the first backward after it synchronises everything accumulated. The default
+  // switches the wrappers' gradient sync off (ModelWrapper/OptimizerWrapper::set_gradient_sync)
+  // and back on when the guard goes out of scope.
   virtual NoSyncGuard no_sync(ModelWrapper& model, OptimizerWrapper& optimizer);
 
   virtual bool supports_pipeline() const { return false; }

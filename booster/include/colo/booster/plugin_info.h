@@ -13,7 +13,7 @@ namespace colo {
 
 // Bumped whenever Plugin, the wrappers or PluginInfo change in a way that breaks plugins
 // compiled against older headers.
-inline constexpr int kPluginApiVersion = 1;
+inline constexpr int kPluginApiVersion = 2;
 
 // The one entry a plugin exports (as the symbol `colo_plugin_info`, through Boost.DLL).
 // api_version comes first and is a plain int so that the loader can read it safely from a

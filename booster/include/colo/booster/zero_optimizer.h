@@ -95,6 +95,9 @@ class ZeroOptimizer : public OptimizerWrapper {
 
   void backward(const torch::Tensor& loss) override;
   bool step() override;
+  void set_gradient_sync(bool enabled) override;
+  bool gradient_sync() const override;
+  void reduce_accumulated_gradients() override;
   void zero_grad() override;
   int64_t skipped_steps() const override { return scaler_ ? scaler_->skipped_steps() : 0; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }

@@ -84,6 +84,8 @@ class BucketedAllReduce {
   // Off: backward passes accumulate gradients locally without communicating (no_sync).
   void set_sync(bool enabled) { scheduler_->set_sync(enabled); }
   bool sync_enabled() const { return scheduler_->sync_enabled(); }
+  // Averages, now, the gradients accumulated with sync off (GradBucketScheduler::reduce_accumulated).
+  void reduce_accumulated() { scheduler_->reduce_accumulated(); }
 
   // Sets every gradient to undefined (what the next backward handles fastest). Not during backward.
   void zero_grad();

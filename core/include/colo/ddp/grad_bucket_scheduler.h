@@ -68,6 +68,13 @@ class GradBucketScheduler {
   // Backward passes that ended with finish() succeeding.
   int64_t synchronized_passes() const;
 
+  // Synchronises, now and without a backward pass, the gradients accumulated in param.grad while
+  // sync was off, exactly as a synchronised pass would have: grad_ready for every parameter whose
+  // gradient is defined, buckets launched in order, then finish(missing) with the rest. The
+  // pipeline runs every backward with sync off and then this once per step (its weight-gradient
+  // passes run outside autograd, where no hook fires). Not during a backward pass.
+  void reduce_accumulated();
+
   // Only from inside the finish callback: marks every bucket ready and launches, in order,
   // those not launched yet.
   void launch_remaining();

@@ -35,6 +35,7 @@ class AllReduceGradReducer : public GradReducer {
   void zero_grad() override { all_reduce_.zero_grad(); }
   void set_sync(bool enabled) override { all_reduce_.set_sync(enabled); }
   bool sync_enabled() const override { return all_reduce_.sync_enabled(); }
+  void reduce_accumulated() override { all_reduce_.reduce_accumulated(); }
   void prepare_for_backward() override { all_reduce_.prepare_for_backward(); }
   int64_t synchronized_passes() const override { return all_reduce_.synchronized_passes(); }
 

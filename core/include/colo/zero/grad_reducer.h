@@ -27,6 +27,9 @@ class GradReducer {
   // without communicating; the next synchronised pass reduces the sum.
   virtual void set_sync(bool enabled) = 0;
   virtual bool sync_enabled() const = 0;
+  // Reduces, now and without a backward pass, the gradients accumulated in param.grad with sync
+  // off, as a synchronised pass would have (ddp::GradBucketScheduler::reduce_accumulated).
+  virtual void reduce_accumulated() = 0;
   // Before each forward: drops the state of a backward pass that failed midway.
   virtual void prepare_for_backward() = 0;
   // Backward passes whose gradients were reduced so far.

@@ -58,6 +58,7 @@ class ReduceScatterGradReducer : public GradReducer {
   void zero_grad() override;
   void set_sync(bool enabled) override { scheduler_->set_sync(enabled); }
   bool sync_enabled() const override { return scheduler_->sync_enabled(); }
+  void reduce_accumulated() override { scheduler_->reduce_accumulated(); }
   void prepare_for_backward() override { scheduler_->prepare_for_backward(); }
   int64_t synchronized_passes() const override { return scheduler_->synchronized_passes(); }
 

@@ -1,0 +1,52 @@
+#pragma once
+
+// The steps every plugin's boost() is composed of (DESIGN.md, "Layouts"), each a small function
+// over the process group it works on, the way torchtitan applies one parallelism after another:
+// torch_ddp and low_level_zero call them with the world as the data-parallel group,
+// hybrid_parallel with its mesh's groups. The optimizer wrappers are the remaining steps:
+// MixedPrecisionOptimizer (precision, over a amp::GradNormPlan) and ZeroOptimizer (ZeRO-1/2 over
+// a data-parallel group).
+#include <colo/ddp/bucketed_all_reduce.h>
+
+#include <c10/core/Device.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+namespace colo::data {
+class DataLoader;
+}
+namespace colo::dist {
+class ProcessGroup;
+}
+namespace colo::nn {
+class LayerStack;
+}
+
+namespace colo {
+
+// Moves the model to `device` and makes every rank of `group` start from the same values: its
+// parameters and buffers are broadcast from the group's rank 0. Call it before any cast to a
+// lower precision, so that replicas agree on the fp32 values their masters keep.
+void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group);
+
+// Data-parallel gradient averaging over `group`: bucketed all-reduces driven by hooks on the
+// model's parameters, which must have their final device and dtype. Null when the group has one
+// rank (nothing to average; autograd's own gradients, without the copy into buckets).
+std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, std::shared_ptr<dist::ProcessGroup> group,
+                                                  const ddp::BucketedAllReduceOptions& options);
+
+// Re-points the user's optimizer at the parameters this rank holds (`model`: a pipeline stage's
+// layers, say), in place: each parameter group keeps its options and its other parameters (a
+// group left without any stays, empty, so that group indices, and the learning rates schedulers
+// and checkpoints record per group, keep their meaning); state of parameters dropped is dropped.
+// Throws std::invalid_argument when a parameter of `model` that requires grad is in none of the
+// optimizer's groups, while others are (an optimizer built over another model).
+void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model);
+
+// Splits the loader's data over the data-parallel group (each rank its shard). Throws
+// std::invalid_argument, naming the plugin, when the data cannot be split that way.
+void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin);
+
+}  // namespace colo

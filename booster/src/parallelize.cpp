@@ -1,0 +1,76 @@
+#include <colo/booster/parallelize.h>
+#include <colo/compat/torch_compat.h>
+#include <colo/data/data_loader.h>
+#include <colo/ddp/broadcast_coalesced.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/optim/optimizer_state.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <unordered_set>
+
+namespace colo {
+
+void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group) {
+  model.to(device);
+  auto states = model.parameters();
+  for (auto& b : model.buffers()) states.push_back(b);
+  ddp::broadcast_coalesced(group, states, 0);
+}
+
+std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, std::shared_ptr<dist::ProcessGroup> group,
+                                                  const ddp::BucketedAllReduceOptions& options) {
+  if (!group) throw std::invalid_argument("apply_ddp: the data-parallel group is null");
+  if (group->size() == 1) return nullptr;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model.canonical_named_parameters()) named.emplace_back(item.key(), item.value());
+  return std::make_shared<ddp::BucketedAllReduce>(std::move(named), std::move(group), options);
+}
+
+void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model) {
+  std::unordered_set<const void*> kept;
+  for (const auto& p : model.parameters()) kept.insert(p.unsafeGetTensorImpl());
+
+  std::unordered_set<const void*> in_optimizer;
+  for (const auto& p : optim::optimizer_params(optimizer)) in_optimizer.insert(p.unsafeGetTensorImpl());
+  std::vector<std::string> orphans;
+  for (const auto& item : model.canonical_named_parameters()) {
+    if (item.value().requires_grad() && !in_optimizer.count(item.value().unsafeGetTensorImpl())) {
+      orphans.push_back(item.key());
+    }
+  }
+  if (!orphans.empty() && orphans.size() < kept.size()) {
+    throw std::invalid_argument(fmt::format(
+        "restrict_optimizer: {} of this rank's parameters are in none of the optimizer's parameter groups (the first: "
+        "'{}'); build the optimizer over model->parameters() of the whole model",
+        orphans.size(), orphans.front()));
+  }
+
+  // Torch optimizers key their state by the parameter's TensorImpl (a string or the pointer,
+  // depending on the LibTorch version); colo's do the same.
+  auto& state = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    std::vector<torch::Tensor> keep;
+    for (const auto& p : group.params()) {
+      if (kept.count(p.unsafeGetTensorImpl())) {
+        keep.push_back(p);
+      } else {
+        state.erase(compat::optimizer_state_key(p));
+      }
+    }
+    group.params() = std::move(keep);
+  }
+}
+
+void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin) {
+  try {
+    loader.reshard(dp_group.size(), dp_group.rank());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{}: the data loader cannot be split over the {} data-parallel ranks of "
+                                            "this job: {}",
+                                            plugin, dp_group.size(), e.what()));
+  }
+}
+
+}  // namespace colo
