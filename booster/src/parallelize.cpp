@@ -32,21 +32,6 @@ void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack
   std::unordered_set<const void*> kept;
   for (const auto& p : model.parameters()) kept.insert(p.unsafeGetTensorImpl());
 
-  std::unordered_set<const void*> in_optimizer;
-  for (const auto& p : optim::optimizer_params(optimizer)) in_optimizer.insert(p.unsafeGetTensorImpl());
-  std::vector<std::string> orphans;
-  for (const auto& item : model.canonical_named_parameters()) {
-    if (item.value().requires_grad() && !in_optimizer.count(item.value().unsafeGetTensorImpl())) {
-      orphans.push_back(item.key());
-    }
-  }
-  if (!orphans.empty() && orphans.size() < kept.size()) {
-    throw std::invalid_argument(fmt::format(
-        "restrict_optimizer: {} of this rank's parameters are in none of the optimizer's parameter groups (the first: "
-        "'{}'); build the optimizer over model->parameters() of the whole model",
-        orphans.size(), orphans.front()));
-  }
-
   // Torch optimizers key their state by the parameter's TensorImpl (a string or the pointer,
   // depending on the LibTorch version); colo's do the same.
   auto& state = optimizer.state();

@@ -14,6 +14,7 @@
 
 #include "colo/checkpoint/safetensors.h"
 #include "colo/nn/classifier_head.h"
+#include "colo/nn/deferred_weight_grads.h"
 #include "colo/nn/drop_path.h"
 #include "colo/nn/encoder_block.h"
 #include "colo/nn/init.h"
@@ -675,3 +676,59 @@ TEST(LayerNorm, GivesOnlyTheGradientsAskedAndTakesTheModulesOptions) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Deferred weight gradients (zero-bubble pipelines' B and W)
+
+TEST(DeferredWeightGrads, InputGradNowAndWeightGradLaterEqualOneWholeBackward) {
+  torch::manual_seed(5);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  const auto images = torch::randn({3, 3, 32, 32});
+  const auto labels = torch::randint(0, 10, {3});
+  auto loss_of = [&] { return torch::nn::functional::cross_entropy(model->forward(images), labels); };
+
+  loss_of().backward();
+  std::map<std::string, torch::Tensor> whole;
+  for (const auto& item : model->canonical_named_parameters()) whole[item.key()] = item.value().grad().clone();
+  model->zero_grad(/*set_to_none=*/true);
+
+  colo::nn::DeferredWeightGrads deferred;
+  {
+    colo::nn::WeightGradDeferral scope(deferred);
+    loss_of().backward();
+  }
+  EXPECT_FALSE(deferred.empty());
+  // B: the linears' and LayerNorms' weight gradients are not there yet; the rest is.
+  const auto after_b = model->canonical_named_parameters();
+  EXPECT_FALSE(after_b["blocks.0.attn.qkv.weight"].grad().defined());
+  EXPECT_FALSE(after_b["blocks.1.mlp.fc2.bias"].grad().defined());
+  EXPECT_FALSE(after_b["blocks.0.norm1.weight"].grad().defined());
+  EXPECT_FALSE(after_b["head.weight"].grad().defined());
+  EXPECT_TRUE(after_b["patch_embed.proj.weight"].grad().defined());
+  EXPECT_TRUE(after_b["pos_embed"].grad().defined());
+
+  deferred.run();  // W
+  EXPECT_TRUE(deferred.empty());
+  for (const auto& item : model->canonical_named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_TRUE(torch::allclose(item.value().grad(), whole[item.key()], 1e-5, 1e-7)) << item.key();
+  }
+  EXPECT_EQ(colo::nn::WeightGradDeferral::active(), nullptr);
+}
+
+TEST(DeferredWeightGrads, AccumulateIntoExistingGradientsAndDoNotNest) {
+  torch::manual_seed(6);
+  colo::nn::Linear layer(torch::nn::LinearOptions(4, 3));
+  const auto x = torch::randn({5, 4});
+  layer->forward(x).sum().backward();
+  const auto once = layer->weight.grad().clone();
+  colo::nn::DeferredWeightGrads deferred;
+  {
+    colo::nn::WeightGradDeferral scope(deferred);
+    EXPECT_THROW(colo::nn::WeightGradDeferral nested(deferred), std::logic_error);
+    layer->forward(x).sum().backward();
+  }
+  EXPECT_TRUE(torch::equal(layer->weight.grad(), once)) << "deferred: untouched until W";
+  deferred.run();
+  EXPECT_TRUE(torch::allclose(layer->weight.grad(), 2 * once));
+}

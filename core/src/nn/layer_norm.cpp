@@ -1,5 +1,7 @@
 #include "colo/nn/layer_norm.h"
 
+#include "colo/nn/deferred_weight_grads.h"
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -57,6 +59,25 @@ std::pair<torch::Tensor, torch::Tensor> affine_grads_on_gpu(const torch::Tensor&
 }
 #endif
 
+// The weight and bias gradients alone (the deferred W of a zero-bubble schedule), in the
+// parameters' dtypes: colo's kernel where it applies, ATen's backward otherwise.
+std::pair<torch::Tensor, torch::Tensor> affine_grads(const torch::Tensor& grad, const torch::Tensor& input,
+                                                     const std::vector<int64_t>& normalized_shape,
+                                                     const torch::Tensor& mean, const torch::Tensor& rstd,
+                                                     const torch::Tensor& weight, const torch::Tensor& bias,
+                                                     bool need_weight, bool need_bias) {
+#ifdef COLO_WITH_CUDA_KERNELS
+  if (layer_norm_uses_colo_kernel(grad, input, weight.numel())) {
+    auto [gamma, beta] = affine_grads_on_gpu(grad, input, mean, rstd, weight.numel());
+    return {need_weight ? gamma.to(weight.scalar_type()) : torch::Tensor(),
+            need_bias ? beta.to(bias.scalar_type()) : torch::Tensor()};
+  }
+#endif
+  auto grads =
+      at::native_layer_norm_backward(grad, input, normalized_shape, mean, rstd, weight, bias, {false, need_weight, need_bias});
+  return {std::get<1>(grads), std::get<2>(grads)};
+}
+
 struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
@@ -83,6 +104,20 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     const int64_t cols = weight.numel();
 
     torch::Tensor d_input, d_weight, d_bias;
+    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
+      // Zero bubble's W: the affine gradients later, into .grad directly (the saved weight and
+      // bias are the parameters themselves: leaves are saved as they are).
+      if (need_input) {
+        d_input = std::get<0>(
+            at::native_layer_norm_backward(grad, input, normalized_shape, mean, rstd, weight, bias, {true, false, false}));
+      }
+      deferred->add([=] {
+        auto [gamma, beta] = affine_grads(grad, input, normalized_shape, mean, rstd, weight, bias, need_weight, need_bias);
+        if (need_weight) accumulate_grad(weight, gamma);
+        if (need_bias) accumulate_grad(bias, beta);
+      });
+      return {d_input, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
     if ((need_weight || need_bias) && layer_norm_uses_colo_kernel(grad, input, cols)) {
 #ifdef COLO_WITH_CUDA_KERNELS
       if (need_input) {

@@ -1,5 +1,7 @@
 #include "colo/nn/linear.h"
 
+#include "colo/nn/deferred_weight_grads.h"
+
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
@@ -41,7 +43,7 @@ torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
-    ctx->save_for_backward({input, weight});
+    ctx->save_for_backward({input, weight, bias});
     return at::linear(input, weight, bias);
   }
 
@@ -55,8 +57,20 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     const auto rows = grad.reshape({-1, weight.size(0)});
     torch::Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) grad_input = grad.matmul(weight);
-    if (ctx->needs_input_grad(1)) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
-    if (ctx->needs_input_grad(2)) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
+    const bool need_weight = ctx->needs_input_grad(1);
+    const bool need_bias = ctx->needs_input_grad(2);
+    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
+      // Zero bubble's W: the same products later, into .grad directly (the saved weight and
+      // bias are the parameters themselves: leaves are saved as they are).
+      const auto bias = saved[2];
+      deferred->add([rows, input, weight, bias, need_weight, need_bias] {
+        if (need_weight) accumulate_grad(weight, rows.t().mm(input.reshape({-1, weight.size(1)})));
+        if (need_bias) accumulate_grad(bias, at::mv(rows.t(), ones_vector(rows.size(0), rows)));
+      });
+      return {grad_input, torch::Tensor(), torch::Tensor()};
+    }
+    if (need_weight) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
+    if (need_bias) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
     return {grad_input, grad_weight, grad_bias};
   }
 };

@@ -41,8 +41,7 @@ std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, s
 // layers, say), in place: each parameter group keeps its options and its other parameters (a
 // group left without any stays, empty, so that group indices, and the learning rates schedulers
 // and checkpoints record per group, keep their meaning); state of parameters dropped is dropped.
-// Throws std::invalid_argument when a parameter of `model` that requires grad is in none of the
-// optimizer's groups, while others are (an optimizer built over another model).
+// Parameters of `model` the optimizer does not hold stay outside it (frozen or fine-tuned parts).
 void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model);
 
 // Splits the loader's data over the data-parallel group (each rank its shard). Throws
