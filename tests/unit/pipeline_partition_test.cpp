@@ -80,8 +80,8 @@ TEST(PipelinePartition, TheViTHeadStaysWithTheLastBlock) {
   EXPECT_EQ(sizes_of(ranges), (std::vector<int>{3, 3, 4, 4}));  // 3 3 4 3 layers, the last holding the head
   expect_tiling(ranges, 14);
   // Two stages, explicit: the embedding and 6 blocks, then 6 blocks and the head.
-  const auto explicit_ranges =
-      partition_layers(14, 2, PartitionOptions().method(PartitionMethod::kExplicit).layers_per_stage({7, 6}).glue_last(1));
+  const auto explicit_ranges = partition_layers(
+      14, 2, PartitionOptions().method(PartitionMethod::kExplicit).layers_per_stage({7, 6}).glue_last(1));
   EXPECT_EQ(explicit_ranges[0], (LayerRange{0, 7}));
   EXPECT_EQ(explicit_ranges[1], (LayerRange{7, 14}));
   // Balanced by parameter count (tiny embedding and head, equal blocks): the glued head's cost
@@ -95,7 +95,8 @@ TEST(PipelinePartition, TheViTHeadStaysWithTheLastBlock) {
   EXPECT_EQ(sizes_of(balanced), (std::vector<int>{8, 6}));  // costs 71 and 75 (7 blocks + embedding | 5 + head)
   EXPECT_DOUBLE_EQ(largest_stage_cost(balanced, params), 75);
   // Every stage needs a layer: 14 modules glued to 13 cannot fill 14 stages.
-  const auto message = error_of<std::invalid_argument>([] { partition_layers(14, 14, PartitionOptions().glue_last(1)); });
+  const auto message =
+      error_of<std::invalid_argument>([] { partition_layers(14, 14, PartitionOptions().glue_last(1)); });
   EXPECT_NE(message.find("there are 13 layers to place (the last 1 glued to the one before them)"), std::string::npos)
       << message;
 }
@@ -159,8 +160,9 @@ TEST(PipelinePartition, ErrorsSayWhatToChange) {
   };
   EXPECT_NE(message_of(12, 2, explicit_sizes({7, 4})).find("layers_per_stage sums to 11, but there are 12 layers"),
             std::string::npos);
-  EXPECT_NE(message_of(12, 3, explicit_sizes({7, 5})).find("layers_per_stage has 2 entries: give one per virtual stage "
-                                                          "(pp × chunks = 3)"),
+  EXPECT_NE(message_of(12, 3, explicit_sizes({7, 5}))
+                .find("layers_per_stage has 2 entries: give one per virtual stage "
+                      "(pp × chunks = 3)"),
             std::string::npos);
   EXPECT_NE(message_of(12, 3, explicit_sizes({7, 5, 0})).find("gives stage 2 0 layers"), std::string::npos);
   EXPECT_EQ(sizes_of(partition_layers(12, 2, explicit_sizes({7, 5}))), (std::vector<int>{7, 5}));
@@ -171,7 +173,8 @@ TEST(PipelinePartition, ErrorsSayWhatToChange) {
   EXPECT_NE(message_of(3, 2, costs({1, 2})).find("layer_costs has 2 entries: give one cost per layer of the stack (3)"),
             std::string::npos);
   EXPECT_NE(message_of(3, 2, costs({1, -2, 1})).find("layer 1's cost is -2"), std::string::npos);
-  EXPECT_NE(message_of(3, 2, costs({1, std::numeric_limits<double>::quiet_NaN(), 1})).find("finite"), std::string::npos);
+  EXPECT_NE(message_of(3, 2, costs({1, std::numeric_limits<double>::quiet_NaN(), 1})).find("finite"),
+            std::string::npos);
   // Options the method does not read are a mistake, not silently ignored.
   EXPECT_NE(message_of(4, 2, PartitionOptions().layer_costs({1, 1, 1, 1})).find("only the balanced method reads it"),
             std::string::npos);

@@ -52,8 +52,7 @@ TEST(PipelineAction, ParseNamesTheTextAndTheExpectedForm) {
     EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos) << message;
     EXPECT_NE(message.find("<stage><F|B|W><microbatch>"), std::string::npos) << message;
   }
-  EXPECT_NE(error_of<std::invalid_argument>([] { Action::parse("1X3"); }).find("'X' is not a kind"),
-            std::string::npos);
+  EXPECT_NE(error_of<std::invalid_argument>([] { Action::parse("1X3"); }).find("'X' is not a kind"), std::string::npos);
 }
 
 TEST(PipelineAction, EqualityAndOrdering) {
@@ -70,8 +69,10 @@ TEST(PipelineAction, EqualityAndOrdering) {
 }
 
 TEST(PipelineAction, ListsRoundTrip) {
-  const std::vector<Action> actions = {{0, ActionKind::kForward, 0}, {0, ActionKind::kForward, 1},
-                                       {0, ActionKind::kBackward, 0}, {2, ActionKind::kWeight, 10}};
+  const std::vector<Action> actions = {{0, ActionKind::kForward, 0},
+                                       {0, ActionKind::kForward, 1},
+                                       {0, ActionKind::kBackward, 0},
+                                       {2, ActionKind::kWeight, 10}};
   EXPECT_EQ(format_actions(actions), "0F0 0F1 0B0 2W10");
   EXPECT_EQ(parse_actions(format_actions(actions)), actions);
   EXPECT_EQ(parse_actions(" 0F0, 0F1,0B0   2W10 "), actions);
@@ -102,10 +103,9 @@ TEST(PipelineSchedule, GPipeRunsEveryForwardThenEveryBackward) {
 
 TEST(PipelineSchedule, OneFOneBWarmsUpThenAlternates) {
   EXPECT_EQ(rank_texts(one_f_one_b_schedule(ScheduleShape(4, 6))),
-            (std::vector<std::string>{"0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5",
-                                      "1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1B4 1B5",
-                                      "2F0 2F1 2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2B5",
-                                      "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5"}));
+            (std::vector<std::string>{
+                "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5", "1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1B4 1B5",
+                "2F0 2F1 2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2B5", "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5"}));
   EXPECT_EQ(rank_texts(one_f_one_b_schedule(ScheduleShape(1, 2))), (std::vector<std::string>{"0F0 0B0 0F1 0B1"}));
   // Fewer microbatches than stages: the warm-up is cut to m.
   EXPECT_EQ(rank_texts(one_f_one_b_schedule(ScheduleShape(4, 2))),
@@ -126,11 +126,11 @@ TEST(PipelineSchedule, ZeroBubbleDefersWeightGradientsOfLaterRanks) {
   const auto schedule = zero_bubble_h1_schedule(ScheduleShape(3, 4));
   EXPECT_TRUE(schedule.split_backward);
   // Rank r: min(2 - r, m) forwards; r F-B pairs without W; F-B-W; B-W; the deferred W's.
-  EXPECT_EQ(rank_texts(schedule),
-            (std::vector<std::string>{"0F0 0F1 0F2 0B0 0W0 0F3 0B1 0W1 0B2 0W2 0B3 0W3",
-                                      "1F0 1F1 1B0 1F2 1B1 1W0 1F3 1B2 1W1 1B3 1W2 1W3",
-                                      "2F0 2B0 2F1 2B1 2F2 2B2 2W0 2F3 2B3 2W1 2W2 2W3"}));
-  EXPECT_EQ(rank_texts(zero_bubble_h1_schedule(ScheduleShape(1, 2))), (std::vector<std::string>{"0F0 0B0 0W0 0F1 0B1 0W1"}));
+  EXPECT_EQ(rank_texts(schedule), (std::vector<std::string>{"0F0 0F1 0F2 0B0 0W0 0F3 0B1 0W1 0B2 0W2 0B3 0W3",
+                                                            "1F0 1F1 1B0 1F2 1B1 1W0 1F3 1B2 1W1 1B3 1W2 1W3",
+                                                            "2F0 2B0 2F1 2B1 2F2 2B2 2W0 2F3 2B3 2W1 2W2 2W3"}));
+  EXPECT_EQ(rank_texts(zero_bubble_h1_schedule(ScheduleShape(1, 2))),
+            (std::vector<std::string>{"0F0 0B0 0W0 0F1 0B1 0W1"}));
   // Fewer microbatches than stages.
   EXPECT_EQ(rank_texts(zero_bubble_h1_schedule(ScheduleShape(3, 1))),
             (std::vector<std::string>{"0F0 0B0 0W0", "1F0 1B0 1W0", "2F0 2B0 2W0"}));
@@ -158,8 +158,8 @@ TEST(PipelineSchedule, BadShapesListEveryProblem) {
   EXPECT_NE(shape_problems(ScheduleStyle::kInterleaved, ScheduleShape(4, 2).chunks(2))[0].find("use 4"),
             std::string::npos);
 
-  const auto chunked = error_of<std::invalid_argument>(
-      [] { make_schedule(ScheduleStyle::kOneFOneB, ScheduleShape(2, 4).chunks(2)); });
+  const auto chunked =
+      error_of<std::invalid_argument>([] { make_schedule(ScheduleStyle::kOneFOneB, ScheduleShape(2, 4).chunks(2)); });
   EXPECT_NE(chunked.find("chunks=2 needs the interleaved schedule"), std::string::npos) << chunked;
 
   const auto problems = shape_problems(ScheduleStyle::kGPipe, ScheduleShape(0, -1).chunks(0));
@@ -275,7 +275,8 @@ TEST(PipelineFormat, RankScheduleMarksTheFailingAction) {
             "rank 1 of 2 (stages 1), 16 actions:\n"
             "  [ 0] 1F0 1B0 1F1 >>1B1<< 1F2 1B2 1F3 1B3 1F4 1B4 1F5 1B5\n"
             "  [12] 1F6 1B6 1F7 1B7\n");
-  EXPECT_EQ(format_rank_schedule(one_f_one_b(1, 1), 0, 7), "rank 0 of 1 (stages 0), 2 actions:\n  [0] 0F0 0B0 >>end<<\n");
+  EXPECT_EQ(format_rank_schedule(one_f_one_b(1, 1), 0, 7),
+            "rank 0 of 1 (stages 0), 2 actions:\n  [0] 0F0 0B0 >>end<<\n");
   EXPECT_EQ(format_rank_schedule(interleaved_schedule(ScheduleShape(2, 2).chunks(2)), 0),
             "rank 0 of 2 (stages 0, 2), 8 actions:\n  [0] 0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1\n");
   EXPECT_THROW(format_rank_schedule(schedule, 2), std::invalid_argument);

@@ -2,10 +2,8 @@
 #include <colo/pipeline/program.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <optional>
-#include <stdexcept>
 #include <tuple>
 
 namespace colo::pipeline {
@@ -47,8 +45,7 @@ std::optional<Timeline> reference_timeline(const Schedule& schedule) {
           start = std::max(start, done[slot(schedule, input.from_stage, producer, input.microbatch)]);
         }
         if (start == kNever) break;
-        const double end =
-            start + cost_of(action, costs, schedule.split_backward, std::max(schedule.shape.chunks(), 1));
+        const double end = start + cost_of(action, costs, schedule.split_backward, schedule.shape.chunks());
         timeline.start[rank].push_back(start);
         timeline.end[rank].push_back(end);
         done[slot(schedule, action.stage, action.kind, action.microbatch)] = end;
@@ -79,7 +76,7 @@ auto order_key(const PlacedOp& p) {
                          m.from_stage, m.microbatch);
 }
 
-// Rank `rank`'s boundary i spans [lo(i), hi(i)]: from the end of action i - 1 to the start of
+// A rank's boundary i spans [lo(i), hi(i)]: from the end of action i - 1 to the start of
 // action i (the rank is idle in between, or the two touch).
 struct Boundaries {
   const std::vector<double>& start;
@@ -162,8 +159,8 @@ std::vector<RankProgram> lower(const Schedule& schedule) {
         // right before the consumer, in program order.
         Placement p{i + 1, consumer, static_cast<double>(i)};
         if (timeline) {
-          p = place({timeline->start[rank], timeline->end[rank]}, i,
-                    {timeline->start[to_rank], timeline->end[to_rank]}, consumer, tolerance);
+          p = place({timeline->start[rank], timeline->end[rank]}, i, {timeline->start[to_rank], timeline->end[to_rank]},
+                    consumer, tolerance);
         }
         placed[rank].push_back({p.send_boundary, p.stamp, {CommKind::kSend, to_rank, message}});
         placed[to_rank].push_back({p.recv_boundary, p.stamp, {CommKind::kRecv, static_cast<int>(rank), message}});

@@ -117,9 +117,10 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
   const int units = num_layers - glue;  // what is placed, the glued layers counting as one
   const std::string glued = glue > 0 ? fmt::format(" (the last {} glued to the one before them)", glue) : "";
   if (units < num_stages) {
-    fail(fmt::format("every stage needs at least one layer, and there are {} layers to place{}; lower pp or chunks, "
-                     "or use a model with more layers",
-                     units, glued));
+    fail(
+        fmt::format("every stage needs at least one layer, and there are {} layers to place{}; lower pp or chunks, "
+                    "or use a model with more layers",
+                    units, glued));
   }
   const bool balanced = options.method() == PartitionMethod::kBalanced;
   const bool explicit_sizes = options.method() == PartitionMethod::kExplicit;
@@ -159,8 +160,9 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
       }
       long long sum = 0;
       for (std::size_t s = 0; s < sizes.size(); ++s) {
-        if (sizes[s] < 1) fail(fmt::format("layers_per_stage gives stage {} {} layers: every stage needs at least one", s,
-                                           sizes[s]));
+        if (sizes[s] < 1) {
+          fail(fmt::format("layers_per_stage gives stage {} {} layers: every stage needs at least one", s, sizes[s]));
+        }
         sum += sizes[s];
       }
       if (sum != units) {

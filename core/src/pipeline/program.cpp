@@ -6,8 +6,7 @@
 namespace colo::pipeline {
 
 std::string Message::str() const {
-  return fmt::format("{} {}->{} mb{}", kind == ActionKind::kForward ? "act" : "grad", from_stage, to_stage,
-                     microbatch);
+  return fmt::format("{} {}->{} mb{}", kind == ActionKind::kForward ? "act" : "grad", from_stage, to_stage, microbatch);
 }
 
 std::string CommOp::str() const {

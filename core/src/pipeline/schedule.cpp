@@ -80,8 +80,9 @@ std::vector<std::string> shape_problems(ScheduleStyle style, const ScheduleShape
     problems.push_back("the interleaved schedule needs pp >= 2 (one rank has nothing to interleave): use 1f1b");
   }
   if (shape.chunks() == 1) {
-    problems.push_back("the interleaved schedule needs chunks >= 2 model chunks per rank, got 1: raise chunks, "
-                       "or use 1f1b for one chunk per rank");
+    problems.push_back(
+        "the interleaved schedule needs chunks >= 2 model chunks per rank, got 1: raise chunks, "
+        "or use 1f1b for one chunk per rank");
   }
   if (shape.pp() >= 1 && shape.microbatches() >= 1 && shape.microbatches() % shape.pp() != 0) {
     const int below = shape.microbatches() / shape.pp() * shape.pp();

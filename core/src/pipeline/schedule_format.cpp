@@ -64,8 +64,8 @@ std::string format_rank_schedule(const Schedule& schedule, int rank, std::option
   for (int stage = rank; stage < schedule.num_stages(); stage += std::max(schedule.pp(), 1)) {
     stages += (stages.empty() ? "" : ", ") + std::to_string(stage);
   }
-  std::string out = fmt::format("rank {} of {} (stages {}), {} actions:", rank, schedule.actions.size(), stages,
-                                actions.size());
+  std::string out =
+      fmt::format("rank {} of {} (stages {}), {} actions:", rank, schedule.actions.size(), stages, actions.size());
   const std::size_t count = std::max(actions.size(), marked_index ? *marked_index + 1 : 0);
   const std::size_t index_width = std::to_string(count == 0 ? 0 : count - 1).size();
   for (std::size_t i = 0; i < count; ++i) {

@@ -61,7 +61,7 @@ Schedule interleaved_schedule(const ScheduleShape& shape) {
   const int pp = shape.pp();
   const int chunks = shape.chunks();
   const int total = chunks * shape.microbatches();  // virtual microbatches per rank
-  const int group = pp * chunks;                     // virtual microbatches per group of pp microbatches
+  const int group = pp * chunks;                    // virtual microbatches per group of pp microbatches
   for (int rank = 0; rank < pp; ++rank) {
     // Virtual microbatch k's stage and microbatch, forward and backward.
     const auto forward_of = [&](int k) {

@@ -20,10 +20,10 @@ std::string describe(const ScheduleShape& shape) {
 std::string ordinal(std::size_t k) {
   const std::size_t n = k + 1;
   const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
-                       : n % 10 == 1                      ? "st"
-                       : n % 10 == 2                      ? "nd"
-                       : n % 10 == 3                      ? "rd"
-                                                          : "th";
+                       : n % 10 == 1                    ? "st"
+                       : n % 10 == 2                    ? "nd"
+                       : n % 10 == 3                    ? "rd"
+                                                        : "th";
   return fmt::format("{}{}", n, suffix);
 }
 
@@ -102,7 +102,7 @@ void check_programs(const Schedule& schedule, const std::vector<RankProgram>& pr
           continue;
         }
         if (op.peer < 0 || op.peer >= pp || op.peer == static_cast<int>(rank)) {
-          problems.push_back(fmt::format("{}: peer {} is not another rank of the {}", where, op.peer, pp));
+          problems.push_back(fmt::format("{}: peer {} is not one of the other ranks in [0, {})", where, op.peer, pp));
           continue;
         }
         const bool send = op.kind == CommKind::kSend;
@@ -115,8 +115,8 @@ void check_programs(const Schedule& schedule, const std::vector<RankProgram>& pr
         }
         if (send) {
           if (produced.erase(m) == 0) {
-            problems.push_back(fmt::format("{}: sends {} before the rank computes it, or a second time", where,
-                                           m.str()));
+            problems.push_back(
+                fmt::format("{}: sends {} before the rank computes it, or a second time", where, m.str()));
           }
         } else if (!received.insert(m).second) {
           problems.push_back(fmt::format("{}: receives {} a second time", where, m.str()));
@@ -273,16 +273,15 @@ class DryRun {
         const CommOp& op = step.comm()[j];
         const OpRef& partner = partner_of(rank, s, j);
         if (pc_[op.peer] >= partner.step) continue;  // matched
-        const std::string why = fmt::format(
-            "rank {} to post its {} {} {} rank {} (its step {}), but it is at step {}", op.peer,
-            ordinal(ordinal_[rank][s][j]), op.kind == CommKind::kSend ? "receive" : "send",
-            op.kind == CommKind::kSend ? "from" : "to", rank, partner.step, pc_[op.peer]);
+        const std::string why =
+            fmt::format("rank {} to post its {} {} {} rank {} (its step {}), but it is at step {}", op.peer,
+                        ordinal(ordinal_[rank][s][j]), op.kind == CommKind::kSend ? "receive" : "send",
+                        op.kind == CommKind::kSend ? "from" : "to", rank, partner.step, pc_[op.peer]);
         waits += fmt::format("\n      {}: waits for {}", op.str(), why);
       }
-      lines.push_back(fmt::format("rank {} is blocked at step {} {}, before action {} ({}):{}", rank, s, step.str(),
-                                  step.action_index,
-                                  step.action_index < actions.size() ? actions[step.action_index].str() : "end",
-                                  waits));
+      lines.push_back(fmt::format(
+          "rank {} is blocked at step {} {}, before action {} ({}):{}", rank, s, step.str(), step.action_index,
+          step.action_index < actions.size() ? actions[step.action_index].str() : "end", waits));
     }
     std::string list;
     for (const auto& line : lines) list += "\n  - " + line;
@@ -301,8 +300,8 @@ class DryRun {
   std::vector<std::vector<std::vector<OpRef>>> recvs_;
   // ordinal_[rank][step][j]: how many operations of the same kind and peer precede that one.
   std::vector<std::vector<std::vector<std::size_t>>> ordinal_;
-  std::vector<std::size_t> pc_;             // each rank's current step
-  std::vector<double> ready_;               // when each rank reached its current step
+  std::vector<std::size_t> pc_;              // each rank's current step
+  std::vector<double> ready_;                // when each rank reached its current step
   std::vector<std::vector<double>> posted_;  // when each rank posted each of its batches
 };
 

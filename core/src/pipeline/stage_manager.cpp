@@ -7,7 +7,8 @@ namespace colo::pipeline {
 
 StageManager::StageManager(int pp_size, int pp_rank, int chunks)
     : pp_size_(pp_size), pp_rank_(pp_rank), chunks_(chunks) {
-  if (pp_size < 1) throw std::invalid_argument(fmt::format("StageManager: pp_size must be at least 1, got {}", pp_size));
+  if (pp_size < 1)
+    throw std::invalid_argument(fmt::format("StageManager: pp_size must be at least 1, got {}", pp_size));
   if (pp_rank < 0 || pp_rank >= pp_size) {
     throw std::invalid_argument(fmt::format("StageManager: pp_rank {} is outside [0, {})", pp_rank, pp_size));
   }

@@ -24,8 +24,7 @@ struct Message {
 
   std::string str() const;
   friend bool operator==(const Message& a, const Message& b) {
-    return a.kind == b.kind && a.from_stage == b.from_stage && a.to_stage == b.to_stage &&
-           a.microbatch == b.microbatch;
+    return a.kind == b.kind && a.from_stage == b.from_stage && a.to_stage == b.to_stage && a.microbatch == b.microbatch;
   }
   friend bool operator!=(const Message& a, const Message& b) { return !(a == b); }
 };
@@ -119,8 +118,8 @@ std::vector<Message> outputs_of(const Action& action, int stages);
 //
 // Why reference costs rather than measured ones: placing by the moments of a run with uneven
 // costs loses the lock-step structure where those moments do not line up, and then stalls more
-// than the reference placement does under the same uneven costs (measured on interleaved
-// schedules with B = 2.2 F ran up to 29 % longer).
+// than the reference placement does under the same uneven costs (measured: interleaved schedules
+// with B = 2.2 F ran up to 29 % longer).
 //
 // Matching. NCCL ignores tags: between two ranks A -> B, the k-th message A sends is the k-th
 // message B receives from A. A send and its receive share their moment of the paper run, and both

@@ -4,14 +4,12 @@
 
 namespace colo::pipeline {
 
-// Schedule generators: pure functions of the shape (pp, microbatches, chunks). Each throws
-// std::invalid_argument listing every problem shape_problems() finds for its style. Rank r's
-// actions are listed with r the rank and m the number of microbatches; make_schedule() picks one
-// by ScheduleStyle.
-//
+// Schedule generators: pure functions of the shape (pp, microbatches, chunks); make_schedule()
+// picks one by ScheduleStyle. Each throws std::invalid_argument listing every problem
+// shape_problems() finds for its style. Below, r is the pp rank and m the number of microbatches.
 // Every generator runs the microbatches of one kind on one stage in increasing order (F0 before
-// F1, B0 before B1, W0 before W1): the neighbours' sends and receives then come in the same order,
-// which point-to-point matching needs (program.h).
+// F1, B0 before B1, W0 before W1), and every generated schedule runs its lowered programs
+// (program.h) without a stall under the reference costs (the unit tests check each one).
 
 // GPipe: every forward, then every backward (microbatch order). Simple, and each rank holds the
 // activations of all m microbatches at the peak. With pp = 1 there is no pipeline to fill, so
@@ -49,14 +47,16 @@ Schedule interleaved_schedule(const ScheduleShape& shape);
 // stage waits for) and W (weight gradient, which nobody waits for). F and B run in 1F1B's order,
 // so the input gradients travel back to rank 0 sooner than 1F1B's full backwards do; rank r's
 // first r backwards (fewer when m is small) skip their W, later ones are each followed by the
-// oldest pending W, and the W's still pending at the end fill the cool-down, where 1F1B leaves rank r idle. Rank r:
+// oldest pending W, and the W's still pending at the end fill the cool-down, where 1F1B leaves
+// rank r idle. Rank r:
 //   warm-up:  min(pp - r - 1, m) forwards
 //   F B       (up to r times: W deferred)
 //   F B W     (until the forwards are done)
 //   B W       (the cool-down backwards)
 //   W         (the deferred weight gradients)
 // W runs in microbatch order, always after its B. Microbatches held (forwarded, B not run) are
-// 1F1B's, min(pp - r, m); those awaiting W add at most r more, so no rank holds more than pp.
+// 1F1B's, min(pp - r, m); counting those that await their W too, no rank holds more than
+// min(pp, m), 1F1B's peak. With F = B = W, each rank idles pp - 1 (m >= pp), a third of 1F1B's.
 // (DeepSpeed's ZeroBubbleH1Pipeline with exact semantics has this order.)
 Schedule zero_bubble_h1_schedule(const ScheduleShape& shape);
 
