@@ -1,0 +1,83 @@
+#pragma once
+
+#include <colo/pipeline/action.h>
+#include <torch/arg.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace colo::pipeline {
+
+// The schedules colo generates (schedule_generators.h says what each one does).
+enum class ScheduleStyle { kGPipe, kOneFOneB, kInterleaved, kZeroBubble };
+
+// "gpipe", "1f1b", "interleaved", "zero_bubble".
+std::string to_string(ScheduleStyle style);
+// The reverse of to_string(); anything else throws std::invalid_argument listing the valid names.
+ScheduleStyle parse_schedule_style(std::string_view name);
+
+// The size of a pipeline: `pp` ranks, each holding `chunks` model chunks (virtual stages
+// c * pp + r, see Action), and `microbatches` per step.
+struct ScheduleShape {
+  ScheduleShape(int pp, int microbatches) : pp_(pp), microbatches_(microbatches) {}
+  // Virtual stages: pp * chunks.
+  int num_stages() const { return pp_ * chunks_; }
+
+  TORCH_ARG(int, pp);
+  TORCH_ARG(int, microbatches);
+  // Model chunks per rank; above 1 only for the interleaved schedule.
+  TORCH_ARG(int, chunks) = 1;
+};
+
+// A schedule, or the program lowered from one, that cannot run: invalid, deadlocking, or sending
+// one microbatch's data where the receiver expects another's.
+class ScheduleError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A schedule is data: per pp rank, the actions it computes, in execution order. Generators
+// (schedule_generators.h) make them, validate() checks one, lower() (program.h) adds the
+// communication and simulate() (simulator.h) runs it dry.
+struct Schedule {
+  // One empty action list per rank.
+  explicit Schedule(ScheduleShape s) : shape(s), actions(static_cast<std::size_t>(std::max(s.pp(), 0))) {}
+
+  ScheduleShape shape;
+  // True when the backward pass is split (zero bubble): every (stage, microbatch) then has a B
+  // that computes the input gradient only and a W that computes the weight gradient.
+  bool split_backward = false;
+  // actions[r]: pp rank r's actions in execution order.
+  std::vector<std::vector<Action>> actions;
+
+  int pp() const { return shape.pp(); }
+  int num_stages() const { return shape.num_stages(); }
+  int rank_of(int stage) const { return stage % shape.pp(); }
+};
+
+// Every rule `shape` breaks for `style`, each saying what to change (empty when none): pp,
+// microbatches and chunks at least 1; chunks above 1 only for the interleaved schedule, which
+// also needs pp >= 2, chunks >= 2 and microbatches a multiple of pp. For a caller that reports all
+// of its options' problems at once.
+std::vector<std::string> shape_problems(ScheduleStyle style, const ScheduleShape& shape);
+
+// The schedule of `style` for `shape`. Throws std::invalid_argument listing every problem
+// shape_problems() finds.
+Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape);
+
+// Checks that `schedule` computes everything exactly once, where and in the order it must:
+//   - a sane shape (pp, microbatches, chunks >= 1; chunks > 1 needs pp >= 2, or consecutive
+//     stages would share a rank) and one action list per pp rank;
+//   - every action's stage and microbatch in range, on the rank that owns the stage;
+//   - every (stage, microbatch) has exactly one F and one B, and one W if and only if the
+//     schedule splits the backward;
+//   - on that rank, F before B before W.
+// It does not check the order across ranks (a stage's F before the next stage's F of the same
+// microbatch, ...): an order that breaks it deadlocks, which simulate() detects.
+// Throws ScheduleError listing the problems (the first 20, and how many more).
+void validate(const Schedule& schedule);
+
+}  // namespace colo::pipeline

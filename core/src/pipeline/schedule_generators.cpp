@@ -1,0 +1,118 @@
+#include <colo/pipeline/schedule_generators.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace colo::pipeline {
+namespace {
+
+void check_shape(ScheduleStyle style, const ScheduleShape& shape) {
+  const auto problems = shape_problems(style, shape);
+  if (problems.empty()) return;
+  std::string list;
+  for (const auto& p : problems) list += "\n  - " + p;
+  throw std::invalid_argument(fmt::format("cannot make a {} pipeline schedule for pp={}, microbatches={}, chunks={}:{}",
+                                          to_string(style), shape.pp(), shape.microbatches(), shape.chunks(), list));
+}
+
+Action forward(int stage, int mb) { return {stage, ActionKind::kForward, mb}; }
+Action backward(int stage, int mb) { return {stage, ActionKind::kBackward, mb}; }
+Action weight(int stage, int mb) { return {stage, ActionKind::kWeight, mb}; }
+
+// 1F1B's order of F and B on one stage: `warmup` forwards, then forward / backward pairs, then
+// the backwards left. GPipe is the case warmup = m.
+std::vector<Action> one_f_one_b_order(int stage, int microbatches, int warmup) {
+  std::vector<Action> actions;
+  for (int mb = 0; mb < warmup; ++mb) actions.push_back(forward(stage, mb));
+  for (int mb = warmup; mb < microbatches; ++mb) {
+    actions.push_back(forward(stage, mb));
+    actions.push_back(backward(stage, mb - warmup));
+  }
+  for (int mb = microbatches - warmup; mb < microbatches; ++mb) actions.push_back(backward(stage, mb));
+  return actions;
+}
+
+}  // namespace
+
+Schedule gpipe_schedule(const ScheduleShape& shape) {
+  check_shape(ScheduleStyle::kGPipe, shape);
+  Schedule schedule(shape);
+  const int warmup = shape.pp() == 1 ? 0 : shape.microbatches();
+  for (int rank = 0; rank < shape.pp(); ++rank) {
+    schedule.actions[rank] = one_f_one_b_order(rank, shape.microbatches(), warmup);
+  }
+  return schedule;
+}
+
+Schedule one_f_one_b_schedule(const ScheduleShape& shape) {
+  check_shape(ScheduleStyle::kOneFOneB, shape);
+  Schedule schedule(shape);
+  for (int rank = 0; rank < shape.pp(); ++rank) {
+    const int warmup = std::min(shape.pp() - rank - 1, shape.microbatches());
+    schedule.actions[rank] = one_f_one_b_order(rank, shape.microbatches(), warmup);
+  }
+  return schedule;
+}
+
+Schedule interleaved_schedule(const ScheduleShape& shape) {
+  check_shape(ScheduleStyle::kInterleaved, shape);
+  Schedule schedule(shape);
+  const int pp = shape.pp();
+  const int chunks = shape.chunks();
+  const int total = chunks * shape.microbatches();  // virtual microbatches per rank
+  const int group = pp * chunks;                    // virtual microbatches per group of pp microbatches
+  for (int rank = 0; rank < pp; ++rank) {
+    // Virtual microbatch k's stage and microbatch, forward and backward.
+    const auto forward_of = [&](int k) {
+      const int chunk = (k % group) / pp;
+      return forward(chunk * pp + rank, k / group * pp + k % pp);
+    };
+    const auto backward_of = [&](int k) {
+      const int chunk = chunks - 1 - (k % group) / pp;
+      return backward(chunk * pp + rank, k / group * pp + k % pp);
+    };
+    const int warmup = std::min(pp - rank - 1 + (chunks - 1) * pp, total);
+    auto& actions = schedule.actions[rank];
+    for (int k = 0; k < warmup; ++k) actions.push_back(forward_of(k));
+    for (int k = 0; k + warmup < total; ++k) {
+      actions.push_back(forward_of(k + warmup));
+      actions.push_back(backward_of(k));
+    }
+    for (int k = total - warmup; k < total; ++k) actions.push_back(backward_of(k));
+  }
+  return schedule;
+}
+
+Schedule zero_bubble_h1_schedule(const ScheduleShape& shape) {
+  check_shape(ScheduleStyle::kZeroBubble, shape);
+  Schedule schedule(shape);
+  schedule.split_backward = true;
+  const int m = shape.microbatches();
+  for (int rank = 0; rank < shape.pp(); ++rank) {
+    const int warmup = std::min(shape.pp() - rank - 1, m);
+    const int deferred = std::min(rank, m - warmup);  // F B pairs whose W waits for the end
+    auto& actions = schedule.actions[rank];
+    int next_f = 0;
+    int next_b = 0;
+    int next_w = 0;
+    for (; next_f < warmup; ++next_f) actions.push_back(forward(rank, next_f));
+    for (int i = 0; i < deferred; ++i) {
+      actions.push_back(forward(rank, next_f++));
+      actions.push_back(backward(rank, next_b++));
+    }
+    while (next_f < m) {
+      actions.push_back(forward(rank, next_f++));
+      actions.push_back(backward(rank, next_b++));
+      actions.push_back(weight(rank, next_w++));
+    }
+    while (next_b < m) {
+      actions.push_back(backward(rank, next_b++));
+      actions.push_back(weight(rank, next_w++));
+    }
+    while (next_w < m) actions.push_back(weight(rank, next_w++));
+  }
+  return schedule;
+}
+
+}  // namespace colo::pipeline
