@@ -35,8 +35,7 @@ std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
 }  // namespace
 
 Booster::Booster(std::shared_ptr<Plugin> plugin)
-    : plugin_(require_plugin(std::move(plugin))),
-      checkpoint_io_(std::make_unique<CheckpointIO>(plugin_->context().world)) {}
+    : plugin_(require_plugin(std::move(plugin))) {}
 
 Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                        Criterion criterion, std::shared_ptr<data::DataLoader> dataloader,
@@ -63,20 +62,20 @@ PipelineResult Booster::execute_pipeline(const torch::Tensor& inputs, const torc
 }
 
 void Booster::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
-  checkpoint_io_->save_model(model, dir, options);
+  plugin_->checkpoint_io().save_model(model, dir, options);
 }
-void Booster::load_model(ModelWrapper& model, const std::string& dir) { checkpoint_io_->load_model(model, dir); }
+void Booster::load_model(ModelWrapper& model, const std::string& dir) { plugin_->checkpoint_io().load_model(model, dir); }
 void Booster::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
-  checkpoint_io_->save_optimizer(optimizer, dir, options);
+  plugin_->checkpoint_io().save_optimizer(optimizer, dir, options);
 }
 void Booster::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
-  checkpoint_io_->load_optimizer(optimizer, dir);
+  plugin_->checkpoint_io().load_optimizer(optimizer, dir);
 }
 void Booster::save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
-  checkpoint_io_->save_lr_scheduler(scheduler, dir);
+  plugin_->checkpoint_io().save_lr_scheduler(scheduler, dir);
 }
 void Booster::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
-  checkpoint_io_->load_lr_scheduler(scheduler, dir);
+  plugin_->checkpoint_io().load_lr_scheduler(scheduler, dir);
 }
 
 void Booster::save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir) {

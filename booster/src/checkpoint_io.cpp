@@ -40,7 +40,11 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-std::map<std::string, double> read_number_map(const std::string& path) {
+}  // namespace
+
+CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(std::move(world)) {}
+
+std::map<std::string, double> CheckpointIO::read_number_map(const std::string& path) {
   const auto json = read_json(path);
   std::map<std::string, double> values;
   if (!json.is_object()) throw checkpoint::CheckpointError(fmt::format("{}: expected a JSON object", path));
@@ -51,15 +55,11 @@ std::map<std::string, double> read_number_map(const std::string& path) {
   return values;
 }
 
-void write_number_map(const std::string& path, const std::map<std::string, double>& values) {
+void CheckpointIO::write_number_map(const std::string& path, const std::map<std::string, double>& values) {
   nlohmann::json json = nlohmann::json::object();
   for (const auto& [key, value] : values) json[key] = value;
   checkpoint::atomic_write_file(path, json.dump(2));
 }
-
-}  // namespace
-
-CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(std::move(world)) {}
 
 bool CheckpointIO::is_writer() const { return !world_ || world_->rank() == 0; }
 

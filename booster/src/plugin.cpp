@@ -6,6 +6,11 @@
 
 namespace colo {
 
+CheckpointIO& Plugin::checkpoint_io() {
+  if (!checkpoint_io_) checkpoint_io_ = std::make_unique<CheckpointIO>(context_.world);
+  return *checkpoint_io_;
+}
+
 NoSyncGuard Plugin::no_sync(ModelWrapper& model, OptimizerWrapper& optimizer) {
   // The wrappers own their reductions; the guard only needs them to outlive it (the boosted
   // objects do).

@@ -12,4 +12,5 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision_options.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/staged_checkpoint_io.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp)

@@ -217,6 +217,7 @@ bool ZeroOptimizer::step() {
     for (const auto& piece : layout_->pieces(group_->rank())) pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
     amp::GradNormPlan plan;
     plan.sum_over.push_back(group_);
+    for (const auto& g : options_.grad_norm_sum_over) plan.sum_over.push_back(g);
     const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
     const auto result = amp::apply_unscale_and_clip({grad}, inv_scale, max_grad_norm_, norm);
     last_grad_norm_ = result.total_norm;

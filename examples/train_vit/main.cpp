@@ -364,7 +364,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
       // the last stage only.
       auto batch = train_loader.next();
       const auto result =
-          booster.execute_pipeline(batch->images, batch->labels, *b.model, b.criterion, *b.optimizer, {true, false});
+          booster.execute_pipeline(batch->images, batch->labels, *b.model, b.criterion, *b.optimizer, colo::PipelineOptions());
       if (result.loss.defined()) {
         loss_window += torch::stack(
             {result.loss.detach().to(torch::kFloat64).reshape({}), torch::ones({}, loss_window.options())});

@@ -190,7 +190,7 @@ std::string safetensors_dtype_name(torch::ScalarType dtype) {
                         " cannot be stored in safetensors by colo (supported: " + supported_dtype_list() + ")");
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsFile read_safetensors(const std::string& path, const std::function<bool(const std::string& name)>& wanted) {
   // stat, not std::filesystem: see atomic_file.cpp.
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -242,6 +242,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
   result.tensors.reserve(entries.size());
   for (const auto& e : entries) {
+    if (wanted && !wanted(e.name)) continue;
     auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype->type));
     const std::uint64_t bytes = e.end - e.begin;
     if (bytes > 0) {

@@ -67,19 +67,32 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
     remove_stale_shards(dir, base, {});
     return;
   }
-  nlohmann::json weight_map = nlohmann::json::object();
+  std::map<std::string, std::string> weight_map;
   int64_t total = 0;
-  std::set<std::string> written;
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, i + 1, shards.size());
+    const std::string file = safetensors_part_name(base, static_cast<int>(i), static_cast<int>(shards.size()));
     write_safetensors(files::join(dir, file), shards[i], metadata);
-    written.insert(file);
     for (const auto& [name, tensor] : shards[i]) {
       weight_map[name] = file;
       total += nbytes(tensor);
     }
   }
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_safetensors_index(dir, base, weight_map, total);
+}
+
+std::string safetensors_part_name(const std::string& base, int part, int parts) {
+  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", base, part + 1, parts);
+}
+
+void write_safetensors_index(const std::string& dir, const std::string& base,
+                             const std::map<std::string, std::string>& weight_map, int64_t total_bytes) {
+  nlohmann::json map = nlohmann::json::object();
+  std::set<std::string> written;
+  for (const auto& [name, file] : weight_map) {
+    map[name] = file;
+    written.insert(file);
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", map}};
   atomic_write_file(index_path(dir, base), index.dump(2));
   files::remove(files::join(dir, base + ".safetensors"));
   remove_stale_shards(dir, base, written);
@@ -89,7 +102,8 @@ bool has_safetensors_set(const std::string& dir, const std::string& base) {
   return files::exists(index_path(dir, base)) || files::exists(files::join(dir, base + ".safetensors"));
 }
 
-NamedTensors load_safetensors_set(const std::string& dir, const std::string& base) {
+NamedTensors load_safetensors_set(const std::string& dir, const std::string& base,
+                                  const std::function<bool(const std::string& name)>& wanted) {
   const std::string index_file = index_path(dir, base);
   if (!files::exists(index_file)) {
     const auto single = files::join(dir, base + ".safetensors");
@@ -98,7 +112,7 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
                                         "checkpoint directory?",
                                         dir, base, base));
     }
-    return read_safetensors(single).tensors;
+    return read_safetensors(single, wanted).tensors;
   }
   nlohmann::json index;
   try {
@@ -113,6 +127,7 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
   std::map<std::string, std::set<std::string>> names_by_file;
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string()) throw CheckpointError(fmt::format("{}: weight_map['{}'] is not a file name", index_file, name));
+    if (wanted && !wanted(name)) continue;
     names_by_file[file.get<std::string>()].insert(name);
   }
   NamedTensors result;
@@ -122,7 +137,7 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
       throw CheckpointError(fmt::format("{}: names {} (and {} other tensors) but the file is missing", index_file,
                                         file, names.size() - 1));
     }
-    auto shard = read_safetensors(path);
+    auto shard = read_safetensors(path, [&names](const std::string& name) { return names.count(name) > 0; });
     for (const auto& name : names) {
       if (!shard.contains(name)) {
         throw CheckpointError(fmt::format("{}: the index places '{}' in {} but that file does not hold it",

@@ -152,6 +152,10 @@ void validate(const Schedule& schedule) {
         problems.push_back(fmt::format("{}: microbatch {} is out of range [0, {})", where, a.microbatch, microbatches));
         continue;
       }
+      if (a.kind != ActionKind::kForward && schedule.forward_only) {
+        problems.push_back(fmt::format("{}: a {} action in a forward-only schedule", where, to_char(a.kind)));
+        continue;
+      }
       if (a.kind == ActionKind::kWeight && !schedule.split_backward) {
         problems.push_back(fmt::format(
             "{}: a W action in a schedule that does not split the backward (its B computes the weight gradient)",
@@ -172,7 +176,7 @@ void validate(const Schedule& schedule) {
     }
   }
 
-  const char* kinds_needed = schedule.split_backward ? "F, B and W" : "F and B";
+  const char* kinds_needed = schedule.forward_only ? "F" : schedule.split_backward ? "F, B and W" : "F and B";
   for (int stage = 0; stage < stages; ++stage) {
     for (int mb = 0; mb < microbatches; ++mb) {
       const Seen& f = slot({stage, ActionKind::kForward, mb});
@@ -180,7 +184,9 @@ void validate(const Schedule& schedule) {
       const Seen& w = slot({stage, ActionKind::kWeight, mb});
       for (const auto& [seen_kind, kind] : {std::pair{&f, ActionKind::kForward}, std::pair{&b, ActionKind::kBackward},
                                             std::pair{&w, ActionKind::kWeight}}) {
-        if (seen_kind->count == 0 && (kind != ActionKind::kWeight || schedule.split_backward)) {
+        const bool needed = kind == ActionKind::kForward ||
+                            (!schedule.forward_only && (kind == ActionKind::kBackward || schedule.split_backward));
+        if (seen_kind->count == 0 && needed) {
           problems.push_back(fmt::format("{} is missing (every stage and microbatch needs {})",
                                          Action{stage, kind, mb}.str(), kinds_needed));
         }

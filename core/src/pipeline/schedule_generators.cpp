@@ -1,8 +1,11 @@
 #include <colo/pipeline/schedule_generators.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace colo::pipeline {
 namespace {
@@ -111,6 +114,33 @@ Schedule zero_bubble_h1_schedule(const ScheduleShape& shape) {
       actions.push_back(weight(rank, next_w++));
     }
     while (next_w < m) actions.push_back(weight(rank, next_w++));
+  }
+  return schedule;
+}
+
+}  // namespace colo::pipeline
+
+namespace colo::pipeline {
+
+Schedule forward_only_schedule(const ScheduleShape& shape) {
+  std::vector<std::string> problems;
+  if (shape.pp() < 1) problems.push_back(fmt::format("pp must be at least 1, got {}", shape.pp()));
+  if (shape.microbatches() < 1) problems.push_back(fmt::format("microbatches must be at least 1, got {}", shape.microbatches()));
+  if (shape.chunks() < 1 || (shape.chunks() > 1 && shape.pp() < 2)) {
+    problems.push_back(fmt::format("chunks must be 1, or above 1 with pp >= 2; got chunks {} with pp {}", shape.chunks(),
+                                   shape.pp()));
+  }
+  if (!problems.empty()) {
+    throw std::invalid_argument(fmt::format("forward_only_schedule: {}", fmt::join(problems, "; ")));
+  }
+  Schedule schedule(shape);
+  schedule.forward_only = true;
+  for (int rank = 0; rank < shape.pp(); ++rank) {
+    for (int chunk = 0; chunk < shape.chunks(); ++chunk) {
+      for (int mb = 0; mb < shape.microbatches(); ++mb) {
+        schedule.actions[rank].push_back({chunk * shape.pp() + rank, ActionKind::kForward, mb});
+      }
+    }
   }
   return schedule;
 }

@@ -7,5 +7,6 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/program.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower.cpp
   ${CMAKE_CURRENT_LIST_DIR}/simulator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/schedule_runner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/partition.cpp
   ${CMAKE_CURRENT_LIST_DIR}/stage_manager.cpp)

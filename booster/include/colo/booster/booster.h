@@ -49,7 +49,6 @@ class Booster {
 
  private:
   std::shared_ptr<Plugin> plugin_;
-  std::unique_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace colo

@@ -4,6 +4,7 @@
 #include <colo/booster/optimizer_wrapper.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,9 @@ class CheckpointIO {
  protected:
   bool is_writer() const;
   void barrier() const;
+  // The plain numbers of a state (learning rates, loss scaler, scheduler) as a JSON object.
+  static std::map<std::string, double> read_number_map(const std::string& path);
+  static void write_number_map(const std::string& path, const std::map<std::string, double>& values);
   std::shared_ptr<dist::ProcessGroup> world_;
 };
 

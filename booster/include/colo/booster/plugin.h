@@ -1,6 +1,7 @@
 #pragma once
 
 #include <colo/booster/boosted.h>
+#include <colo/booster/checkpoint_io.h>
 #include <colo/booster/plugin_options.h>
 
 #include <c10/core/Device.h>
@@ -47,14 +48,20 @@ class NoSyncGuard {
   std::function<void()> restore_;
 };
 
+// What one Booster::execute_pipeline call does and returns.
 struct PipelineOptions {
-  bool return_loss = true;
-  bool return_outputs = false;
+  // The step's loss (the mean over the microbatches) on every rank.
+  TORCH_ARG(bool, return_loss) = true;
+  // The model's outputs (fp32, the microbatches concatenated) on the last stage.
+  TORCH_ARG(bool, return_outputs) = false;
+  // Forwards only, without autograd (evaluation); any batch size (microbatches may then differ
+  // in size by one).
+  TORCH_ARG(bool, forward_only) = false;
 };
 
 struct PipelineResult {
-  torch::Tensor loss;     // mean over micro-batches, on the last stage (undefined elsewhere)
-  torch::Tensor outputs;  // concatenated outputs, when asked for, on the last stage
+  torch::Tensor loss;     // 0-dim fp32 mean over the microbatches, on every rank (with return_loss)
+  torch::Tensor outputs;  // concatenated outputs, when asked for, on the last stage (undefined elsewhere)
 };
 
 // A training strategy. Plugins are shared objects (libcolo_plugin_<name>.so) loaded by the
@@ -82,6 +89,12 @@ class Plugin {
   // and back on when the guard goes out of scope.
   virtual NoSyncGuard no_sync(ModelWrapper& model, OptimizerWrapper& optimizer);
 
+  // How the Booster saves and loads this plugin's boosted state. The default, a CheckpointIO over
+  // the world, has rank 0 write the whole state that full_state() gathers; a plugin whose ranks
+  // hold different parts of the model (pipeline stages) returns its own, in which each part is
+  // written by the rank that holds it.
+  virtual CheckpointIO& checkpoint_io();
+
   virtual bool supports_pipeline() const { return false; }
   // One training step's forward and backward over micro-batches of (inputs, targets).
   virtual PipelineResult execute_pipeline(const torch::Tensor& inputs, const torch::Tensor& targets,
@@ -90,6 +103,9 @@ class Plugin {
 
  protected:
   PluginContext context_;
+
+ private:
+  std::unique_ptr<CheckpointIO> checkpoint_io_;  // the default's, made on first use
 };
 
 }  // namespace colo

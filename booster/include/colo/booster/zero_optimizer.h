@@ -48,6 +48,10 @@ struct ZeroOptimizerOptions {
   bool cpu_offload = false;
   // The dtype gradients are reduced in; unset: the compute dtype.
   std::optional<c10::ScalarType> communication_dtype;
+  // Groups besides the data-parallel one over which this rank's gradients are disjoint (the
+  // pipeline's stages): the clipping norm, and with it the fp16 overflow decision, is summed over
+  // them too, so that every rank of the mesh clips by the same norm and skips the same steps.
+  std::vector<std::shared_ptr<dist::ProcessGroup>> grad_norm_sum_over;
 };
 
 // ZeRO stage 1 / 2 (Colossal-AI's LowLevelZeroOptimizer) over a data-parallel group: the

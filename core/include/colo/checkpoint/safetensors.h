@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -31,7 +32,11 @@ struct SafetensorsFile {
 // numel × itemsize, inside the data region, no two tensors overlapping) and the metadata
 // (a string → string map). Any violation throws CheckpointError naming the file, the tensor
 // and what is wrong.
-SafetensorsFile read_safetensors(const std::string& path);
+//
+// With `wanted`, only the tensors it accepts are read (the header is validated whole): a pipeline
+// stage reads its layers out of a whole model's file.
+SafetensorsFile read_safetensors(const std::string& path,
+                                 const std::function<bool(const std::string& name)>& wanted = nullptr);
 
 // Writes `tensors` (any device and layout: each is copied to contiguous CPU memory as it is
 // written) in the given order, atomically (see atomic_write_file). The header is padded with

@@ -3,6 +3,8 @@
 #include <colo/checkpoint/safetensors.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 namespace colo::checkpoint {
@@ -18,9 +20,22 @@ namespace colo::checkpoint {
 void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
 
-// Reads a set written by save_safetensors_set (or by Hugging Face tools). Throws CheckpointError
-// naming the directory and what is missing or inconsistent.
-NamedTensors load_safetensors_set(const std::string& dir, const std::string& base);
+// Reads a set written by save_safetensors_set (or by Hugging Face tools, or in parts). Throws
+// CheckpointError naming the directory and what is missing or inconsistent. With `wanted`, only
+// the tensors it accepts are read, and only the files holding them are opened.
+NamedTensors load_safetensors_set(const std::string& dir, const std::string& base,
+                                  const std::function<bool(const std::string& name)>& wanted = nullptr);
+
+// A set written in parts by several writers at once (each rank of a pipeline its stage's layers,
+// so that none gathers the whole model): part i of n is the file safetensors_part_name(base, i,
+// n), written by write_safetensors; once every part is in, one writer calls
+// write_safetensors_index with every tensor's file. The result reads like any sharded set.
+std::string safetensors_part_name(const std::string& base, int part, int parts);
+// Writes <dir>/<base>.safetensors.index.json (atomically) naming each tensor's file, then removes
+// what an earlier save of `base` left in `dir` that the index does not name (a single-file set,
+// shards of another count).
+void write_safetensors_index(const std::string& dir, const std::string& base,
+                             const std::map<std::string, std::string>& weight_map, int64_t total_bytes);
 
 // Whether `dir` holds a set with that base name (either layout).
 bool has_safetensors_set(const std::string& dir, const std::string& base);

@@ -50,6 +50,8 @@ struct Schedule {
   // True when the backward pass is split (zero bubble): every (stage, microbatch) then has a B
   // that computes the input gradient only and a W that computes the weight gradient.
   bool split_backward = false;
+  // True for an evaluation schedule: forwards only (no B, no W), one per (stage, microbatch).
+  bool forward_only = false;
   // actions[r]: pp rank r's actions in execution order.
   std::vector<std::vector<Action>> actions;
 
@@ -73,7 +75,7 @@ Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape);
 //     stages would share a rank) and one action list per pp rank;
 //   - every action's stage and microbatch in range, on the rank that owns the stage;
 //   - every (stage, microbatch) has exactly one F and one B, and one W if and only if the
-//     schedule splits the backward;
+//     schedule splits the backward (a forward-only schedule: one F, nothing else);
 //   - on that rank, F before B before W.
 // It does not check the order across ranks (a stage's F before the next stage's F of the same
 // microbatch, ...): an order that breaks it deadlocks, which simulate() detects.

@@ -60,4 +60,9 @@ Schedule interleaved_schedule(const ScheduleShape& shape);
 // (DeepSpeed's ZeroBubbleH1Pipeline with exact semantics has this order.)
 Schedule zero_bubble_h1_schedule(const ScheduleShape& shape);
 
+// Forwards only (evaluation), for any pp, chunks and m: rank r runs chunk 0's forwards of every
+// microbatch in order, then chunk 1's, and so on; microbatches stream through the stages as in
+// GPipe's first half. Nothing is held for a backward, so the order does not matter for memory.
+Schedule forward_only_schedule(const ScheduleShape& shape);
+
 }  // namespace colo::pipeline

@@ -1,0 +1,100 @@
+#include <colo/booster/staged_checkpoint_io.h>
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/checkpoint_error.h>
+#include <colo/checkpoint/safetensors.h>
+#include <colo/checkpoint/sharded_safetensors.h>
+#include <colo/compat/files.h>
+#include <colo/dist/process_group.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <stdexcept>
+
+namespace colo {
+namespace {
+
+std::vector<std::pair<std::string, torch::Tensor>> to_cpu(std::vector<std::pair<std::string, torch::Tensor>> state) {
+  for (auto& entry : state) entry.second = entry.second.detach().to(torch::kCPU).contiguous();
+  return state;
+}
+
+// The parameter an optimizer state entry belongs to: "master.<param>" or "<param>.<key>".
+std::string param_of_optimizer_entry(const std::string& name) {
+  const std::string master = "master.";
+  if (name.compare(0, master.size(), master) == 0) return name.substr(master.size());
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+}  // namespace
+
+StagedCheckpointIO::StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world, Part part)
+    : CheckpointIO(std::move(world)), part_(std::move(part)) {
+  if (!world_) throw std::invalid_argument("StagedCheckpointIO needs the world group");
+}
+
+void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& base,
+                                    const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  const auto prefix = fmt::format("colo/checkpoint/{}/{}", saves_++, base);
+  if (part_.writer) {
+    files::create_directories(dir);
+    const auto file = checkpoint::safetensors_part_name(base, part_.index, part_.count);
+    const auto cpu = to_cpu(tensors);
+    checkpoint::write_safetensors(files::join(dir, file), cpu, {{"format", "colo"}});
+    nlohmann::json written = nlohmann::json::object();
+    for (const auto& [name, tensor] : cpu) written[name] = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    const auto text = written.dump();
+    world_->store().set(fmt::format("{}/{}", prefix, part_.index), std::vector<uint8_t>(text.begin(), text.end()));
+  }
+  if (world_->rank() == 0) {
+    // Rank 0 writes part 0 and waits for the others' lists (the store's get waits for a key).
+    std::map<std::string, std::string> weight_map;
+    int64_t total = 0;
+    for (int i = 0; i < part_.count; ++i) {
+      const auto bytes = world_->store().get(fmt::format("{}/{}", prefix, i));
+      const auto written = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+      const auto file = checkpoint::safetensors_part_name(base, i, part_.count);
+      for (const auto& [name, size] : written.items()) {
+        if (weight_map.count(name)) {
+          throw checkpoint::CheckpointError(fmt::format("{}: '{}' is held by two pipeline parts ({} and {})", dir, name,
+                                                        weight_map[name], file));
+        }
+        weight_map[name] = file;
+        total += size.get<int64_t>();
+      }
+    }
+    checkpoint::write_safetensors_index(dir, base, weight_map, total);
+  }
+}
+
+void StagedCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& /*options*/) {
+  save_parts(dir, "model", model.full_state());  // full_state: collective over dp for ZeRO
+  barrier();
+}
+
+void StagedCheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
+  model.load_full_state(
+      checkpoint::load_safetensors_set(dir, "model", [this](const std::string& name) { return part_.names.count(name) > 0; }));
+}
+
+void StagedCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,
+                                        const SaveOptions& /*options*/) {
+  auto state = optimizer.full_state();
+  save_parts(dir, "optimizer", state.tensors);
+  if (world_->rank() == 0) {
+    // Learning rates and the loss scaler are the same on every rank.
+    write_number_map(files::join(dir, "optimizer.json"), state.scalars);
+  }
+  barrier();
+}
+
+void StagedCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
+  OptimizerWrapper::FullState state;
+  state.tensors = checkpoint::load_safetensors_set(
+      dir, "optimizer", [this](const std::string& name) { return part_.names.count(param_of_optimizer_entry(name)) > 0; });
+  state.scalars = read_number_map(files::join(dir, "optimizer.json"));
+  optimizer.load_full_state(state);
+}
+
+}  // namespace colo

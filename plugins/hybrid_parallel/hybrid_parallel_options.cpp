@@ -1,0 +1,123 @@
+#include "hybrid_parallel_options.h"
+
+#include <colo/booster/precision_options.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace colo::plugins {
+namespace {
+
+// "7,5" -> {7, 5}; problems recorded on `in`.
+std::vector<int> parse_layer_counts(const std::string& text, OptionReader& in) {
+  std::vector<int> counts;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const int value = std::stoi(item, &used);
+      if (used != item.size() || value < 1) throw std::invalid_argument(item);
+      counts.push_back(value);
+    } catch (const std::exception&) {
+      in.fail(fmt::format("layers_per_stage must be a comma-separated list of positive layer counts, one per stage "
+                          "(e.g. 7,5); '{}' is not a positive whole number",
+                          item));
+      return {};
+    }
+  }
+  return counts;
+}
+
+}  // namespace
+
+HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
+  OptionReader in("hybrid_parallel", given);
+  HybridParallelOptions o;
+  o.tp_size(static_cast<int>(in.get_int("tp_size", 1, "tensor-parallel size (the shardformer; not built yet)")));
+  o.pp_size(static_cast<int>(in.get_int("pp_size", 1, "pipeline stages; the data-parallel size is what the world leaves")));
+  o.num_microbatches(in.get_int("num_microbatches", 0, "microbatches per step (or give microbatch_size)"));
+  o.microbatch_size(in.get_int("microbatch_size", 0, "samples per microbatch (or give num_microbatches)"));
+  const auto style = in.get_choice("pp_style", "1f1b", {"gpipe", "1f1b", "interleaved", "zero_bubble"},
+                                   "pipeline schedule");
+  o.pp_style(pipeline::parse_schedule_style(style));
+  o.num_model_chunks(static_cast<int>(
+      in.get_int("num_model_chunks", 1, "model chunks (virtual stages) per rank; above 1 with pp_style=interleaved")));
+  const auto partition =
+      in.get_choice("partition", "uniform", {"uniform", "balanced"},
+                    "how layers are cut into stages: uniform by layer count, balanced by parameter count");
+  o.partition(pipeline::parse_partition_method(partition));
+  const auto counts = in.get_string("layers_per_stage", "",
+                                    "explicit layers per virtual stage, e.g. 7,5 (the patch embedding counts as a "
+                                    "layer; the head goes with the last block)");
+  if (!counts.empty()) {
+    o.layers_per_stage(parse_layer_counts(counts, in));
+    o.partition(pipeline::PartitionMethod::kExplicit);
+    if (given.count("partition")) in.fail("give either layers_per_stage or partition, not both");
+  }
+  o.zero_stage(static_cast<int>(
+      in.get_int("zero_stage", 0, "data-parallel axis: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-2 (with the pipeline too)")));
+  o.bucket_cap_mb(in.get_double("bucket_cap_mb", 25.0, "MiB of gradients per data-parallel reduction bucket"));
+  o.overlap_communication(in.get_bool("overlap_communication", true,
+                                      "ZeRO: gather updated weights during the next step (DDP without pipeline: reduce "
+                                      "during backward)"));
+  o.cpu_offload(in.get_bool("cpu_offload", false, "ZeRO: fp32 masters, optimizer state and step on the CPU"));
+  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
+                                           "dtype gradients are reduced in; auto: the precision's");
+  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  const auto precision = PrecisionOptions::read(in, given);
+  o.precision(precision.precision);
+  o.max_grad_norm(precision.max_grad_norm);
+  o.loss_scaler(precision.loss_scaler);
+  if (in.get_bool("enable_sequence_parallelism", false, "sequence parallelism (with tp_size > 1; not built yet)")) {
+    in.fail("enable_sequence_parallelism: sequence parallelism comes with the shardformer (tensor parallelism), which "
+            "is not built yet");
+  }
+
+  // Rules that tie options together; each problem once, all of them reported.
+  if (o.tp_size() > 1) {
+    in.fail(fmt::format("tp_size={}: tensor parallelism (the shardformer) is not built yet; use tp_size=1 with pp_size "
+                        "and the data-parallel axis",
+                        o.tp_size()));
+  }
+  if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
+  if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));
+  if (o.num_microbatches() < 0) in.fail(fmt::format("num_microbatches must be positive, got {}", o.num_microbatches()));
+  if (o.microbatch_size() < 0) in.fail(fmt::format("microbatch_size must be positive, got {}", o.microbatch_size()));
+  if (o.num_microbatches() > 0 && o.microbatch_size() > 0) {
+    in.fail("give num_microbatches or microbatch_size, not both");
+  }
+  if (o.pp_size() > 1 && o.num_microbatches() == 0 && o.microbatch_size() == 0) {
+    in.fail(fmt::format("pp_size={} needs num_microbatches or microbatch_size (the pipeline splits each batch into "
+                        "microbatches; e.g. num_microbatches={})",
+                        o.pp_size(), 2 * o.pp_size()));
+  }
+  if (o.zero_stage() < 0 || o.zero_stage() > 2) {
+    in.fail(fmt::format("zero_stage must be 0, 1 or 2, got {}{}", o.zero_stage(),
+                        o.zero_stage() == 3 ? " (ZeRO-3 is the gemini plugin's)" : ""));
+  }
+  if (o.cpu_offload() && o.zero_stage() == 0) in.fail("cpu_offload needs zero_stage 1 or 2");
+  if (!(o.bucket_cap_mb() > 0.0) || !std::isfinite(o.bucket_cap_mb())) {
+    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb()));
+  }
+  if (o.pp_size() >= 1 && o.num_model_chunks() >= 1) {
+    pipeline::ScheduleShape shape(o.pp_size(), o.num_microbatches() > 0 ? static_cast<int>(o.num_microbatches()) : o.pp_size());
+    shape.chunks(o.num_model_chunks());
+    for (const auto& problem : pipeline::shape_problems(o.pp_style(), shape)) {
+      // Without num_microbatches the count is known only per batch: its rule is checked then.
+      if (o.num_microbatches() == 0 && problem.find("microbatches") != std::string::npos) continue;
+      in.fail(fmt::format("pp_style={}, pp_size={}, num_model_chunks={}: {}", style, o.pp_size(), o.num_model_chunks(),
+                          problem));
+    }
+  } else if (o.num_model_chunks() < 1) {
+    in.fail(fmt::format("num_model_chunks must be at least 1, got {}", o.num_model_chunks()));
+  }
+  in.finish();
+  return o;
+}
+
+}  // namespace colo::plugins

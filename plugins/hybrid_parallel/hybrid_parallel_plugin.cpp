@@ -1,0 +1,265 @@
+#include "hybrid_parallel_plugin.h"
+
+#include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/booster/parallelize.h>
+#include <colo/booster/plugin_info.h>
+#include <colo/booster/zero_optimizer.h>
+#include <colo/data/data_loader.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/pipeline/partition.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "pipeline_model.h"
+
+namespace colo::plugins {
+namespace {
+
+using dist::MeshAxis;
+
+std::shared_ptr<dist::ProcessGroupMesh> make_mesh(const PluginContext& context, const HybridParallelOptions& o) {
+  if (!context.world) {
+    throw std::invalid_argument("hybrid_parallel needs the job's world process group in its PluginContext");
+  }
+  try {
+    return std::make_shared<dist::ProcessGroupMesh>(context.world, dist::MeshShape{0, o.pp_size(), o.tp_size()});
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+  }
+}
+
+// The virtual stages' layer ranges for `model`.
+std::vector<pipeline::LayerRange> partition(const nn::LayerStack& model, const HybridParallelOptions& o,
+                                            int num_stages) {
+  const int layers = static_cast<int>(model.size());
+  pipeline::PartitionOptions options;
+  options.method(o.partition()).glue_last(layers > 1 ? 1 : 0);  // the head goes with the last block
+  if (o.partition() == pipeline::PartitionMethod::kBalanced) {
+    std::vector<double> costs;
+    for (const auto& layer : model.layers()) {
+      double count = 0;
+      for (const auto& p : layer->parameters()) count += static_cast<double>(p.numel());
+      costs.push_back(count);
+    }
+    options.layer_costs(costs);
+  }
+  if (o.partition() == pipeline::PartitionMethod::kExplicit) options.layers_per_stage(o.layers_per_stage());
+  try {
+    return pipeline::partition_layers(layers, num_stages, options);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format(
+        "hybrid_parallel: the model's {} layers cannot be cut into pp_size {} x num_model_chunks {} = {} stages: {}",
+        layers, o.pp_size(), o.num_model_chunks(), num_stages, e.what()));
+  }
+}
+
+}  // namespace
+
+HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const PluginContext& context)
+    : Plugin(context), options_(HybridParallelOptions::parse(options)) {
+  context_.mesh = make_mesh(context_, options_);
+  const auto& mesh = *context_.mesh;
+  StagedCheckpointIO::Part part;
+  part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;
+  part.index = mesh.coordinate(MeshAxis::kPp);
+  part.count = mesh.size(MeshAxis::kPp);
+  checkpoint_io_ = std::make_unique<StagedCheckpointIO>(context_.world, part);
+}
+
+Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
+  if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
+    throw std::invalid_argument("hybrid_parallel boost: the model, the optimizer and the criterion are required");
+  }
+  if (options_.zero_stage() > 0) ZeroOptimizer::check_optimizer(*inputs.optimizer);  // before anything changes
+  const auto& mesh = *context_.mesh;
+  const auto& dp = mesh.group(MeshAxis::kDp);
+  const auto& pp = mesh.group(MeshAxis::kPp);
+  const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
+
+  // 1. This rank's stages.
+  const auto ranges = partition(*inputs.model, options_, stages.num_stages());
+  std::vector<std::shared_ptr<nn::LayerStack>> chunks;
+  auto stack = std::make_shared<nn::LayerStack>();
+  for (int c = 0; c < stages.chunks(); ++c) {
+    const auto& range = ranges[stages.stage(c)];
+    chunks.push_back(inputs.model->slice(range.begin, range.end));
+    for (int i = range.begin; i < range.end; ++i) stack->push_back(inputs.model->layer(i));
+  }
+
+  // 2.
+  broadcast_model(*stack, context_.device, *dp);
+
+  // 3.
+  restrict_optimizer(*inputs.optimizer, *stack);
+  const amp::PrecisionPolicy policy(options_.precision());
+  std::vector<std::shared_ptr<dist::ProcessGroup>> stage_groups;
+  if (pp->size() > 1) stage_groups.push_back(pp);
+  std::shared_ptr<OptimizerWrapper> optimizer;
+  PipelineModel::Parts parts;
+  if (options_.zero_stage() == 0) {
+    MixedPrecisionOptimizerOptions mp;
+    mp.policy = policy;
+    mp.loss_scaler = options_.loss_scaler();
+    mp.max_grad_norm = options_.max_grad_norm();
+    mp.grad_norm.sum_over = stage_groups;  // each stage holds its own layers' gradients
+    mp.grad_norm.agree_over = dp;          // replicas after the all-reduce
+    auto wrapped = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, stack, mp);
+    parts.masters = wrapped->master_weights();
+    parts.reducer = apply_ddp(*stack, dp,
+                              ddp::BucketedAllReduceOptions()
+                                  .bucket_cap_mb(options_.bucket_cap_mb())
+                                  .overlap_communication(options_.overlap_communication())
+                                  .communication_dtype(options_.communication_dtype()));
+    optimizer = wrapped;
+  } else {
+    ZeroOptimizerOptions z;
+    z.stage = options_.zero_stage();
+    z.precision = options_.precision();
+    z.loss_scaler = options_.loss_scaler();
+    z.max_grad_norm = options_.max_grad_norm();
+    z.bucket_cap_mb = options_.bucket_cap_mb();
+    z.overlap_communication = options_.overlap_communication();
+    z.cpu_offload = options_.cpu_offload();
+    z.communication_dtype = options_.communication_dtype();
+    z.grad_norm_sum_over = stage_groups;
+    parts.zero = std::make_shared<ZeroOptimizer>(inputs.optimizer, stack, dp, z);
+    optimizer = parts.zero;
+  }
+
+  // 4.
+  parts.stack = stack;
+  parts.chunks = chunks;
+  parts.stages = stages;
+  parts.style = options_.pp_style();
+  parts.pp_group = pp;
+  parts.policy = policy;
+  auto model = std::make_shared<PipelineModel>(std::move(parts));
+
+  // 5.
+  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *dp, name());
+
+  StagedCheckpointIO::Part part;
+  part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;
+  part.index = stages.pp_rank();
+  part.count = stages.pp_size();
+  for (const auto& item : stack->canonical_named_parameters()) part.names.insert(item.key());
+  for (const auto& item : stack->canonical_named_buffers()) part.names.insert(item.key());
+  checkpoint_io_->set_part(std::move(part));
+  return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+}
+
+int HybridParallelPlugin::microbatches_for(int64_t batch, bool forward_only) const {
+  if (batch < 1) throw std::invalid_argument("hybrid_parallel execute_pipeline: the batch is empty");
+  if (options_.num_microbatches() > 0) {
+    const int64_t m = options_.num_microbatches();
+    if (!forward_only && batch % m != 0) {
+      throw std::invalid_argument(fmt::format(
+          "hybrid_parallel execute_pipeline: a batch of {} does not split into num_microbatches={} equal microbatches; "
+          "use a batch size that is a multiple of {} (per data-parallel rank)",
+          batch, m, m));
+    }
+    return static_cast<int>(std::min(m, batch));
+  }
+  const int64_t size = options_.microbatch_size();
+  if (!forward_only && batch % size != 0) {
+    throw std::invalid_argument(fmt::format(
+        "hybrid_parallel execute_pipeline: a batch of {} does not split into microbatches of microbatch_size={}; use a "
+        "batch size that is a multiple of {} (per data-parallel rank)",
+        batch, size, size));
+  }
+  return static_cast<int>((batch + size - 1) / size);
+}
+
+PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                                      ModelWrapper& model, const Criterion& criterion,
+                                                      OptimizerWrapper& optimizer, const PipelineOptions& options) {
+  auto* pipelined = dynamic_cast<PipelineModel*>(&model);
+  if (!pipelined) {
+    throw std::invalid_argument(
+        "hybrid_parallel execute_pipeline: the model was not boosted by hybrid_parallel; pass the boosted model");
+  }
+  if (!supports_pipeline()) {
+    throw std::logic_error(
+        "hybrid_parallel execute_pipeline: this plugin runs no pipeline (pp_size=1 without num_microbatches or "
+        "microbatch_size); run model->forward and booster.backward, or set num_microbatches");
+  }
+  const bool forward_only = options.forward_only();
+  if (!forward_only && !targets.defined()) {
+    throw std::invalid_argument("hybrid_parallel execute_pipeline: a training step needs the targets");
+  }
+  if (targets.defined() && targets.size(0) != inputs.size(0)) {
+    throw std::invalid_argument(fmt::format("hybrid_parallel execute_pipeline: {} inputs but {} targets",
+                                            inputs.size(0), targets.size(0)));
+  }
+  const int64_t batch = inputs.size(0);
+  const int m = microbatches_for(batch, forward_only);
+  const int64_t size = (batch + m - 1) / m;
+  const auto micro_inputs = pipelined->policy().cast_to_compute(inputs).split(size);
+  const auto micro_targets = targets.defined() ? targets.split(size) : std::vector<torch::Tensor>{};
+  const int count = static_cast<int>(micro_inputs.size());
+
+  pipeline::ScheduleRunner* runner = nullptr;
+  try {
+    runner = &pipelined->runner(count);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("hybrid_parallel execute_pipeline: a batch of {} gives {} microbatches: {}",
+                                            batch, count, e.what()));
+  }
+  pipelined->wait_for_weights();
+  if (!forward_only) pipelined->prepare_for_backward();
+
+  pipeline::StageCallbacks callbacks;
+  // Each microbatch's mean loss, weighted by its share of the batch: their sum is the batch mean.
+  callbacks.loss = [&criterion, batch](const torch::Tensor& output, const torch::Tensor& target) {
+    return criterion(output, target) * (static_cast<double>(output.size(0)) / static_cast<double>(batch));
+  };
+  callbacks.backward_loss = [&optimizer](const torch::Tensor& loss) { optimizer.backward(loss); };
+  callbacks.backward_output = [&optimizer](const torch::Tensor& output, const torch::Tensor& grad) {
+    optimizer.backward_by_grad({output}, {grad});
+  };
+
+  // Every backward of the step accumulates locally; the data-parallel reduction runs once, after
+  // the rank's last backward, unless the caller accumulates over several steps (no_sync).
+  const bool model_sync = model.gradient_sync();
+  const bool optimizer_sync = optimizer.gradient_sync();
+  pipeline::RunResult run;
+  {
+    NoSyncGuard restore([&] {
+      model.set_gradient_sync(model_sync);
+      optimizer.set_gradient_sync(optimizer_sync);
+    });
+    if (!forward_only) {
+      model.set_gradient_sync(false);
+      optimizer.set_gradient_sync(false);
+    }
+    run = runner->run(micro_inputs, micro_targets, callbacks,
+                      pipeline::RunOptions().forward_only(forward_only).keep_outputs(options.return_outputs()));
+  }
+  if (!forward_only) {
+    if (model_sync) model.reduce_accumulated_gradients();
+    if (optimizer_sync) optimizer.reduce_accumulated_gradients();
+  }
+
+  PipelineResult result;
+  const auto& stages = pipelined->stages();
+  if (options.return_loss() && targets.defined()) {
+    auto loss = run.loss.defined() ? run.loss.to(torch::kFloat).reshape({})
+                                   : torch::zeros({}, inputs.options().dtype(torch::kFloat));
+    const auto& pp = pipelined->pp_group();
+    if (pp->size() > 1) {
+      auto travelling = pp->communicable(loss.contiguous());
+      pp->broadcast(travelling, stages.rank_of(stages.num_stages() - 1)).wait();
+      loss = travelling.to(inputs.device());
+    }
+    result.loss = loss;
+  }
+  if (options.return_outputs() && stages.is_last_stage()) result.outputs = torch::cat(run.outputs);
+  return result;
+}
+
+}  // namespace colo::plugins
+
+COLO_PLUGIN(hybrid_parallel, "0.1.0", colo::plugins::HybridParallelPlugin)

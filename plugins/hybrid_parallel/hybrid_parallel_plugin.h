@@ -1,0 +1,56 @@
+#pragma once
+
+#include <colo/booster/plugin.h>
+#include <colo/booster/staged_checkpoint_io.h>
+
+#include <memory>
+#include <string>
+
+#include "hybrid_parallel_options.h"
+
+namespace colo::plugins {
+
+// Pipeline parallelism with data parallelism (Colossal-AI's HybridParallelPlugin, without its
+// tensor-parallel axis yet) on a dp × pp × tp mesh over the world (tp innermost; dp is what
+// world / (pp × tp) leaves). The user boosts the whole layer stack; each rank keeps its stages.
+//
+// boost(), in order:
+//   1. the stack is cut into pp × num_model_chunks virtual stages (partition, layers_per_stage;
+//      the last layer, the head, goes with the one before it); this rank keeps chunk c = virtual
+//      stage c·pp + its pp rank; the rest of the stack is no longer this rank's business;
+//   2. its layers move to the device, broadcast from dp rank 0 (replicas of a stage start alike);
+//   3. the user's optimizer is restricted to them (restrict_optimizer), then wrapped over the dp
+//      group: zero_stage 0, a MixedPrecisionOptimizer with DDP's all-reduce (apply_ddp); 1 and 2,
+//      a ZeroOptimizer. Either way the clipping norm and the fp16 overflow flag are agreed over
+//      the whole mesh (summed over pp, and over dp where gradients are sharded);
+//   4. the model is wrapped (PipelineModel: the chunks, a ScheduleRunner per microbatch count);
+//   5. the data loader is re-sharded over the dp group (the ranks of a replica share batches).
+//
+// execute_pipeline: the batch is split into microbatches and run through the schedule
+// (pp_style); every backward of the step runs with gradient sync off and the data-parallel
+// reduction happens once, after the rank's last backward (ZeRO-2 included, which Colossal-AI and
+// DeepSpeed refuse with a pipeline). Gradient accumulation over several calls: Booster::no_sync.
+class HybridParallelPlugin : public Plugin {
+ public:
+  HybridParallelPlugin(const PluginOptions& options, const PluginContext& context);
+
+  std::string name() const override { return "hybrid_parallel"; }
+  const HybridParallelOptions& options() const { return options_; }
+
+  Boosted boost(BoostInputs inputs) override;
+  bool supports_pipeline() const override { return options_.pipelined(); }
+  PipelineResult execute_pipeline(const torch::Tensor& inputs, const torch::Tensor& targets, ModelWrapper& model,
+                                  const Criterion& criterion, OptimizerWrapper& optimizer,
+                                  const PipelineOptions& options) override;
+  CheckpointIO& checkpoint_io() override { return *checkpoint_io_; }
+
+ private:
+  // Microbatches for a batch of `batch` samples; throws std::invalid_argument when the batch does
+  // not split into them (training needs equal microbatches).
+  int microbatches_for(int64_t batch, bool forward_only) const;
+
+  HybridParallelOptions options_;
+  std::unique_ptr<StagedCheckpointIO> checkpoint_io_;
+};
+
+}  // namespace colo::plugins
