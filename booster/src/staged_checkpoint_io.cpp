@@ -36,7 +36,8 @@ StagedCheckpointIO::StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world
 
 void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& base,
                                     const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  const auto prefix = fmt::format("colo/checkpoint/{}/{}", saves_++, base);
+  // Keyed by directory too: groups of one job (the store is the job's) may save at once.
+  const auto prefix = fmt::format("colo/checkpoint/{}/{}/{}", dir, saves_++, base);
   if (part_.writer) {
     files::create_directories(dir);
     const auto file = checkpoint::safetensors_part_name(base, part_.index, part_.count);

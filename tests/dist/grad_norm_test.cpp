@@ -90,11 +90,7 @@ TEST(GradNorm, IsTheSameUnderEveryPluginAndWorldSize) {
 
   for (int size : {1, 2, 4}) {
     if (size > world()->size()) continue;
-    // The world in groups of `size` consecutive ranks; every rank is in exactly one.
-    const int first = world()->rank() / size * size;
-    std::vector<int> ranks;
-    for (int r = first; r < first + size; ++r) ranks.push_back(r);
-    const auto group = world()->new_subgroup(ranks, fmt::format("grad_norm_{}", size));
+    const auto group = consecutive_group(size, fmt::format("grad_norm_{}", size));
     const auto ddp = grad_norms("torch_ddp", {{"max_grad_norm", std::to_string(kMaxNorm)}}, group);
     const double ddp_error = worst_relative_difference(ddp, reference);
     EXPECT_LE(ddp_error, kNormTolerance) << "torch_ddp on " << size << " ranks";

@@ -219,10 +219,7 @@ void check(const Row& row) {
   SCOPED_TRACE(row.label());
   const int size = row.layout.size();
   ASSERT_EQ(world()->size() % size, 0);
-  const int first = world()->rank() / size * size;
-  std::vector<int> ranks;
-  for (int r = first; r < first + size; ++r) ranks.push_back(r);
-  const auto group = world()->new_subgroup(ranks, "layout_" + std::to_string(size));
+  const auto group = consecutive_group(size, "layout_" + std::to_string(size));
 
   const auto& want = reference_for(row);
   const auto got = train(row, group);

@@ -46,6 +46,13 @@ torch::Tensor shard(const torch::Tensor& global, int rank, int size) {
 
 torch::Tensor shard(const torch::Tensor& global) { return shard(global, world()->rank(), world()->size()); }
 
+std::shared_ptr<dist::ProcessGroup> consecutive_group(int size, const std::string& name) {
+  const int first = world()->rank() / size * size;
+  std::vector<int> ranks;
+  for (int r = first; r < first + size; ++r) ranks.push_back(r);
+  return world()->new_subgroup(ranks, name);
+}
+
 double global_mean(double local, dist::ProcessGroup& group) {
   auto t = torch::tensor({local}, torch::kFloat64).to(device());
   group.all_reduce(t, dist::ReduceOp::kAvg).wait();

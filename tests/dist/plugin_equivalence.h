@@ -40,6 +40,10 @@ GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed = 11);
 torch::Tensor shard(const torch::Tensor& global, int rank, int size);
 torch::Tensor shard(const torch::Tensor& global);
 
+// The world cut into groups of `size` consecutive ranks (size must divide the world size): the
+// group holding this rank. Each is a job of its own for a test of `size` ranks.
+std::shared_ptr<dist::ProcessGroup> consecutive_group(int size, const std::string& name);
+
 // The mean of `local` over `group` (the world by default).
 double global_mean(double local, dist::ProcessGroup& group);
 double global_mean(double local);

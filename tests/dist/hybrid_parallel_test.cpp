@@ -1,0 +1,295 @@
+// The hybrid_parallel plugin beyond single-process equivalence (layout_equivalence_test.cpp):
+// fp16 overflow agreed over the whole mesh, checkpoints across plugins and pipeline sizes, exact
+// resume, and the errors its options, layouts and inputs can meet.
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin.h>
+#include <colo/booster/plugin_registry.h>
+#include <colo/booster/training_state.h>
+#include <colo/compat/files.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+#include <colo/nn/vision_transformer.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist_test_env.h"
+#include "plugin_equivalence.h"
+
+namespace colo {
+namespace {
+
+using namespace test;
+using dist::MeshAxis;
+
+std::shared_ptr<nn::LayerStack> deep_vit(uint64_t seed = 9) {
+  torch::manual_seed(seed);
+  auto model = nn::make_vision_transformer(tiny_vit().depth(8));
+  model->to(device());
+  return model;
+}
+
+std::shared_ptr<torch::optim::Optimizer> adamw(nn::LayerStack& model) {
+  return std::make_shared<torch::optim::AdamW>(model.parameters(), torch::optim::AdamWOptions(1e-3).eps(1e-3));
+}
+
+PluginOptions pipeline(int pp, PluginOptions more = {}) {
+  more["pp_size"] = std::to_string(pp);
+  if (!more.count("microbatch_size")) more["num_microbatches"] = "4";
+  return more;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_contains(const std::string& text, const std::vector<std::string>& needles) {
+  for (const auto& needle : needles) EXPECT_NE(text.find(needle), std::string::npos) << needle << " not in: " << text;
+}
+
+// One training step of a boosted model on this replica's shard of `images`/`labels`; returns the loss.
+double train_step(Booster& booster, Boosted& b, const torch::Tensor& images, const torch::Tensor& labels) {
+  const int dp = b.mesh->size(MeshAxis::kDp), d = b.mesh->coordinate(MeshAxis::kDp);
+  b.optimizer->zero_grad();
+  double loss = 0;
+  if (booster.plugin().supports_pipeline()) {
+    loss = booster.execute_pipeline(shard(images, d, dp), shard(labels, d, dp), *b.model, b.criterion, *b.optimizer)
+               .loss.item<double>();
+  } else {
+    auto l = b.criterion(b.model->forward(shard(images, d, dp)), shard(labels, d, dp));
+    booster.backward(l, *b.optimizer);
+    loss = l.item<double>();
+  }
+  b.optimizer->step();
+  return loss;
+}
+
+// Every rank's part of the model's state, gathered by name into one map on every rank of `group`
+// (through the store; small models only).
+std::map<std::string, torch::Tensor> whole_state(const ModelWrapper& model, dist::ProcessGroup& group,
+                                                 const std::string& key) {
+  std::map<std::string, torch::Tensor> mine;
+  for (auto& [name, tensor] : model.full_state()) mine[name] = tensor.detach().to(torch::kCPU).clone();
+  std::vector<torch::Tensor> flat;
+  for (auto& [name, tensor] : mine) flat.push_back(tensor);
+  // Names travel through the store, values through it too (serialised by torch::pickle_save).
+  const auto bytes = torch::pickle_save(c10::IValue(c10::List<torch::Tensor>(flat)));
+  std::string names;
+  for (auto& [name, tensor] : mine) names += name + "\n";
+  group.store().set(fmt::format("{}/{}/names", key, group.rank()), std::vector<uint8_t>(names.begin(), names.end()));
+  group.store().set(fmt::format("{}/{}/values", key, group.rank()), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  std::map<std::string, torch::Tensor> all;
+  for (int r = 0; r < group.size(); ++r) {
+    const auto n = group.store().get(fmt::format("{}/{}/names", key, r));
+    const auto v = group.store().get(fmt::format("{}/{}/values", key, r));
+    const auto list = torch::pickle_load(std::vector<char>(v.begin(), v.end())).toTensorList();
+    std::string text(n.begin(), n.end());
+    std::size_t start = 0, i = 0;
+    for (auto end = text.find('\n'); end != std::string::npos; start = end + 1, end = text.find('\n', start)) {
+      all[text.substr(start, end - start)] = list.get(i++);
+    }
+  }
+  return all;
+}
+
+TEST(HybridParallel, Fp16OverflowOnOneStageSkipsTheStepOnEveryRank) {
+  const int size = world()->size() >= 4 ? 4 : 2;
+  const auto group = consecutive_group(size, "hp_fp16");
+  auto plugin = PluginRegistry::global().create(
+      "hybrid_parallel", pipeline(2, {{"precision", "fp16"}, {"initial_scale", "1024"}, {"hysteresis", "1"}}),
+      PluginContext{group, device()});
+  Booster booster(plugin);
+  // ScaleShift layers: LibTorch 1.13 has fp16 CPU kernels for their ops (not for the ViT's).
+  torch::manual_seed(5);
+  auto model = std::make_shared<nn::LayerStack>();
+  for (int i = 0; i < 4; ++i) model->push_back(std::make_shared<ScaleShift>(8, i));
+  model->to(device());
+  auto b = booster.boost(model, adamw(*model), [](const torch::Tensor& o, const torch::Tensor& t) {
+    return (o - t).pow(2).mean();
+  });
+  const auto& mesh = *b.mesh;
+  torch::manual_seed(13);
+  const auto x = torch::randn({8 * mesh.size(MeshAxis::kDp), 8}).to(device());
+  const auto y = torch::randn({8 * mesh.size(MeshAxis::kDp), 8}).to(device());
+  const int dp = mesh.size(MeshAxis::kDp), d = mesh.coordinate(MeshAxis::kDp);
+  auto step = [&](bool poison) {
+    b.optimizer->zero_grad();
+    booster.execute_pipeline(shard(x, d, dp), shard(y, d, dp), *b.model, b.criterion, *b.optimizer);
+    // An inf in one gradient of the last stage of the last replica only.
+    if (poison && mesh.coordinate(MeshAxis::kPp) == 1 && d == dp - 1) {
+      torch::NoGradGuard no_grad;
+      b.model->module().parameters().front().grad().view(-1)[0] = std::numeric_limits<float>::infinity();
+    }
+    return b.optimizer->step();
+  };
+  const auto before = b.model->full_state();
+  EXPECT_FALSE(step(true)) << "pp " << mesh.coordinate(MeshAxis::kPp) << " dp " << d;
+  EXPECT_EQ(b.optimizer->skipped_steps(), 1);
+  const auto after_skip = named_state(b.model->full_state());
+  for (const auto& [name, tensor] : before) EXPECT_TRUE(torch::equal(after_skip.at(name), tensor)) << name;
+  EXPECT_TRUE(step(false));
+  EXPECT_EQ(b.optimizer->skipped_steps(), 1);
+  world()->barrier().wait();
+}
+
+// Saves under `from` (options on a group of `from_size`), loads under `to`, and checks that the
+// model and the optimizer state survive: the loaded model's full state equals the saved one, and
+// one more step from both gives the same weights.
+void check_round_trip(const std::string& from_plugin, const PluginOptions& from, int from_size,
+                      const std::string& to_plugin, const PluginOptions& to, int to_size, const std::string& dir) {
+  SCOPED_TRACE(fmt::format("{} on {} -> {} on {}", from_plugin, from_size, to_plugin, to_size));
+  const auto data = make_batches(3, 16, 17);
+  std::map<std::string, torch::Tensor> saved, next_want;
+  {
+    const auto group = consecutive_group(from_size, "hp_ckpt_from");
+    auto plugin = PluginRegistry::global().create(from_plugin, from, PluginContext{group, device()});
+    Booster booster(plugin);
+    auto model = deep_vit();
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    train_step(booster, b, data.images[0], data.labels[0]);
+    train_step(booster, b, data.images[1], data.labels[1]);
+    // Only the first group writes (the others would race for the same directory).
+    if (world()->rank() < from_size) {
+      booster.save_model(*b.model, dir);
+      booster.save_optimizer(*b.optimizer, dir);
+    }
+    saved = whole_state(*b.model, *group, fmt::format("ckpt/{}/saved/{}", dir, world()->rank() / from_size));
+    train_step(booster, b, data.images[2], data.labels[2]);
+    next_want = whole_state(*b.model, *group, fmt::format("ckpt/{}/next/{}", dir, world()->rank() / from_size));
+  }
+  world()->barrier().wait();
+  const auto group = consecutive_group(to_size, "hp_ckpt_to");
+  auto plugin = PluginRegistry::global().create(to_plugin, to, PluginContext{group, device()});
+  Booster booster(plugin);
+  auto model = deep_vit(/*seed=*/99);  // other weights: the load must replace them all
+  auto b = booster.boost(model, adamw(*model), cross_entropy);
+  booster.load_model(*b.model, dir);
+  booster.load_optimizer(*b.optimizer, dir);
+  for (const auto& [name, tensor] : b.model->full_state()) {
+    ASSERT_TRUE(saved.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor.to(torch::kCPU), saved.at(name))) << name;
+  }
+  train_step(booster, b, data.images[2], data.labels[2]);
+  for (const auto& [name, tensor] : b.model->full_state()) {
+    EXPECT_LE(relative_error(tensor, next_want.at(name)), 1e-5) << name << ": the optimizer state did not carry over";
+  }
+  world()->barrier().wait();
+}
+
+TEST(HybridParallel, CheckpointsLoadAcrossPluginsAndPipelineSizes) {
+  const auto dir = shared_directory("hp_checkpoints");
+  check_round_trip("hybrid_parallel", pipeline(2), 2, "torch_ddp", {}, 1, files::join(dir, "pp2_to_ddp1"));
+  check_round_trip("torch_ddp", {}, 2, "hybrid_parallel", pipeline(2), 2, files::join(dir, "ddp2_to_pp2"));
+  check_round_trip("hybrid_parallel", pipeline(2, {{"zero_stage", "2"}}), 2, "low_level_zero", {{"stage", "1"}}, 2,
+                   files::join(dir, "pp2zero2_to_llz"));
+  if (world()->size() >= 4) {
+    check_round_trip("hybrid_parallel", pipeline(2, {{"zero_stage", "1"}}), 4, "hybrid_parallel", pipeline(4), 4,
+                     files::join(dir, "pp2dp2_to_pp4"));
+    check_round_trip("hybrid_parallel", pipeline(4, {{"pp_style", "interleaved"}, {"num_model_chunks", "2"}}), 4,
+                     "hybrid_parallel", pipeline(2), 2, files::join(dir, "pp4_to_pp2"));
+  }
+  remove_shared_directory(dir);
+}
+
+TEST(HybridParallel, ResumeUnderThePipelineIsExact) {
+  const int size = world()->size() >= 4 ? 4 : 2;
+  const auto dir = shared_directory("hp_resume");
+  const auto group = consecutive_group(size, "hp_resume");
+  const auto options = pipeline(2, {{"zero_stage", size == 4 ? "2" : "0"}, {"max_grad_norm", "0.5"}});
+  const auto data = make_batches(4, 16, 23);
+  const auto my_dir = files::join(dir, std::to_string(world()->rank() / size));
+  std::vector<double> want, got;
+  std::map<std::string, torch::Tensor> want_state;
+  {
+    auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{group, device()});
+    Booster booster(plugin);
+    auto model = deep_vit();
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    train_step(booster, b, data.images[0], data.labels[0]);
+    train_step(booster, b, data.images[1], data.labels[1]);
+    // save_state's barriers are the world's: every group saves at once, each into its directory.
+    booster.save_state(b, TrainingProgress{}, my_dir);
+    for (int i = 2; i < 4; ++i) want.push_back(train_step(booster, b, data.images[i], data.labels[i]));
+    want_state = named_state(b.model->full_state());
+  }
+  {
+    auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{group, device()});
+    Booster booster(plugin);
+    auto model = deep_vit(/*seed=*/77);
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    booster.load_state(b, my_dir);
+    for (int i = 2; i < 4; ++i) got.push_back(train_step(booster, b, data.images[i], data.labels[i]));
+    EXPECT_EQ(got, want) << "losses after resuming";
+    for (const auto& [name, tensor] : b.model->full_state()) {
+      EXPECT_TRUE(torch::equal(tensor, want_state.at(name))) << name;
+    }
+  }
+  remove_shared_directory(dir);
+}
+
+TEST(HybridParallel, RejectsBadOptionsAllAtOnce) {
+  const auto message = error_of([] {
+    PluginRegistry::global().create("hybrid_parallel",
+                                    {{"tp_size", "2"},
+                                     {"pp_size", "2"},
+                                     {"zero_stage", "3"},
+                                     {"num_model_chunks", "2"},
+                                     {"pp_style", "1f1b"},
+                                     {"precision", "fp8"},
+                                     {"layers_per_stage", "3,x"},
+                                     {"bogus", "1"}},
+                                    PluginContext{world(), device()});
+  });
+  expect_contains(message, {"tp_size=2", "not built yet", "num_microbatches or microbatch_size", "ZeRO-3 is the gemini",
+                            "interleaved", "fp8", "'x' is not a positive", "unknown option 'bogus'", "valid options"});
+  expect_contains(error_of([] {
+                    PluginRegistry::global().create(
+                        "hybrid_parallel",
+                        {{"pp_size", "2"}, {"num_microbatches", "3"}, {"pp_style", "interleaved"}, {"num_model_chunks", "2"}},
+                        PluginContext{world(), device()});
+                  }),
+                  {"multiple of", "pp"});
+}
+
+TEST(HybridParallel, RejectsLayoutsThatDoNotFitTheWorldOrTheModel) {
+  expect_contains(error_of([] {
+                    PluginRegistry::global().create("hybrid_parallel", pipeline(3), PluginContext{world(), device()});
+                  }),
+                  {"hybrid_parallel", "not divisible by pp_size x tp_size"});
+  const auto group = consecutive_group(2, "hp_layouts");
+  // depth 2: 3 layers after the head joins the last block, too few for 2 ranks x 2 chunks.
+  auto plugin = PluginRegistry::global().create(
+      "hybrid_parallel", pipeline(2, {{"pp_style", "interleaved"}, {"num_model_chunks", "2"}}),
+      PluginContext{group, device()});
+  Booster booster(plugin);
+  torch::manual_seed(1);
+  auto shallow = nn::make_vision_transformer(tiny_vit());
+  expect_contains(error_of([&] { booster.boost(shallow, adamw(*shallow), cross_entropy); }),
+                  {"4 layers cannot be cut into pp_size 2 x num_model_chunks 2 = 4 stages"});
+
+  auto model = deep_vit();
+  auto plain = PluginRegistry::global().create("hybrid_parallel", pipeline(2), PluginContext{group, device()});
+  Booster pipelined(plain);
+  auto b = pipelined.boost(model, adamw(*model), cross_entropy);
+  const auto data = make_batches(1, 6, 2);
+  expect_contains(error_of([&] { b.model->forward(data.images[0]); }), {"execute_pipeline", "2 pipeline stages"});
+  expect_contains(error_of([&] {
+                    pipelined.execute_pipeline(data.images[0], data.labels[0], *b.model, b.criterion, *b.optimizer);
+                  }),
+                  {"a batch of 6 does not split into num_microbatches=4"});
+  world()->barrier().wait();
+}
+
+}  // namespace
+}  // namespace colo
