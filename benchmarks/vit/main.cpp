@@ -71,6 +71,7 @@ struct Options {
   std::string command_line;
   // Diagnostics of the data-parallel step (not training: --no-sync never averages gradients).
   bool no_sync = false;
+  int64_t grad_accum = 1;
   int32_t gemm_sm_carveout = 0;
 };
 
@@ -133,6 +134,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("profile", po::value(&o.profile_path),
        "after the timed steps, record 3 more with the Kineto profiler and write a Chrome trace here (rank r > 0 "
        "inserts .rank<r> before the extension; LibTorch 2.x); summarise with benchmarks/peers/kernel_summary.py")
+      ("grad-accum", po::value(&o.grad_accum)->default_value(1),
+       "plain (non-pipelined) plugins: split each step's batch into this many micro-batches, all but the last "
+       "under booster.no_sync (the loop a pipeline with as many microbatches replaces)")
       ("no-sync", po::bool_switch(&o.no_sync),
        "diagnostic: every step under booster.no_sync (no gradient communication), to measure what data "
        "parallelism costs besides communicating")
@@ -158,6 +162,10 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
 
   std::vector<std::string> problems;
   if (o.batch_size <= 0) problems.push_back(fmt::format("--batch-size must be positive, got {}", o.batch_size));
+  if (o.grad_accum <= 0 || (o.batch_size > 0 && o.batch_size % o.grad_accum != 0)) {
+    problems.push_back(fmt::format("--grad-accum {} must be positive and divide --batch-size {}", o.grad_accum,
+                                   o.batch_size));
+  }
   if (o.steps <= 0) problems.push_back(fmt::format("--steps must be positive, got {}", o.steps));
   if (o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps must be >= 0, got {}", o.warmup_steps));
   if (o.peak_tflops < 0) problems.push_back(fmt::format("--peak-tflops must be >= 0, got {}", o.peak_tflops));
@@ -320,19 +328,29 @@ int run(const Options& o) {
   const auto images = ((batch.images - mean) / stdev).to(device);
   const auto labels = batch.labels.to(device);
 
-  const bool pipelined = pp > 1;
+  const bool pipelined = plugin->supports_pipeline();
+  if (pipelined && o.grad_accum > 1) {
+    throw std::invalid_argument("--grad-accum is for plain plugins; a pipelined one splits the batch itself "
+                                "(--plugin-opt num_microbatches=N)");
+  }
+  const auto micro_images = images.chunk(o.grad_accum);
+  const auto micro_labels = labels.chunk(o.grad_accum);
   torch::Tensor loss;
   auto train_step = [&] {
     if (pipelined) {
       loss = booster.execute_pipeline(images, labels, *b.model, b.criterion, *b.optimizer, {}).loss;
     } else {
-      std::optional<NoSyncGuard> skip_sync;
-      if (o.no_sync) skip_sync.emplace(booster.no_sync(*b.model, *b.optimizer));
-      loss = b.criterion(b.model->forward(images), labels);
-      if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(o.gemm_sm_carveout);
-      booster.backward(loss, *b.optimizer);
-      // Back to 0 (every SM) explicitly, in case a cuBLAS handle keeps the target it was last given.
-      if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(0);
+      for (int64_t m = 0; m < o.grad_accum; ++m) {
+        std::optional<NoSyncGuard> skip_sync;
+        if (o.no_sync || m + 1 < o.grad_accum) skip_sync.emplace(booster.no_sync(*b.model, *b.optimizer));
+        auto micro = b.criterion(b.model->forward(micro_images[m]), micro_labels[m]);
+        if (o.grad_accum > 1) micro = micro / static_cast<double>(o.grad_accum);
+        loss = m == 0 ? micro.detach() : loss + micro.detach();  // the step's mean loss
+        if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(o.gemm_sm_carveout);
+        booster.backward(micro, *b.optimizer);
+        // Back to 0 (every SM) explicitly, in case a cuBLAS handle keeps the target it was last given.
+        if (o.gemm_sm_carveout > 0) compat::set_gemm_sm_carveout(0);
+      }
     }
     b.optimizer->step();
     b.optimizer->zero_grad();
@@ -460,6 +478,7 @@ int run(const Options& o) {
         {"mfu_definition", "tflops_per_gpu / peak_tflops; peak = dense n×n×n matmul throughput measured in this run "
                            "in the run's precision (mean over ranks) unless --peak-tflops was given"},
         {"diagnostics", {{"no_sync", o.no_sync}, {"gemm_sm_carveout", o.gemm_sm_carveout}}},
+        {"grad_accum", o.grad_accum},
         {"final_loss", std::isnan(final_loss) ? nlohmann::json(nullptr) : nlohmann::json(final_loss)},
     };
     fmt::print("colo_vit_bench: plugin {} | {} ViT (D={}, L={}, {}px) {} | world {} | global batch {}\n",

@@ -9,9 +9,11 @@
 
 namespace train_vit {
 
-EvalResult evaluate(colo::ModelWrapper& model, colo::data::DataLoader& loader,
+EvalResult evaluate(colo::Booster& booster, const colo::Boosted& boosted, colo::data::DataLoader& loader,
                     const std::shared_ptr<colo::dist::ProcessGroup>& world) {
   const auto start = std::chrono::steady_clock::now();
+  auto& model = *boosted.model;
+  const bool pipelined = booster.plugin().supports_pipeline();
   const bool was_training = model.is_training();
   model.eval();
   torch::NoGradGuard no_grad;
@@ -34,7 +36,17 @@ EvalResult evaluate(colo::ModelWrapper& model, colo::data::DataLoader& loader,
     const int64_t valid = std::clamp<int64_t>((dataset_size - first + replicas - 1) / replicas, 0, n);
     ++batch_index;
     if (valid == 0) continue;
-    auto logits = model.forward(batch->images).narrow(0, 0, valid).to(torch::kFloat);
+    torch::Tensor outputs;
+    if (pipelined) {
+      outputs = booster
+                    .execute_pipeline(batch->images, torch::Tensor(), model, boosted.criterion, *boosted.optimizer,
+                                      colo::PipelineOptions().forward_only(true).return_outputs(true).return_loss(false))
+                    .outputs;
+      if (!outputs.defined()) continue;  // not the last stage
+    } else {
+      outputs = model.forward(batch->images);
+    }
+    auto logits = outputs.narrow(0, 0, valid).to(torch::kFloat);
     auto labels = batch->labels.narrow(0, 0, valid);
     correct += static_cast<double>(logits.argmax(1).eq(labels).sum().item<int64_t>());
     loss_sum += torch::nn::functional::cross_entropy(

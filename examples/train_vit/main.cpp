@@ -11,6 +11,7 @@
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <colo/optim/hybrid_adam.h>
@@ -239,15 +240,26 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   auto loader = std::make_shared<colo::data::DataLoader>(
       data.train,
       train_loader_options(o, config, *data.train, device, std::max<int64_t>(1, per_step_guess / world_size)));
-  colo::Boosted b = booster.boost(model, optimizer, criterion, loader);
+  colo::Boosted b;
+  try {
+    b = booster.boost(model, optimizer, criterion, loader);
+  } catch (const std::invalid_argument& e) {
+    // A layout that does not fit this model or data (too few layers for the stages, say).
+    throw UsageError(fmt::format("--plugin {} cannot train this model so: {}", o.plugin, e.what()));
+  }
+  // A pipeline stage keeps its own layers; the rest of the stack is freed with the last reference.
+  model.reset();
+  optimizer.reset();
   if (plugin->supports_pipeline() && o.grad_accum > 1) {
     throw UsageError(
         fmt::format("--grad-accum {}: plugin {} runs a pipeline, which splits every batch into "
                     "micro-batches itself; drop --grad-accum and set the plugin's micro-batch option",
                     o.grad_accum, o.plugin));
   }
-  const int64_t dp_size = b.dataloader->sampler().num_replicas();
-  const int64_t dp_rank = b.dataloader->sampler().rank();
+  // The data-parallel size and rank are the plugin's layout's (pipeline and tensor-parallel
+  // peers share batches); a plugin without a layout runs on one replica.
+  const int64_t dp_size = b.mesh ? b.mesh->size(colo::dist::MeshAxis::kDp) : 1;
+  const int64_t dp_rank = b.mesh ? b.mesh->coordinate(colo::dist::MeshAxis::kDp) : 0;
   if (o.batch_size % (dp_size * o.grad_accum) != 0) {
     throw UsageError(fmt::format(
         "--batch-size {} does not split over {} data-parallel ranks x {} accumulation steps; use a multiple of {}",
@@ -297,8 +309,9 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     metrics = train_vit::MetricsLog(o.metrics_file, !o.resume_dir.empty());
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
-  console.print("train_vit: plugin {} ({}), {} rank{} (data-parallel {}) on {}, {} thread{} per rank", plugin->name(),
-                o.precision, world_size, world_size == 1 ? "" : "s", dp_size, device.str(), threads,
+  console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
+                world_size, world_size == 1 ? "" : "s",
+                b.mesh ? b.mesh->describe() : fmt::format("data-parallel {}", dp_size), device.str(), threads,
                 threads == 1 ? "" : "s");
   console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
                 config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
@@ -336,7 +349,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   int64_t last_eval_step = -1;
   train_vit::EvalResult last_eval;
   auto run_eval = [&](int64_t epoch) {
-    last_eval = train_vit::evaluate(*b.model, test_loader, world);
+    last_eval = train_vit::evaluate(booster, b, test_loader, world);
     last_eval_step = global_step;
     console.print("epoch {}/{}  test top-1 {:.2f}%  loss {:.4f}  ({:.1f} s)", epoch + 1, o.epochs,
                   100.0 * last_eval.top1, last_eval.loss, last_eval.seconds);

@@ -7,7 +7,7 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# peer-scaling profile-peers overlap-probe exit-loop.
+# peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -194,6 +194,25 @@ for stage in "$@"; do
       # The 2-GPU step of colo beside PyTorch's DDP over torch.compile'd pure-bf16 timm (the peer that
       # moves colo's number of gradient bytes in a shorter step, stage peer-scaling).
       profile_runs 2 kernels_peers.md "colo_ddp:torch_ddp" "timm_ddpc:ddp --compile --param-dtype bf16"
+      ;;
+    pipeline-overhead)
+      # The pipeline interpreter's own cost on one GPU (issue 19): ViT-B/16 bf16, batch 256, as 8
+      # microbatches of 32 through hybrid_parallel's execute_pipeline (pp_size 1: no communication,
+      # the runner, its schedule and the deferred dp reduction only) against torch_ddp running the
+      # same 8 micro-batches under no_sync, alternately, COLO_PIPE_REPEATS times each (default 3).
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 40 --peak-tflops 1)
+      for ((i = 0; i < ${COLO_PIPE_REPEATS:-3}; i++)); do
+        for kind in ddp8 pipe8; do
+          if [ $kind = ddp8 ]; then
+            cmd=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --grad-accum 8)
+          else
+            cmd=(build-gpu/bin/colo_vit_bench --plugin hybrid_parallel --plugin-opt num_microbatches=8)
+          fi
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 "${cmd[@]}" "${common[@]}" \
+            --json "$LOGS/${kind}_$i.json" >"$LOGS/${kind}_$i.log" 2>&1
+          note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
+        done
+      done
       ;;
     per-gpu)
       # Each GPU alone (ViT-B/16 bf16, batch 256, torch_ddp): a GPU, or the CPU socket its process
