@@ -271,6 +271,8 @@ PluginOptions pipeline(int pp, int microbatches, const std::string& style, Plugi
 // other world sizes CI runs).
 std::vector<Row> rows() {
   std::vector<Row> r;
+  r.push_back({"torch_ddp", {}, {1, 1, 1}});
+  r.push_back({"hybrid_parallel", pipeline(1, 4, "1f1b"), {1, 1, 1}, 4});  // the GPU benchmark's layout
   r.push_back({"torch_ddp", {}, {2, 1, 1}});
   r.push_back({"low_level_zero", {{"stage", "2"}}, {2, 1, 1}});
   for (const char* style : {"gpipe", "1f1b", "zero_bubble"}) {

@@ -199,8 +199,10 @@ for stage in "$@"; do
       # The pipeline interpreter's own cost on one GPU (issue 19): ViT-B/16 bf16, batch 256, as 8
       # microbatches of 32 through hybrid_parallel's execute_pipeline (pp_size 1: no communication,
       # the runner, its schedule and the deferred dp reduction only) against torch_ddp running the
-      # same 8 micro-batches under no_sync, alternately, COLO_PIPE_REPEATS times each (default 3).
-      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps 40 --peak-tflops 1)
+      # same 8 micro-batches under no_sync, alternately, COLO_PIPE_REPEATS times each (default 3),
+      # COLO_PIPE_STEPS timed steps a run (default 40).
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps "${COLO_PIPE_STEPS:-40}"
+        --peak-tflops 1)
       for ((i = 0; i < ${COLO_PIPE_REPEATS:-3}; i++)); do
         for kind in ddp8 pipe8; do
           if [ $kind = ddp8 ]; then
