@@ -443,9 +443,9 @@ TEST(PipelineSimulator, CatchesAnActionOnTheWrongRank) {
       << message;
 }
 
-// GPipe, pp = 2, m = 2, with both activations in one batch: correct when rank 1 receives them in
-// the order rank 0 sends them.
-std::vector<RankProgram> gpipe_with_one_activation_batch(bool swap_receives) {
+// GPipe, pp = 2, m = 2, written by hand with both activations in one batch: correct while rank 0
+// sends them in the order rank 1 receives them; `swap_sends` swaps the two sends.
+std::vector<RankProgram> gpipe_with_one_activation_batch(bool swap_sends) {
   const auto step = [](const std::string& action, std::size_t index) { return Step{Action::parse(action), index}; };
   const auto batch = [](std::vector<CommOp> ops, std::size_t index) { return Step{CommBatch{std::move(ops)}, index}; };
   const Message act0{ActionKind::kForward, 0, 1, 0};
@@ -453,15 +453,15 @@ std::vector<RankProgram> gpipe_with_one_activation_batch(bool swap_receives) {
   const Message grad0{ActionKind::kBackward, 1, 0, 0};
   const Message grad1{ActionKind::kBackward, 1, 0, 1};
   std::vector<RankProgram> programs(2);
+  std::vector<CommOp> exchange = {{CommKind::kSend, 1, act0}, {CommKind::kSend, 1, act1}, {CommKind::kRecv, 1, grad0}};
+  if (swap_sends) std::swap(exchange[0], exchange[1]);
   programs[0] = {0,
-                 {step("0F0", 0), step("0F1", 1),
-                  batch({{CommKind::kSend, 1, act0}, {CommKind::kSend, 1, act1}, {CommKind::kRecv, 1, grad0}}, 2),
-                  step("0B0", 2), batch({{CommKind::kRecv, 1, grad1}}, 3), step("0B1", 3)}};
-  std::vector<CommOp> receives = {{CommKind::kRecv, 0, act0}, {CommKind::kRecv, 0, act1}};
-  if (swap_receives) std::swap(receives[0], receives[1]);
+                 {step("0F0", 0), step("0F1", 1), batch(exchange, 2), step("0B0", 2),
+                  batch({{CommKind::kRecv, 1, grad1}}, 3), step("0B1", 3)}};
   programs[1] = {1,
-                 {batch(receives, 0), step("1F0", 0), step("1F1", 1), step("1B0", 2),
-                  batch({{CommKind::kSend, 0, grad0}}, 3), step("1B1", 3), batch({{CommKind::kSend, 0, grad1}}, 4)}};
+                 {batch({{CommKind::kRecv, 0, act0}, {CommKind::kRecv, 0, act1}}, 0), step("1F0", 0), step("1F1", 1),
+                  step("1B0", 2), batch({{CommKind::kSend, 0, grad0}}, 3), step("1B1", 3),
+                  batch({{CommKind::kSend, 0, grad1}}, 4)}};
   return programs;
 }
 
@@ -469,9 +469,11 @@ TEST(PipelineSimulator, CatchesMessagesMatchedOutOfOrder) {
   const auto schedule = gpipe_schedule(ScheduleShape(2, 2));
   EXPECT_NO_THROW(simulate(schedule, gpipe_with_one_activation_batch(false)));
   const auto message = error_of<ScheduleError>([&] { simulate(schedule, gpipe_with_one_activation_batch(true)); });
-  EXPECT_NE(message.find("rank 0's 1st send to rank 1 (step 2) carries act 0->1 mb0, but rank 1's 1st receive from "
-                         "rank 0 (step 0) expects act 0->1 mb1"),
+  EXPECT_NE(message.find("rank 0's 1st send to rank 1 (step 2) carries act 0->1 mb1, but rank 1's 1st receive from "
+                         "rank 0 (step 0) expects act 0->1 mb0"),
             std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the receiver would take microbatch 1's data for microbatch 0's"), std::string::npos)
       << message;
   EXPECT_NE(message.find("NCCL ignores tags"), std::string::npos) << message;
 }

@@ -77,8 +77,9 @@ Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape);
 //   - every (stage, microbatch) has exactly one F and one B, and one W if and only if the
 //     schedule splits the backward (a forward-only schedule: one F, nothing else);
 //   - on that rank, F before B before W.
-// It does not check the order across ranks (a stage's F before the next stage's F of the same
-// microbatch, ...): an order that breaks it deadlocks, which simulate() detects.
+// It does not check that the ranks' orders fit together (rank 0 waiting for a gradient that rank 1
+// computes only after an activation that rank 0 sends after that gradient): such a schedule
+// deadlocks, which simulate() detects.
 // Throws ScheduleError listing the problems (the first 20, and how many more).
 void validate(const Schedule& schedule);
 
