@@ -2,6 +2,7 @@
 // four generators' orders (written out by hand for small shapes), validate()'s findings on broken
 // schedules, and the printouts. The dry run of every generated schedule is in
 // pipeline_simulator_test.cpp.
+#include <colo/pipeline/simulator.h>
 #include <colo/pipeline/action.h>
 #include <colo/pipeline/schedule.h>
 #include <colo/pipeline/schedule_format.h>
@@ -280,6 +281,41 @@ TEST(PipelineFormat, RankScheduleMarksTheFailingAction) {
   EXPECT_EQ(format_rank_schedule(interleaved_schedule(ScheduleShape(2, 2).chunks(2)), 0),
             "rank 0 of 2 (stages 0, 2), 8 actions:\n  [0] 0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1\n");
   EXPECT_THROW(format_rank_schedule(schedule, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace colo::pipeline
+
+namespace colo::pipeline {
+namespace {
+
+// Evaluation runs forwards only, for any number of microbatches (a last batch that is short).
+TEST(PipelineForwardOnly, ValidatesAndRunsWithoutDeadlockForEveryShape) {
+  for (int pp : {1, 2, 3, 4, 8}) {
+    for (int chunks : {1, 2, 3}) {
+      if (chunks > 1 && pp < 2) continue;
+      for (int m : {1, 2, 3, pp, 2 * pp + 1}) {
+        SCOPED_TRACE(::testing::Message() << "pp " << pp << " chunks " << chunks << " m " << m);
+        const auto schedule = forward_only_schedule(ScheduleShape(pp, m).chunks(chunks));
+        EXPECT_TRUE(schedule.forward_only);
+        EXPECT_NO_THROW(validate(schedule));
+        const auto result = simulate(schedule);
+        for (const auto& rank : result.ranks) EXPECT_EQ(rank.peak_in_flight, 0) << "nothing is held for backward";
+      }
+    }
+  }
+}
+
+TEST(PipelineForwardOnly, ABackwardInAForwardOnlyScheduleIsAnError) {
+  auto schedule = forward_only_schedule(ScheduleShape(2, 2));
+  schedule.actions[1].push_back(Action::parse("1B0"));
+  try {
+    validate(schedule);
+    FAIL() << "no error";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("a B action in a forward-only schedule"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(forward_only_schedule(ScheduleShape(1, 2).chunks(2)), std::invalid_argument);
 }
 
 }  // namespace

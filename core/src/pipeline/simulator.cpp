@@ -193,7 +193,8 @@ class DryRun {
       int in_flight = 0;
       int unfinished = 0;
       for (const auto& action : schedule_.actions[rank]) {
-        const int started = action.kind == ActionKind::kForward ? 1 : 0;
+        // A forward-only run keeps nothing for a backward.
+        const int started = action.kind == ActionKind::kForward && !schedule_.forward_only ? 1 : 0;
         in_flight += started - (action.kind == ActionKind::kBackward ? 1 : 0);
         unfinished += started - (action.kind == completes ? 1 : 0);
         timeline.peak_in_flight = std::max(timeline.peak_in_flight, in_flight);

@@ -28,7 +28,8 @@ struct RankTimeline {
   double busy = 0;
   // When its last step ended.
   double finish = 0;
-  // The most microbatches forwarded whose B has not run yet: the activations the rank holds. A
+  // The most microbatches forwarded whose B has not run yet: the activations the rank holds (none
+  // in a forward-only schedule). A
   // microbatch on one chunk counts once (interleaved: a chunk's activations, 1 / chunks of a
   // rank's share).
   int peak_in_flight = 0;
