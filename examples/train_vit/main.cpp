@@ -461,8 +461,9 @@ void print_error(const std::string& message, bool usage) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Read before anything else so that only rank 0 reports a bad command line (every rank would
-  // find the same problems).
+  // Every rank reports its own failure, a bad command line included, although all ranks find the
+  // same problems: colo-run stops the job as soon as one rank exits, and the first to exit, whose
+  // reason the user must see, need not be rank 0. (colo-run prefixes each line with its rank.)
   colo::dist::Environment env;
   try {
     env = colo::dist::Environment::from_env();
@@ -474,7 +475,7 @@ int main(int argc, char** argv) {
   try {
     options = train_vit::parse_train_options(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const UsageError& e) {
-    if (env.rank == 0) print_error(e.what(), true);
+    print_error(e.what(), true);
     return 2;
   }
   if (options.show_help) {
@@ -484,7 +485,7 @@ int main(int argc, char** argv) {
   try {
     return run(options, env);
   } catch (const UsageError& e) {
-    if (env.rank == 0) print_error(e.what(), true);
+    print_error(e.what(), true);
     return 2;
   } catch (const c10::Error& e) {
     print_error(e.what_without_backtrace(), false);  // LibTorch's C++ backtrace helps no user

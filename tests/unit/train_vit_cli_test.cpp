@@ -20,6 +20,7 @@ namespace {
 namespace files = colo::files;
 
 const std::string kTrainVit = COLO_BINARY_DIR "/bin/train_vit";
+const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
 
 struct Result {
   int exit_code = -1;
@@ -58,6 +59,11 @@ class TrainVitCli : public ::testing::Test {
     std::string command =
         "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE " + quote(kTrainVit);
     for (const auto& arg : args) command += " " + quote(arg);
+    return run_shell(command);
+  }
+
+  // Runs a shell command line, its stdout and stderr captured.
+  Result run_shell(std::string command) const {
     const std::string out = files::join(dir_, "stdout.txt");
     const std::string err = files::join(dir_, "stderr.txt");
     command += " >" + quote(out) + " 2>" + quote(err);
@@ -125,6 +131,19 @@ TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
                            "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue"}) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;
   }
+}
+
+// Under colo-run the first rank to exit stops the job, and it need not be rank 0: rank 1 here
+// fails at once on the bad option while rank 0 is slow to start (a sleep). Its reason must reach
+// the user; it once was printed by rank 0 only, which colo-run had stopped before it could print.
+TEST_F(TrainVitCli, UsageErrorOfTheFirstFailingRankIsPrintedWhateverItsRank) {
+  if (!files::exists(kColoRun)) GTEST_SKIP() << kColoRun << " is not built";
+  const Result r = run_shell(quote(kColoRun) + " --nproc-per-node 2 --grace-period 1 sh -c " +
+                             quote("if [ \"$RANK\" = 0 ]; then exec sleep 30; fi; exec " + quote(kTrainVit) +
+                                   " --batch-size 0 --threads 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("[rank 1] train_vit: error: --batch-size 0: must be at least 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("colo-run: rank 1 (pid "), std::string::npos) << r.err;
 }
 
 TEST_F(TrainVitCli, MalformedNumberIsAUsageError) {
