@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "damage_safetensors.h"
+
 namespace {
 
 namespace files = colo::files;
@@ -284,6 +286,20 @@ TEST_F(TrainVitCli, Fp16WithoutCpuKernelsIsAUsageErrorBeforeTraining) {
   EXPECT_NE(r.err.find("--precision fp16: this LibTorch has no fp16 matrix multiply on CPUs"), std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "it trained before failing: " << r.out;
+}
+
+// The damaged checkpoint: 4 bytes of the saved model set to NaN. Resuming from it once
+// trained every step at loss NaN and exited 0; now it stops before training, naming file and tensor.
+TEST_F(TrainVitCli, ResumeFromACheckpointHoldingANaNIsRefused) {
+  ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
+  const std::string model_file = files::join(dir_, "state", "latest", "model.safetensors");
+  colo::testing::overwrite_with_nan(model_file, "blocks.0.attn.qkv.weight", 100);
+  const Result r = run(tiny({"--resume", files::join(dir_, "state")}));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("model.safetensors: tensor 'blocks.0.attn.qkv.weight' holds 1 non-finite value"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find(" step "), std::string::npos) << "it trained: " << r.out;
 }
 
 TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {

@@ -19,7 +19,8 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
 
 // Reads a set written by save_safetensors_set (or by Hugging Face tools). Throws CheckpointError
-// naming the directory and what is missing or inconsistent.
+// naming the directory and what is missing or inconsistent, or naming the file and the tensor
+// when a floating-point value is NaN or infinite (require_finite).
 NamedTensors load_safetensors_set(const std::string& dir, const std::string& base);
 
 // Whether `dir` holds a set with that base name (either layout).
