@@ -32,6 +32,7 @@
 #include "compute_threads.h"
 #include "evaluate.h"
 #include "metrics_log.h"
+#include "nonfinite_loss_guard.h"
 #include <colo/compat/files.h>
 
 #include "state_directory.h"
@@ -357,6 +358,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   double train_seconds = 0;  // excluding evaluation and saving, for images/s and the ETA
   int64_t steps_this_run = 0;
   auto window_start = Clock::now();
+  train_vit::NonFiniteLossGuard nonfinite_guard(o.max_nonfinite_steps, device);
 
   auto train_step = [&] {
     if (pipeline) {
@@ -368,6 +370,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
       if (result.loss.defined()) {
         loss_window += torch::stack(
             {result.loss.detach().to(torch::kFloat64).reshape({}), torch::ones({}, loss_window.options())});
+        nonfinite_guard.observe(result.loss);
       }
     } else {
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
@@ -376,6 +379,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
           auto loss = b.criterion(b.model->forward(batch->images), batch->labels);
           booster.backward(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss, *b.optimizer);
           loss_window += torch::stack({loss.detach().to(torch::kFloat64), torch::ones({}, loss_window.options())});
+          nonfinite_guard.observe(loss);
         };
         if (micro + 1 < o.grad_accum) {
           auto no_sync = booster.no_sync(*b.model, *b.optimizer);
@@ -432,10 +436,14 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
       ++global_step;
       ++window_steps;
       ++steps_this_run;
+      nonfinite_guard.end_step(global_step);
       train_seconds += seconds_since(step_start);
       if (global_step % o.log_every == 0 || global_step == stop_step) {
         log_progress(epoch, lr);
         window_start = Clock::now();
+      }
+      if (nonfinite_guard.due(global_step, stop_step)) {
+        nonfinite_guard.check(global_step, world, b.optimizer->skipped_steps());
       }
     }
     const bool finished = epoch_finished();

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -111,7 +112,7 @@ TEST_F(TrainVitCli, HelpListsTheOptionsAndExitsZero) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* option : {"--plugin", "--plugin-opt", "--batch-size", "--grad-accum", "--warmup", "--resume",
-                             "--metrics", "--max-steps", "--threads"}) {
+                             "--metrics", "--max-steps", "--threads", "--max-nonfinite-steps"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option << " missing from --help";
   }
 }
@@ -127,10 +128,12 @@ TEST_F(TrainVitCli, UnknownOptionIsAUsageErrorWithASuggestion) {
 
 TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
   const Result r =
-      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue"});
+      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue",
+           "--max-nonfinite-steps=-1"});
   EXPECT_EQ(r.exit_code, 2);
   for (const char* part : {"--batch-size 0", "--precision fp8: not one of fp32, bf16, fp16",
-                           "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue"}) {
+                           "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue",
+                           "--max-nonfinite-steps -1: must be >= 0"}) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;
   }
 }
@@ -300,6 +303,43 @@ TEST_F(TrainVitCli, ResumeFromACheckpointHoldingANaNIsRefused) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find(" step "), std::string::npos) << "it trained: " << r.out;
+}
+
+// A learning rate that makes the weights overflow within a step or two: the loss is NaN from then
+// on. With --max-nonfinite-steps 3 the run stops at the first check that sees 3 such steps in a
+// row (every 3 steps), with an error naming them, and exits 1 instead of "finishing" at chance.
+TEST_F(TrainVitCli, NonFiniteLossForConsecutiveStepsStopsTheRunNamingTheSteps) {
+  const std::vector<std::string> diverging = {"--optimizer", "sgd", "--lr", "1e30", "--warmup", "0", "--epochs", "3"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), diverging.begin(), diverging.end());
+    return tiny(extra);
+  };
+  const std::string metrics = files::join(dir_, "metrics.jsonl");
+  const Result r = run(with({"--max-nonfinite-steps", "3", "--metrics", metrics}));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("train_vit: error: stopped at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the training loss was not finite (NaN or infinite) for "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--max-nonfinite-steps 3 is the limit"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("final test top-1"), std::string::npos) << r.out;
+  // The named steps are the logged ones whose loss was not finite, and the run stopped at a check
+  // (a multiple of 3) within 3 steps of the third.
+  std::ifstream in(metrics);
+  int64_t first_bad = 0, last_logged = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("event") != "train") continue;
+    last_logged = record.at("step").get<int64_t>();
+    if (first_bad == 0 && record.at("loss").is_null()) first_bad = last_logged;  // JSON has no NaN
+  }
+  ASSERT_GT(first_bad, 0) << "the loss never became NaN: pick a larger --lr";
+  const int64_t stop = first_bad + 2 + (3 - (first_bad + 2) % 3) % 3;
+  EXPECT_NE(r.err.find(fmt::format("stopped at step {}: ", stop)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("(steps {}..{})", first_bad, stop)), std::string::npos) << r.err;
+  EXPECT_EQ(last_logged, stop);
+
+  // 0 turns the check off: the run goes to its end, as every run once did.
+  const Result unchecked = run(with({"--max-nonfinite-steps", "0"}));
+  EXPECT_EQ(unchecked.exit_code, 0) << unchecked.err;
 }
 
 TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {
