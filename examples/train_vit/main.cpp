@@ -33,6 +33,7 @@
 #include "compute_threads.h"
 #include "evaluate.h"
 #include "metrics_log.h"
+#include "nonfinite_loss_guard.h"
 #include <colo/compat/files.h>
 
 #include "state_directory.h"
@@ -370,6 +371,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   double train_seconds = 0;  // excluding evaluation and saving, for images/s and the ETA
   int64_t steps_this_run = 0;
   auto window_start = Clock::now();
+  train_vit::NonFiniteLossGuard nonfinite_guard(o.max_nonfinite_steps, device);
 
   auto train_step = [&] {
     if (pipeline) {
@@ -381,6 +383,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
       if (result.loss.defined()) {
         loss_window += torch::stack(
             {result.loss.detach().to(torch::kFloat64).reshape({}), torch::ones({}, loss_window.options())});
+        nonfinite_guard.observe(result.loss);
       }
     } else {
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
@@ -389,6 +392,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
           auto loss = b.criterion(b.model->forward(batch->images), batch->labels);
           booster.backward(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss, *b.optimizer);
           loss_window += torch::stack({loss.detach().to(torch::kFloat64), torch::ones({}, loss_window.options())});
+          nonfinite_guard.observe(loss);
         };
         if (micro + 1 < o.grad_accum) {
           auto no_sync = booster.no_sync(*b.model, *b.optimizer);
@@ -445,10 +449,14 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
       ++global_step;
       ++window_steps;
       ++steps_this_run;
+      nonfinite_guard.end_step(global_step);
       train_seconds += seconds_since(step_start);
       if (global_step % o.log_every == 0 || global_step == stop_step) {
         log_progress(epoch, lr);
         window_start = Clock::now();
+      }
+      if (nonfinite_guard.due(global_step, stop_step)) {
+        nonfinite_guard.check(global_step, world, b.optimizer->skipped_steps());
       }
     }
     const bool finished = epoch_finished();
@@ -474,8 +482,9 @@ void print_error(const std::string& message, bool usage) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Read before anything else so that only rank 0 reports a bad command line (every rank would
-  // find the same problems).
+  // Every rank reports its own failure, a bad command line included, although all ranks find the
+  // same problems: colo-run stops the job as soon as one rank exits, and the first to exit, whose
+  // reason the user must see, need not be rank 0. (colo-run prefixes each line with its rank.)
   colo::dist::Environment env;
   try {
     env = colo::dist::Environment::from_env();
@@ -487,7 +496,7 @@ int main(int argc, char** argv) {
   try {
     options = train_vit::parse_train_options(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const UsageError& e) {
-    if (env.rank == 0) print_error(e.what(), true);
+    print_error(e.what(), true);
     return 2;
   }
   if (options.show_help) {
@@ -497,7 +506,7 @@ int main(int argc, char** argv) {
   try {
     return run(options, env);
   } catch (const UsageError& e) {
-    if (env.rank == 0) print_error(e.what(), true);
+    print_error(e.what(), true);
     return 2;
   } catch (const c10::Error& e) {
     print_error(e.what_without_backtrace(), false);  // LibTorch's C++ backtrace helps no user

@@ -144,7 +144,10 @@ po::options_description make_description(TrainOptions& o) {
        "maximum global gradient norm; 0: the plugin's setting (off unless --plugin-opt max_grad_norm=...)")
       ("max-steps", po::value(&o.max_steps)->default_value(o.max_steps)->value_name("N"),
        "stop after this many optimizer steps in all (counting the steps of a resumed run), evaluate and save; "
-       "the learning-rate schedule still spans --epochs; 0: no limit");
+       "the learning-rate schedule still spans --epochs; 0: no limit")
+      ("max-nonfinite-steps", po::value(&o.max_nonfinite_steps)->default_value(o.max_nonfinite_steps)->value_name("N"),
+       "stop with an error when the loss is NaN or infinite for N consecutive optimizer steps on any rank (checked "
+       "every N steps); the fp16 loss scaler's skipped steps do not count; 0: never stop");
 
   po::options_description io("Checkpoints and logs", kHelpWidth, kHelpWidth / 2);
   io.add_options()
@@ -257,6 +260,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
   at_least("grad-accum", o.grad_accum, 1, "must be at least 1 (1: no accumulation)");
   at_least("log-every", o.log_every, 1, "must be at least 1");
   at_least("max-steps", o.max_steps, 0, "must be >= 0 (0: no limit)");
+  at_least("max-nonfinite-steps", o.max_nonfinite_steps, 0, "must be >= 0 (0: never stop)");
   at_least("threads", o.threads, 0, "must be >= 0 (0: cores / ranks on this node)");
   at_least("synthetic-samples", o.synthetic_samples, 5, "must be at least 5 (the test split gets a fifth)");
   at_least("eval-batch-size", o.eval_batch_size, 1, "must be at least 1");

@@ -62,6 +62,10 @@ struct TrainOptions {
   std::string metrics_file;
   int64_t log_every = 50;
   int64_t max_steps = 0;  // 0: no limit
+  // Consecutive optimizer steps with a NaN or infinite loss that end the run with an error (0:
+  // never). 10: a diverged run stops within 20 steps of diverging, while a brief overflow (an fp16
+  // forward, a few bad batches) passes.
+  int64_t max_nonfinite_steps = 10;
   int64_t eval_batch_size = 500;
   int threads = 0;  // 0: this machine's cores / ranks on this node
 };

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <numeric>
+#include <thread>
 
 namespace colo::dist {
 namespace {
@@ -122,8 +123,8 @@ TEST(ProcessGroup, EveryAxisOfEveryMeshShape) {
 }
 
 // Rank 0 enters an all-reduce on a {0, 1} group that rank 1 never joins. With rank 1 alive but
-// absent the operation must time out; with rank 1's group gone it must fail at once. Either way
-// the error names the operation and the group.
+// absent the operation must time out, naming rank 1 as the member that did not arrive; with rank
+// 1's group gone it must fail at once. Either way the error names the operation and the group.
 void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds timeout) {
   const bool member = world()->rank() < 2;
   std::shared_ptr<ProcessGroup> pair;
@@ -142,6 +143,10 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
       EXPECT_NE(what.find("global ranks 0,1"), std::string::npos) << what;
       if (peer_stays) {
         EXPECT_NE(what.find("imed out"), std::string::npos) << what;
+        EXPECT_NE(what.find("all_reduce #1 on group lonely_pair"), std::string::npos) << what;
+        EXPECT_NE(what.find("Did not arrive at all_reduce #1: rank 1 (global 1), never seen waiting in this group"),
+                  std::string::npos)
+            << what;
       }
     }
     const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -171,6 +176,49 @@ TEST(ProcessGroup, TimeoutNamesOperationAndGroup) {
 TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
   COLO_SKIP_ON_NCCL_OR_ONE_RANK();
   expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
+}
+
+// A group of the whole world whose last member skips all_reduce #2: every member that waited
+// names the last one, and only it, with where it was last seen waiting (#1, where rank 0's late
+// arrival kept everyone else waiting long enough to record it).
+TEST(ProcessGroup, TimeoutNamesTheMembersThatDidNotArrive) {
+  COLO_SKIP_ON_NCCL_OR_ONE_RANK();
+  const int n = world()->size();
+  std::vector<int> all(static_cast<std::size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  const auto timeout = std::chrono::milliseconds(4000);
+  auto group = world()->new_subgroup(all, "roll_call", timeout);
+  auto t = torch::ones({1}).to(device());
+  // A wait is recorded once it lasts a tenth of the timeout: rank 0 keeps #1 waiting for three.
+  if (group->rank() == 0) std::this_thread::sleep_for(timeout * 3 / 10);
+  group->all_reduce(t).wait();
+
+  const int skipper = n - 1;
+  if (group->rank() != skipper) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      group->all_reduce(t).wait();
+      ADD_FAILURE() << "all_reduce #2 returned without rank " << skipper;
+    } catch (const DistError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("all_reduce #2 on group roll_call"), std::string::npos) << what;
+      EXPECT_NE(what.find(fmt::format("Did not arrive at all_reduce #2: rank {} (global {}), last seen waiting at "
+                                      "all_reduce #1.",
+                                      skipper, skipper)),
+                std::string::npos)
+          << what;
+      for (int member = 0; member < skipper; ++member) {
+        EXPECT_EQ(what.find(fmt::format("rank {} (global", member)), std::string::npos)
+            << "rank " << member << " arrived, yet is named: " << what;
+      }
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, timeout + std::chrono::seconds(10));
+  }
+  // Every member keeps its end of the group open until all have given up on #2: a member that
+  // closed early would fail its neighbours at once, before they could record their arrival.
+  world()->barrier().wait();
+  group->close();
+  world()->barrier().wait();
 }
 
 // close() lets work this rank queued finish first, then ends the group: every later operation

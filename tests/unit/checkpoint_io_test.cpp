@@ -3,6 +3,8 @@
 #include <colo/booster/checkpoint_io.h>
 #include <colo/booster/model_wrapper.h>
 #include <colo/checkpoint/checkpoint_error.h>
+#include <colo/checkpoint/finite_check.h>
+#include <colo/checkpoint/sharded_safetensors.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/nn/vit_config.h>
 #include <gtest/gtest.h>
@@ -11,10 +13,12 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
+#include "damage_safetensors.h"
 #include "temporary_directory.h"
 
 namespace colo {
@@ -181,6 +185,68 @@ TEST(CheckpointIO, MissingAndCorruptFilesAreNamed) {
   files::remove(shard);
   const std::string gone = error_of([&] { checkpoint_io().load_model(model, dir.path()); });
   EXPECT_NE(gone.find(shard_name), std::string::npos) << gone;
+}
+
+// Four bytes of a saved model set to NaN (a damaged disk block, or a save from a diverged run)
+// once resumed silently and trained at loss NaN to the end. Now the load is refused, naming the
+// file and the tensor, and the model keeps its weights; for a sharded set, the shard's file.
+TEST(CheckpointIO, NonFiniteValueIsRefusedNamingFileAndTensorAndLoadsNothing) {
+  for (const bool shard : {false, true}) {
+    SCOPED_TRACE(shard ? "sharded" : "one file");
+    TemporaryDirectory dir;
+    ModelWrapper saved(tiny_vit(32, 3));
+    SaveOptions options;
+    options.shard = shard;
+    options.max_shard_mb = 0.02;
+    checkpoint_io().save_model(saved, dir.path(), options);
+    std::string file = "model.safetensors";
+    if (shard) {
+      std::ifstream index_file(dir / "model.safetensors.index.json");
+      file = nlohmann::json::parse(index_file).at("weight_map").at("blocks.1.mlp.fc1.weight").get<std::string>();
+    }
+    testing::overwrite_with_nan(dir / file, "blocks.1.mlp.fc1.weight", 7);
+
+    ModelWrapper target(tiny_vit(32, 99));
+    const auto before = target.full_state();
+    const std::string message = error_of([&] { checkpoint_io().load_model(target, dir.path()); });
+    EXPECT_NE(message.find(dir / file + ": tensor 'blocks.1.mlp.fc1.weight' holds 1 non-finite value"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("the first, nan, at flat index 7"), std::string::npos) << message;
+    const auto after = target.full_state();
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      EXPECT_TRUE(torch::equal(before[i].second, after[i].second)) << "a refused load changed " << before[i].first;
+    }
+  }
+}
+
+// The optimizer's state goes through the same loader (load_optimizer reads the "optimizer" set).
+TEST(CheckpointIO, NonFiniteOptimizerStateIsRefused) {
+  TemporaryDirectory dir;
+  checkpoint::save_safetensors_set(dir.path(), "optimizer",
+                                   {{"state.0.exp_avg", torch::ones({4})}, {"state.0.step", torch::ones({})}});
+  testing::overwrite_with_nan(dir / "optimizer.safetensors", "state.0.exp_avg", 2);
+  const std::string message = error_of([&] { checkpoint::load_safetensors_set(dir.path(), "optimizer"); });
+  EXPECT_NE(message.find("optimizer.safetensors: tensor 'state.0.exp_avg' holds 1 non-finite value"), std::string::npos)
+      << message;
+}
+
+TEST(CheckpointIO, RequireFiniteChecksEveryFloatingDtypeAndCountsTheBadValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto bad = torch::tensor({1.0f, -inf, 2.0f, inf}).to(dtype);
+    const std::string message = error_of([&] {
+      checkpoint::require_finite({{"fine", torch::ones({3}, dtype)}, {"w", bad}}, "file.safetensors");
+    });
+    EXPECT_NE(message.find("file.safetensors: tensor 'w' holds 2 non-finite values (NaN or infinity) of 4; the "
+                           "first, -inf, at flat index 1"),
+              std::string::npos)
+        << message;
+  }
+  // Integers cannot be NaN; an undefined tensor is some other check's business.
+  EXPECT_NO_THROW(checkpoint::require_finite(
+      {{"i", torch::arange(5)}, {"b", torch::ones({2}, torch::kBool)}, {"u", torch::Tensor()}}, "x"));
 }
 
 TEST(CheckpointIO, NonPositiveShardSizeIsRejected) {

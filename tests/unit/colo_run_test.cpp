@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +17,13 @@
 #include <colo/compat/files.h>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "node_capacity.h"
 
 extern char** environ;
 
@@ -37,11 +41,13 @@ struct Result {
   double seconds = 0;
 };
 
-// colo-run as a child of the test, with its stdout and stderr captured.
+// colo-run as a child of the test, with its stdout and stderr captured. `cpu` pins colo-run (and
+// so its ranks) to that one core.
 class ColoRunProcess {
  public:
   explicit ColoRunProcess(const std::vector<std::string>& args,
-                          const std::map<std::string, std::string>& extra_env = {}) {
+                          const std::map<std::string, std::string>& extra_env = {},
+                          std::optional<int> cpu = std::nullopt) {
     std::vector<std::string> argv_strings = {kColoRun};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<std::string> env_strings;
@@ -63,6 +69,12 @@ class ColoRunProcess {
     start_ = Clock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
+      if (cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(*cpu, &set);
+        if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(125);
+      }
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
       ::execve(argv[0], argv.data(), envp.data());
@@ -123,6 +135,95 @@ class ColoRunProcess {
 Result run_colo(const std::vector<std::string>& args,
                 const std::map<std::string, std::string>& extra_env = {}) {
   return ColoRunProcess(args, extra_env).wait();
+}
+
+// colo-run with stdout and stderr into one pipe (`colo-run ... 2>&1 | head -1`): the test reads
+// the first line, then closes the pipe's only read end, as `head -1` does when it exits.
+class ColoRunIntoClosedPipe {
+ public:
+  explicit ColoRunIntoClosedPipe(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_strings = {kColoRun};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::execv(argv[0], argv.data());
+      ::_exit(126);
+    }
+    ::close(pipe_fds[1]);
+    read_fd_ = pipe_fds[0];
+  }
+  ~ColoRunIntoClosedPipe() {
+    if (read_fd_ >= 0) ::close(read_fd_);
+    if (!reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Reads up to and including the first newline (bounded by `timeout_s`), then closes the pipe.
+  std::string read_first_line_and_close(double timeout_s = 10) {
+    std::string line;
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
+    char c = 0;
+    while (Clock::now() < deadline && c != '\n') {
+      pollfd p{read_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      if (::read(read_fd_, &c, 1) != 1) break;
+      line += c;
+    }
+    ::close(read_fd_);
+    read_fd_ = -1;
+    return line;
+  }
+
+  // colo-run's raw wait status, or nullopt when it did not end within `timeout_s`.
+  std::optional<int> wait_status(double timeout_s = 15) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        seconds_ = std::chrono::duration<double>(Clock::now() - start_).count();
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  pid_t pid_ = -1;
+  int read_fd_ = -1;
+  bool reaped_ = false;
+  double seconds_ = 0;
+  Clock::time_point start_;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+// colo-run's own warnings (more ranks than cores on a small machine) are not the ranks' output.
+std::string without_warnings(const std::string& text) {
+  std::string kept;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("colo-run: warning: ", 0) != 0) kept += line + "\n";
+  }
+  return kept;
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -234,7 +335,7 @@ TEST(ColoRun, AllRanksSucceedAndEveryLineIsPrefixed) {
     EXPECT_EQ(mine, (std::vector<std::string>{p + "out " + s + " a", p + "out " + s + " b",
                                               p + "tail " + s}));
   }
-  std::vector<std::string> err = lines_of(r.err);
+  std::vector<std::string> err = lines_of(without_warnings(r.err));
   std::sort(err.begin(), err.end());
   EXPECT_EQ(err, (std::vector<std::string>{"[rank 0] err 0", "[rank 1] err 1", "[rank 2] err 2"}));
 }
@@ -439,6 +540,108 @@ TEST(ColoRun, SelfCheckPasses) {
     EXPECT_NE(r.out.find("[rank " + s + "] environment ok: rank " + s + " of 3"), std::string::npos)
         << r.out;
   }
+}
+
+// Whatever rank fails first, its reason reaches the user: here rank 2 fails at once while the
+// others wait, after more output than a pipe holds, and its last line is its reason.
+TEST_F(ColoRunJob, FirstFailingRanksLastLinesArePrintedBeforeTheReport) {
+  const std::string script =
+      record_pids() + "if [ \"$RANK\" = 2 ]; then " + wait_for_ranks({0, 1}) +
+      "i=0; while [ $i -lt 3000 ]; do echo \"noise line $i, long enough to fill the pipe's buffer "
+      "several times over\" >&2; i=$((i+1)); done; echo 'error: --batch-size 0: must be at least 1' >&2; "
+      "exit 2; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 2) << r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0);
+  const std::size_t reason = r.err.find("[rank 2] error: --batch-size 0: must be at least 1\n");
+  const std::size_t report = r.err.find("colo-run: rank 2 (pid ");
+  ASSERT_NE(reason, std::string::npos) << "the failing rank's reason is missing";
+  ASSERT_NE(report, std::string::npos);
+  EXPECT_LT(reason, report) << "the reason must come before colo-run's report";
+  EXPECT_NE(r.err.find("[rank 2] noise line 2999,"), std::string::npos);
+  expect_all_gone(3);
+}
+
+// `colo-run ... 2>&1 | head -1`: once nothing reads colo-run's output, the ranks' next lines have
+// nowhere to go. colo-run must not crash (it once died of an uncaught std::system_error, exit 134)
+// nor train on unheard: it stops the ranks as a closed pipe stops a program writing to it (what
+// --no-prefix gives: the ranks die of SIGPIPE), and exits with 128 + SIGPIPE.
+TEST_F(ColoRunJob, ClosedOutputPipeStopsTheRanksLikeSigpipe) {
+  ColoRunIntoClosedPipe job({"--nproc-per-node", "2", "sh", "-c",
+                             record_pids() + "while true; do echo \"line $RANK\"; sleep 0.05; done"});
+  EXPECT_FALSE(job.read_first_line_and_close().empty());
+  ASSERT_TRUE(wait_for_pid_files(2));
+  const std::optional<int> status = job.wait_status();
+  ASSERT_TRUE(status.has_value()) << "colo-run kept the ranks running after its output pipe closed";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGPIPE) << describe_status(*status);
+  EXPECT_LT(job.seconds(), 10.0);
+  expect_all_gone(2);
+}
+
+// The same closed pipe when a rank then fails: colo-run's report cannot be written, yet colo-run
+// still stops the other ranks and exits with the failing rank's code. The rank's last words are
+// what finds the pipe closed, and it takes a while to exit after them (as a LibTorch process
+// does): it is still the cause, not the closed pipe.
+TEST_F(ColoRunJob, ClosedOutputPipeKeepsTheFailingRanksExitCode) {
+  const std::string closed = files::join(dir_, "pipe-closed");
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then while [ ! -e " + closed +
+                             " ]; do sleep 0.02; done; echo 'error: it went wrong' >&2; sleep 0.5; "
+                             "exit 3; fi; echo first; wait";
+  ColoRunIntoClosedPipe job({"--nproc-per-node", "2", "sh", "-c", script});
+  EXPECT_FALSE(job.read_first_line_and_close().empty());
+  ASSERT_TRUE(wait_for_pid_files(2));
+  std::ofstream(closed) << "now\n";
+  const std::optional<int> status = job.wait_status();
+  ASSERT_TRUE(status.has_value()) << "colo-run did not end after rank 1 failed";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << describe_status(*status);
+  expect_all_gone(2);
+}
+
+// One core in colo-run's affinity mask and two ranks: one warning line, before the ranks start.
+TEST(ColoRun, WarnsWhenRanksOutnumberTheCoresItMayUse) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  // No GPU visible, so that cores are what counts on any machine.
+  const std::map<std::string, std::string> no_gpus = {{"CUDA_VISIBLE_DEVICES", ""}};
+  Result r = ColoRunProcess({"--nproc-per-node", "2", "sh", "-c", "echo ran"}, no_gpus, cpu).wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("colo-run: warning: 2 ranks but 1 CPU core available", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("use --nproc-per-node 1 or fewer"), std::string::npos) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  r = ColoRunProcess({"--nproc-per-node", "1", "sh", "-c", "echo ran"}, no_gpus, cpu).wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "") << "one rank on one core needs no warning";
+}
+
+TEST(ColoRunCapacity, VisibleGpusFollowCudaVisibleDevices) {
+  using colo::launcher::visible_gpus;
+  EXPECT_EQ(visible_gpus(0, nullptr), 0);
+  EXPECT_EQ(visible_gpus(0, "0,1"), 0) << "no device files: no GPU, whatever the variable says";
+  EXPECT_EQ(visible_gpus(4, nullptr), 4);
+  EXPECT_EQ(visible_gpus(4, ""), 0);
+  EXPECT_EQ(visible_gpus(4, "-1"), 0);
+  EXPECT_EQ(visible_gpus(4, "0,2"), 2);
+  EXPECT_EQ(visible_gpus(4, "1,-1,2"), 1) << "CUDA stops at the first invalid entry";
+  EXPECT_EQ(visible_gpus(2, "0,1,2,3"), 2);
+  EXPECT_EQ(visible_gpus(8, "GPU-8a1b,GPU-77c2"), 2);
+}
+
+TEST(ColoRunCapacity, WarningNamesWhatRanksWouldShare) {
+  using colo::launcher::oversubscription_warning;
+  const auto cpu_only = oversubscription_warning(64, {2, 0});
+  ASSERT_TRUE(cpu_only.has_value());
+  EXPECT_NE(cpu_only->find("64 ranks but 2 CPU cores"), std::string::npos) << *cpu_only;
+  const auto gpus = oversubscription_warning(8, {64, 4});
+  ASSERT_TRUE(gpus.has_value());
+  EXPECT_NE(gpus->find("8 ranks but 4 GPUs visible"), std::string::npos) << *gpus;
+  EXPECT_NE(gpus->find("--nproc-per-node 4"), std::string::npos) << *gpus;
+  const auto few_cores = oversubscription_warning(8, {4, 8});
+  ASSERT_TRUE(few_cores.has_value()) << "8 GPUs but 4 cores still share cores";
+  EXPECT_NE(few_cores->find("4 CPU cores"), std::string::npos) << *few_cores;
+  EXPECT_FALSE(oversubscription_warning(8, {16, 8}).has_value());
+  EXPECT_FALSE(oversubscription_warning(2, {2, 0}).has_value());
 }
 
 }  // namespace

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "colo/checkpoint/checkpoint_error.h"
 #include "colo/checkpoint/safetensors.h"
 #include "colo/nn/classifier_head.h"
 #include "colo/nn/deferred_weight_grads.h"
@@ -460,6 +462,51 @@ TEST(Pretrained, LoadPretrainedDetectsTheNaming) {
   EXPECT_NE(message.find(hf_file), std::string::npos) << message;
   EXPECT_NE(message.find("Hugging Face"), std::string::npos) << message;
   EXPECT_NE(message.find("head.weight: checkpoint [10, 32] vs model [7, 32]"), std::string::npos) << message;
+}
+
+// Pretrained weights with a NaN or an infinity are refused by every loader, naming the tensor
+// under the caller's own names (and the file), and the model keeps its weights.
+TEST(Pretrained, NonFiniteWeightsAreRefusedAndChangeNothing) {
+  const TemporaryDirectory dir;
+  torch::manual_seed(1);
+  const auto source = colo::nn::make_vision_transformer(small_config());
+  auto timm = timm_state(*source);
+  for (auto& [name, tensor] : timm) {
+    if (name == "blocks.1.attn.proj.weight") {
+      tensor = tensor.detach().clone();
+      tensor.view({-1})[3] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+  const auto hf = to_hf_names(timm, 2);
+  const auto timm_file = dir.file("timm.safetensors");
+  const auto hf_file = dir.file("hf.safetensors");
+  colo::checkpoint::write_safetensors(timm_file, timm);
+  colo::checkpoint::write_safetensors(hf_file, hf);
+
+  torch::manual_seed(2);
+  const auto target = colo::nn::make_vision_transformer(small_config());
+  const auto before = timm_state(*target);
+  const std::vector<std::pair<std::string, std::function<void()>>> loads = {
+      {timm_file + ": tensor 'blocks.1.attn.proj.weight'", [&] { colo::nn::load_pretrained(*target, timm_file); }},
+      {hf_file + ": tensor 'vit.encoder.layer.1.attention.output.dense.weight'",
+       [&] { colo::nn::load_pretrained(*target, hf_file); }},
+      {"load_timm_state: tensor 'blocks.1.attn.proj.weight'", [&] { colo::nn::load_timm_state(*target, timm); }},
+      {"load_hf_vit_state: tensor 'vit.encoder.layer.1.attention.output.dense.weight'",
+       [&] { colo::nn::load_hf_vit_state(*target, hf); }},
+  };
+  for (const auto& [expected, load] : loads) {
+    try {
+      load();
+      ADD_FAILURE() << "accepted: " << expected;
+    } catch (const colo::checkpoint::CheckpointError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected + " holds 1 non-finite value"), std::string::npos) << message;
+    }
+  }
+  const auto after = timm_state(*target);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(before[i].second, after[i].second)) << "a refused load changed " << before[i].first;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,11 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "damage_safetensors.h"
+
 namespace {
 
 namespace files = colo::files;
 
 const std::string kTrainVit = COLO_BINARY_DIR "/bin/train_vit";
+const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
 
 struct Result {
   int exit_code = -1;
@@ -59,6 +63,11 @@ class TrainVitCli : public ::testing::Test {
     std::string command =
         "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE " + quote(kTrainVit);
     for (const auto& arg : args) command += " " + quote(arg);
+    return run_shell(command);
+  }
+
+  // Runs a shell command line, its stdout and stderr captured.
+  Result run_shell(std::string command) const {
     const std::string out = files::join(dir_, "stdout.txt");
     const std::string err = files::join(dir_, "stderr.txt");
     command += " >" + quote(out) + " 2>" + quote(err);
@@ -122,7 +131,7 @@ TEST_F(TrainVitCli, HelpListsTheOptionsAndExitsZero) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* option : {"--plugin", "--plugin-opt", "--batch-size", "--grad-accum", "--warmup", "--resume",
-                             "--metrics", "--max-steps", "--threads"}) {
+                             "--metrics", "--max-steps", "--threads", "--max-nonfinite-steps"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option << " missing from --help";
   }
 }
@@ -138,12 +147,27 @@ TEST_F(TrainVitCli, UnknownOptionIsAUsageErrorWithASuggestion) {
 
 TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
   const Result r =
-      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue"});
+      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue",
+           "--max-nonfinite-steps=-1"});
   EXPECT_EQ(r.exit_code, 2);
   for (const char* part : {"--batch-size 0", "--precision fp8: not one of fp32, bf16, fp16",
-                           "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue"}) {
+                           "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue",
+                           "--max-nonfinite-steps -1: must be >= 0"}) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;
   }
+}
+
+// Under colo-run the first rank to exit stops the job, and it need not be rank 0: rank 1 here
+// fails at once on the bad option while rank 0 is slow to start (a sleep). Its reason must reach
+// the user; it once was printed by rank 0 only, which colo-run had stopped before it could print.
+TEST_F(TrainVitCli, UsageErrorOfTheFirstFailingRankIsPrintedWhateverItsRank) {
+  if (!files::exists(kColoRun)) GTEST_SKIP() << kColoRun << " is not built";
+  const Result r = run_shell(quote(kColoRun) + " --nproc-per-node 2 --grace-period 1 sh -c " +
+                             quote("if [ \"$RANK\" = 0 ]; then exec sleep 30; fi; exec " + quote(kTrainVit) +
+                                   " --batch-size 0 --threads 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("[rank 1] train_vit: error: --batch-size 0: must be at least 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("colo-run: rank 1 (pid "), std::string::npos) << r.err;
 }
 
 TEST_F(TrainVitCli, MalformedNumberIsAUsageError) {
@@ -310,6 +334,57 @@ TEST_F(TrainVitCli, Fp16WithoutCpuKernelsIsAUsageErrorBeforeTraining) {
   EXPECT_NE(r.err.find("--precision fp16: this LibTorch has no fp16 matrix multiply on CPUs"), std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "it trained before failing: " << r.out;
+}
+
+// The damaged checkpoint: 4 bytes of the saved model set to NaN. Resuming from it once
+// trained every step at loss NaN and exited 0; now it stops before training, naming file and tensor.
+TEST_F(TrainVitCli, ResumeFromACheckpointHoldingANaNIsRefused) {
+  ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
+  const std::string model_file = files::join(dir_, "state", "latest", "model.safetensors");
+  colo::testing::overwrite_with_nan(model_file, "blocks.0.attn.qkv.weight", 100);
+  const Result r = run(tiny({"--resume", files::join(dir_, "state")}));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("model.safetensors: tensor 'blocks.0.attn.qkv.weight' holds 1 non-finite value"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find(" step "), std::string::npos) << "it trained: " << r.out;
+}
+
+// A learning rate that makes the weights overflow within a step or two: the loss is NaN from then
+// on. With --max-nonfinite-steps 3 the run stops at the first check that sees 3 such steps in a
+// row (every 3 steps), with an error naming them, and exits 1 instead of "finishing" at chance.
+TEST_F(TrainVitCli, NonFiniteLossForConsecutiveStepsStopsTheRunNamingTheSteps) {
+  const std::vector<std::string> diverging = {"--optimizer", "sgd", "--lr", "1e30", "--warmup", "0", "--epochs", "3"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), diverging.begin(), diverging.end());
+    return tiny(extra);
+  };
+  const std::string metrics = files::join(dir_, "metrics.jsonl");
+  const Result r = run(with({"--max-nonfinite-steps", "3", "--metrics", metrics}));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("train_vit: error: stopped at step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the training loss was not finite (NaN or infinite) for "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--max-nonfinite-steps 3 is the limit"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("final test top-1"), std::string::npos) << r.out;
+  // The named steps are the logged ones whose loss was not finite, and the run stopped at a check
+  // (a multiple of 3) within 3 steps of the third.
+  std::ifstream in(metrics);
+  int64_t first_bad = 0, last_logged = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("event") != "train") continue;
+    last_logged = record.at("step").get<int64_t>();
+    if (first_bad == 0 && record.at("loss").is_null()) first_bad = last_logged;  // JSON has no NaN
+  }
+  ASSERT_GT(first_bad, 0) << "the loss never became NaN: pick a larger --lr";
+  const int64_t stop = first_bad + 2 + (3 - (first_bad + 2) % 3) % 3;
+  EXPECT_NE(r.err.find(fmt::format("stopped at step {}: ", stop)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("(steps {}..{})", first_bad, stop)), std::string::npos) << r.err;
+  EXPECT_EQ(last_logged, stop);
+
+  // 0 turns the check off: the run goes to its end, as every run once did.
+  const Result unchecked = run(with({"--max-nonfinite-steps", "0"}));
+  EXPECT_EQ(unchecked.exit_code, 0) << unchecked.err;
 }
 
 TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {

@@ -1,4 +1,5 @@
 #include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/finite_check.h>
 #include <colo/checkpoint/sharded_safetensors.h>
 
 #include <colo/compat/files.h>
@@ -112,7 +113,9 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
                                         "checkpoint directory?",
                                         dir, base, base));
     }
-    return read_safetensors(single, wanted).tensors;
+    auto tensors = read_safetensors(single, wanted).tensors;
+    require_finite(tensors, single);
+    return tensors;
   }
   nlohmann::json index;
   try {
@@ -138,6 +141,7 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
                                         file, names.size() - 1));
     }
     auto shard = read_safetensors(path, [&names](const std::string& name) { return names.count(name) > 0; });
+    require_finite(shard.tensors, path);
     for (const auto& name : names) {
       if (!shard.contains(name)) {
         throw CheckpointError(fmt::format("{}: the index places '{}' in {} but that file does not hold it",

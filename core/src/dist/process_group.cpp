@@ -1,3 +1,4 @@
+#include "collective_progress.h"
 #include "rendezvous.h"
 
 #include <colo/compat/torch_compat.h>
@@ -28,6 +29,9 @@ struct ProcessGroup::Impl {
   // The GPU the group's NCCL communicators belong to (the device current when it was created);
   // -1 for Gloo.
   int cuda_device = -1;
+  // The collectives' numbers, and where the members were seen waiting (kept after close(), so
+  // that a Work still held can report).
+  std::unique_ptr<CollectiveProgress> progress;
 };
 
 namespace {
@@ -116,6 +120,28 @@ void close_backend(compat::CommBackendPtr backend, int cuda_device, const std::s
   }
 }
 
+// Waits up to `limit` (at least 1 ms: c10d reads 0 as "no timeout") for `work`. False when it is
+// still running; a failure of the work itself is rethrown. c10d's wait throws on a timeout
+// ("Operation timed out!") rather than returning false, so a throw while the work is not
+// completed is the timeout.
+bool completes_within(c10d::Work& work, std::chrono::milliseconds limit) {
+  try {
+    if (work.wait(std::max(limit, std::chrono::milliseconds(1)))) return true;
+    if (!work.isCompleted()) return false;
+  } catch (...) {
+    if (!work.isCompleted()) return false;
+  }
+  work.wait();  // completed meanwhile: returns, or rethrows the work's own failure
+  return true;
+}
+
+// Gloo's message for a timed-out transfer ("Timed out waiting 1500ms for recv operation ...").
+bool says_timed_out(const std::string& what) { return what.find("imed out") != std::string::npos; }
+
+// How long reading the members' progress may add to a failure: the store answers in
+// milliseconds unless its server (global rank 0) is the process that is stuck.
+constexpr std::chrono::milliseconds kProgressReadLimit{std::chrono::seconds(5)};
+
 void require_same_device_kind(const torch::Tensor& t, Backend backend, const char* op) {
   if (backend == Backend::kNccl && !t.is_cuda()) {
     throw std::invalid_argument(fmt::format("{} over NCCL needs CUDA tensors, got a {} tensor", op, t.device().str()));
@@ -127,14 +153,23 @@ void require_same_device_kind(const torch::Tensor& t, Backend backend, const cha
 // ---- Work ------------------------------------------------------------------------------------
 
 Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
-           std::function<void()> on_complete)
-    : works_(std::move(works)), op_(std::move(op)), group_(group), on_complete_(std::move(on_complete)) {}
+           std::function<void()> on_complete, uint64_t sequence)
+    : works_(std::move(works)),
+      op_(std::move(op)),
+      group_(group),
+      on_complete_(std::move(on_complete)),
+      sequence_(sequence) {}
 
 void Work::wait() {
   if (done_) return;
+  // A default Work (nothing launched, e.g. a collective skipped in a world of one) has no group.
+  if (!group_) {
+    done_ = true;
+    if (on_complete_) on_complete_();
+    return;
+  }
   try {
-    // A default Work (nothing launched, e.g. a collective skipped in a world of one) has no group.
-    if (group_ && group_->backend() == Backend::kNccl) {
+    if (group_->backend() == Backend::kNccl) {
       // Without a timeout, NCCL's wait only makes the current CUDA stream wait for the
       // collective; with one, it also blocks this thread until the collective ends, so the host
       // could not queue the work that follows ahead of the GPU. (On 2 H200s, ViT-B/16 torch_ddp,
@@ -145,9 +180,19 @@ void Work::wait() {
         if (w) w->wait();
       }
     } else {
+      // A numbered collective that is still running after a tenth of the timeout records that
+      // this rank has arrived (CollectiveProgress); a quick one touches nothing but the work.
+      const auto timeout = group_->timeout();
+      const auto slow = CollectiveProgress::slow_wait(timeout);
       for (auto& w : works_) {
-        if (w && !w->wait(group_->timeout())) {
-          throw DistError(fmt::format("timed out after {} ms", group_->timeout().count()));
+        if (!w) continue;
+        if (sequence_ > 0 && completes_within(*w, slow)) continue;
+        if (sequence_ > 0 && !recorded_) {
+          group_->impl_->progress->record_waiting(sequence_, op_);
+          recorded_ = true;
+        }
+        if (!completes_within(*w, sequence_ > 0 ? timeout - slow : timeout)) {
+          throw DistError(fmt::format("timed out after {} ms", timeout.count()));
         }
       }
     }
@@ -155,6 +200,15 @@ void Work::wait() {
     done_ = true;
     std::string what = e.what();
     what = what.substr(0, what.find("\nException raised from"));  // drop c10's C++ stack trace
+    // After a slow wait, every member that arrived has had the time to say so; a failure that
+    // came at once (a peer's closed connection) would find them silent, and colo-run names a
+    // rank that died.
+    if (sequence_ > 0 && (recorded_ || says_timed_out(what))) {
+      if (!recorded_) group_->impl_->progress->record_waiting(sequence_, op_);  // for the others
+      throw DistError(fmt::format(
+          "{} #{} on group {} failed: {}. {}", op_, sequence_, group_->describe(), what,
+          group_->impl_->progress->describe_absent(sequence_, op_, std::min(group_->timeout(), kProgressReadLimit))));
+    }
     throw DistError(fmt::format("{} on group {} failed: {} (a peer may have died or be stuck; its own log says why)",
                                 op_, group_->describe(), what));
   }
@@ -206,6 +260,10 @@ void ProcessGroup::close(std::chrono::milliseconds limit) noexcept {
   }
 }
 
+Work ProcessGroup::collective(c10::intrusive_ptr<c10d::Work> work, std::string op, std::function<void()> on_complete) {
+  return Work({std::move(work)}, std::move(op), this, std::move(on_complete), impl_->progress->next());
+}
+
 std::string ProcessGroup::describe() const {
   return fmt::format("{} ({}, global ranks {})", name_, backend_name(backend_), fmt::join(global_ranks_, ","));
 }
@@ -223,7 +281,7 @@ Work ProcessGroup::all_reduce(torch::Tensor tensor, ReduceOp op) {
     const int n = size();
     finish = [tensor, n]() mutable { tensor.div_(n); };
   }
-  return Work({work}, "all_reduce", this, std::move(finish));
+  return collective(work, "all_reduce", std::move(finish));
 }
 
 Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
@@ -234,7 +292,7 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
                                             output.size(0), size(), input.size(0)));
   }
   if (backend_ == Backend::kNccl) {
-    return Work({backend._allgather_base(output, input)}, "all_gather", this);
+    return collective(backend._allgather_base(output, input), "all_gather");
   }
   // Gloo gathers into a list of tensors: the output's row blocks are contiguous views of it.
   std::vector<std::vector<at::Tensor>> outputs{output.contiguous().chunk(size(), 0)};
@@ -245,7 +303,7 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
     auto staged = outputs[0];
     finish = [output, staged]() mutable { output.copy_(torch::cat(staged, 0)); };
   }
-  return Work({work}, "all_gather", this, std::move(finish));
+  return collective(work, "all_gather", std::move(finish));
 }
 
 Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
@@ -259,7 +317,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op, backend_);
     options.timeout = timeout_;
-    return Work({backend._reduce_scatter_base(output, input, options)}, "reduce_scatter", this);
+    return collective(backend._reduce_scatter_base(output, input, options), "reduce_scatter");
   }
   // Emulation: all-reduce a copy and keep this rank's rows. Correct, at n times the traffic;
   // only the CPU build (Gloo) takes this path.
@@ -272,7 +330,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
   const int n = size();
   const int r = rank();
   const bool average = op == ReduceOp::kAvg;
-  return Work({work}, "reduce_scatter", this, [output, reduced, n, r, average]() mutable {
+  return collective(work, "reduce_scatter", [output, reduced, n, r, average]() mutable {
     auto mine = reduced.chunk(n, 0)[r];
     if (average) mine = mine / n;
     output.copy_(mine);
@@ -286,7 +344,7 @@ Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
   c10d::BroadcastOptions options;
   options.rootRank = src;
   options.timeout = timeout_;
-  return Work({backend.broadcast(tensors, options)}, fmt::format("broadcast from {}", src), this);
+  return collective(backend.broadcast(tensors, options), fmt::format("broadcast from {}", src));
 }
 
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
@@ -318,7 +376,7 @@ Work ProcessGroup::barrier() {
   auto& backend = *live("barrier").backend;
   c10d::BarrierOptions options;
   options.timeout = timeout_;
-  return Work({backend.barrier(options)}, "barrier", this);
+  return collective(backend.barrier(options), "barrier");
 }
 
 torch::Tensor ProcessGroup::communicable(const torch::Tensor& tensor) const {
@@ -348,21 +406,24 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   live("new_subgroup");
   const std::string key = fmt::format("{}[{}]", name, fmt::join(global_ranks, ","));
   const int generation = (*impl_->creations)[key]++;
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("colo/group/{}/{}", key, generation), store_);
+  const std::string prefix = fmt::format("colo/group/{}/{}", key, generation);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   auto impl = std::make_unique<Impl>();
   impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
   impl->creations = impl_->creations;
+  impl->progress = std::make_unique<CollectiveProgress>(store_, prefix, my_rank, global_ranks);
   if (backend_ == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   return std::shared_ptr<ProcessGroup>(
       new ProcessGroup(std::move(impl), store_, name, global_ranks, my_rank, backend_, group_timeout));
 }
 
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
+  constexpr const char* kWorldPrefix = "colo/world";
   const Backend backend = options.backend.value_or(default_backend());
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   try {
-    impl->backend = make_backend(backend, c10::make_intrusive<c10d::PrefixStore>("colo/world", store), env.rank,
+    impl->backend = make_backend(backend, c10::make_intrusive<c10d::PrefixStore>(kWorldPrefix, store), env.rank,
                                  env.world_size, options.timeout);
   } catch (const std::exception& e) {
     throw DistError(fmt::format("rank {}: creating the {} world group of {} ranks failed: {}", env.rank,
@@ -372,6 +433,7 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
   if (backend == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   std::vector<int> ranks(env.world_size);
   for (int r = 0; r < env.world_size; ++r) ranks[r] = r;
+  impl->progress = std::make_unique<CollectiveProgress>(store, kWorldPrefix, env.rank, ranks);
   return std::shared_ptr<ProcessGroup>(
       new ProcessGroup(std::move(impl), store, "world", ranks, env.rank, backend, options.timeout));
 }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "colo/checkpoint/finite_check.h"
 #include "colo/checkpoint/safetensors.h"
 
 namespace colo::nn {
@@ -42,9 +43,9 @@ const std::unordered_map<std::string, std::string>& hf_top_level_renames() {
   return renames;
 }
 
-}  // namespace
-
-void load_timm_state(LayerStack& model, const NamedTensors& state) {
+// load_timm_state without the finiteness check, which each public entry point makes once, on the
+// names its caller knows (a Hugging Face file's own names, not the converted ones).
+void copy_timm_state(LayerStack& model, const NamedTensors& state) {
   std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (const auto& item : model.canonical_named_parameters()) targets.emplace_back(item.key(), item.value());
   for (const auto& item : model.canonical_named_buffers()) targets.emplace_back(item.key(), item.value());
@@ -86,6 +87,13 @@ void load_timm_state(LayerStack& model, const NamedTensors& state) {
 
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : state) by_name.at(name).copy_(tensor);
+}
+
+}  // namespace
+
+void load_timm_state(LayerStack& model, const NamedTensors& state) {
+  checkpoint::require_finite(state, "the timm state given to load_timm_state");
+  copy_timm_state(model, state);
 }
 
 bool is_hf_vit_state(const NamedTensors& state) {
@@ -166,18 +174,16 @@ NamedTensors hf_vit_to_timm_names(const NamedTensors& hf_state) {
 }
 
 void load_hf_vit_state(LayerStack& model, const NamedTensors& hf_state) {
-  load_timm_state(model, hf_vit_to_timm_names(hf_state));
+  checkpoint::require_finite(hf_state, "the Hugging Face state given to load_hf_vit_state");
+  copy_timm_state(model, hf_vit_to_timm_names(hf_state));
 }
 
 void load_pretrained(LayerStack& model, const std::string& path) {
   auto file = checkpoint::read_safetensors(path);
+  checkpoint::require_finite(file.tensors, path);
   const bool hf = is_hf_vit_state(file.tensors);
   try {
-    if (hf) {
-      load_hf_vit_state(model, file.tensors);
-    } else {
-      load_timm_state(model, file.tensors);
-    }
+    copy_timm_state(model, hf ? hf_vit_to_timm_names(file.tensors) : file.tensors);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(
         fmt::format("{} ({} names): {}", path, hf ? "Hugging Face ViT" : "timm", e.what()));

@@ -59,7 +59,9 @@ int pick_free_port(const std::string& addr);
 // Runs the job described by `config` (or the self-check with config.self_check) and returns
 // colo-run's exit status: 0 when every rank exits 0; the first failing rank's exit code, or
 // 128 + signal when it was killed; 128 + signal when colo-run was interrupted (130 for SIGINT);
-// 127 when the program cannot be executed.
+// 141 (128 + SIGPIPE) when the reader of colo-run's output went away while the ranks still had
+// output to forward (it stops them, as the closed pipe would without colo-run in between); 127
+// when the program cannot be executed.
 int run(LaunchConfig config);
 
 // The hidden child mode of --check: the first argument main() looks for, and the function a

@@ -21,7 +21,8 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
 
 // Reads a set written by save_safetensors_set (or by Hugging Face tools, or in parts). Throws
-// CheckpointError naming the directory and what is missing or inconsistent. With `wanted`, only
+// CheckpointError naming the directory and what is missing or inconsistent, or naming the file
+// and the tensor when a floating-point value is NaN or infinite (require_finite). With `wanted`, only
 // the tensors it accepts are read, and only the files holding them are opened.
 NamedTensors load_safetensors_set(const std::string& dir, const std::string& base,
                                   const std::function<bool(const std::string& name)>& wanted = nullptr);

@@ -26,11 +26,18 @@ enum class Backend { kGloo, kNccl };
 // wait() blocks until the operation ends; over NCCL it makes the current CUDA stream wait for
 // it and returns at once (work queued after it, and reads of the result, see the result), and
 // a timeout is enforced by NCCL's watchdog, which ends the process.
+//
+// Collectives are numbered per group (#1, #2, ... alike on every member). Over Gloo, a
+// collective that times out names the members that did not arrive at it and where each was last
+// seen waiting ("rank 1 (global 3), never seen waiting in this group"); see collective_progress.h.
+// Over NCCL the watchdog ends the process first: its message carries NCCL's own sequence number.
 class Work {
  public:
   Work() = default;
+  // `sequence`: the collective's number in its group; 0 for point-to-point operations, which
+  // only some members take part in.
   Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
-       std::function<void()> on_complete = {});
+       std::function<void()> on_complete = {}, uint64_t sequence = 0);
   void wait();
   bool is_completed();
 
@@ -39,6 +46,8 @@ class Work {
   std::string op_;
   const ProcessGroup* group_ = nullptr;
   std::function<void()> on_complete_;
+  uint64_t sequence_ = 0;
+  bool recorded_ = false;  // this rank's arrival is in the store (a slow wait)
   bool done_ = false;
 };
 
@@ -119,12 +128,15 @@ class ProcessGroup {
 
  private:
   friend std::shared_ptr<ProcessGroup> init_world(const Environment&, const Options&);
+  friend class Work;  // records and reads the members' progress (Impl) when a wait is slow
   struct Impl;
   ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::Store> store, std::string name,
                std::vector<int> global_ranks, int rank, Backend backend, std::chrono::milliseconds timeout);
 
   // impl_, or a DistError naming `op` when the group is closed.
   Impl& live(const char* op) const;
+  // A collective's handle, numbered (see Work).
+  Work collective(c10::intrusive_ptr<c10d::Work> work, std::string op, std::function<void()> on_complete = {});
 
   std::unique_ptr<Impl> impl_;
   c10::intrusive_ptr<c10d::Store> store_;

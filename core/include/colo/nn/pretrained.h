@@ -13,7 +13,9 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // Copies `state` (timm names, e.g. from a timm safetensors checkpoint) into the model's
 // parameters and buffers by canonical name, converting dtype and device. Strict: if any name
 // is missing, unexpected, or has the wrong shape, throws std::invalid_argument listing every
-// such problem and changes nothing.
+// such problem and changes nothing; a NaN or infinite value anywhere is a
+// colo::checkpoint::CheckpointError naming the tensor (checkpoint::require_finite), which changes
+// nothing either.
 void load_timm_state(LayerStack& model, const NamedTensors& state);
 
 // Renames a Hugging Face ViTModel / ViTForImageClassification state ("vit." prefix optional)
@@ -33,8 +35,9 @@ void load_hf_vit_state(LayerStack& model, const NamedTensors& hf_state);
 bool is_hf_vit_state(const NamedTensors& state);
 
 // Reads a safetensors checkpoint (timm or Hugging Face names, detected) into the model.
-// Throws colo::checkpoint::CheckpointError for an unreadable file, std::invalid_argument
-// (naming the file) when its tensors do not match the model.
+// Throws colo::checkpoint::CheckpointError for an unreadable file or one holding a NaN or infinite
+// value (naming the file and the tensor), std::invalid_argument (naming the file) when its
+// tensors do not match the model. The model changes only when everything checks out.
 void load_pretrained(LayerStack& model, const std::string& path);
 
 }  // namespace colo::nn
