@@ -88,6 +88,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
     }
   }
   stepped_ = optim::optimizer_params(*optimizer_);
+  const auto specs = model_->canonical_shard_specs();
+  for (const auto& name : names_) sharded_.push_back(specs.count(name) > 0);
   if (!carried.empty()) {
     optimizer_->state().clear();
     for (std::size_t k = 0; k < carried.size(); ++k) optim::set_param_state(*optimizer_, k, carried[k]);
@@ -114,7 +116,7 @@ bool MixedPrecisionOptimizer::step() {
     for (const auto& p : stepped_) grads.push_back(p.grad());
     auto plan = options_.grad_norm;
     if (!scaler_) plan.agree_over = nullptr;
-    const auto result = amp::unscale_and_clip(grads, inv_scale, max_grad_norm_, plan);
+    const auto result = amp::unscale_and_clip(grads, inv_scale, max_grad_norm_, plan, sharded_);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;
   }

@@ -137,6 +137,8 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
         "model->parameters()",
         strangers.size(), fmt::join(strangers, ", ")));
   }
+  const auto specs = model_->canonical_shard_specs();
+  for (const auto& name : names_) tp_sharded_.push_back(specs.count(name) > 0);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fp32_values;
   fp32_values.reserve(params_.size());
@@ -214,11 +216,16 @@ bool ZeroOptimizer::step() {
     // piece, as a replica's gradients are, so that the norm does not depend on the layout.
     const auto grad = adam_->grad();
     std::vector<torch::Tensor> pieces;
-    for (const auto& piece : layout_->pieces(group_->rank())) pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
+    std::vector<bool> sharded;
+    for (const auto& piece : layout_->pieces(group_->rank())) {
+      pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
+      sharded.push_back(tp_sharded_[piece.param]);
+    }
     amp::GradNormPlan plan;
     plan.sum_over.push_back(group_);
     for (const auto& g : options_.grad_norm_sum_over) plan.sum_over.push_back(g);
-    const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
+    plan.tp = options_.tp_group;
+    const double norm = amp::global_grad_norm(pieces, plan, inv_scale, sharded);
     const auto result = amp::apply_unscale_and_clip({grad}, inv_scale, max_grad_norm_, norm);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;

@@ -46,7 +46,7 @@ TEST(AmpDist, ShardedClipMatchesWholeGradient) {
   ASSERT_GT(expected_norm, max_norm);  // clipping happens
 
   auto shard = my_shard(full, g) * scale;
-  const auto result = unscale_and_clip({shard}, 1.0 / scale, max_norm, GradNormPlan{{world()}, nullptr});
+  const auto result = unscale_and_clip({shard}, 1.0 / scale, max_norm, GradNormPlan{{world()}, nullptr, nullptr});
   EXPECT_FALSE(result.found_inf);
   EXPECT_NEAR(result.total_norm, expected_norm, 1e-5 * expected_norm);
   EXPECT_TRUE(torch::allclose(shard, my_shard(reference.grad(), g), 1e-6, 1e-7));
@@ -57,7 +57,7 @@ TEST(AmpDist, InfInOneShardIsFoundEverywhere) {
   auto shard = my_shard(full_gradient(), g);
   if (g.rank() == 0) shard[0] = std::numeric_limits<float>::quiet_NaN();
   const auto before = shard.clone();
-  const auto result = unscale_and_clip({shard}, 0.5, 1.0, GradNormPlan{{world()}, nullptr});
+  const auto result = unscale_and_clip({shard}, 0.5, 1.0, GradNormPlan{{world()}, nullptr, nullptr});
   EXPECT_TRUE(result.found_inf) << "rank " << g.rank();
   EXPECT_TRUE(torch::equal(shard.nan_to_num(), before.nan_to_num()));  // untouched
 }

@@ -66,8 +66,26 @@ GradClipResult apply_unscale_and_clip(const std::vector<torch::Tensor>& grads, d
   return result;
 }
 
-double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale) {
-  auto sq = grad_sq_norm(grads);
+double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale,
+                        const std::vector<bool>& sharded) {
+  torch::Tensor sq;
+  if (plan.tp && plan.tp->size() > 1) {
+    if (sharded.size() != grads.size()) {
+      throw std::invalid_argument(fmt::format(
+          "global_grad_norm: with a tensor-parallel group, say for each of the {} gradients whether it is sharded ({} "
+          "flags given)",
+          grads.size(), sharded.size()));
+    }
+    // Replicated gradients count once: on the group's rank 0. Then the sum over the group.
+    std::vector<torch::Tensor> counted;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (sharded[i] || plan.tp->rank() == 0) counted.push_back(grads[i]);
+    }
+    sq = grad_sq_norm(counted);
+    plan.tp->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
+  } else {
+    sq = grad_sq_norm(grads);
+  }
   for (const auto& group : plan.sum_over) {
     if (group) group->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
   }
@@ -81,12 +99,12 @@ double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormP
 }
 
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
-                                const GradNormPlan& plan) {
+                                const GradNormPlan& plan, const std::vector<bool>& sharded) {
   if (!(inv_scale > 0.0) || !std::isfinite(inv_scale)) {
     throw std::invalid_argument(fmt::format(
         "unscale_and_clip: inv_scale {} must be finite and > 0 (1 / the loss scale; 1 without scaling)", inv_scale));
   }
-  return apply_unscale_and_clip(grads, inv_scale, max_norm, global_grad_norm(grads, plan, inv_scale));
+  return apply_unscale_and_clip(grads, inv_scale, max_norm, global_grad_norm(grads, plan, inv_scale, sharded));
 }
 
 }  // namespace colo::amp

@@ -81,4 +81,12 @@ torch::OrderedDict<std::string, torch::Tensor> LayerStack::canonical_named_buffe
 
 std::vector<std::string> LayerStack::canonical_parameter_names() const { return canonical_named_parameters().keys(); }
 
+std::map<std::string, ShardSpec> LayerStack::canonical_shard_specs() const {
+  std::map<std::string, ShardSpec> specs;
+  for (const auto& layer : layers_) {
+    for (const auto& [name, spec] : layer->shard_specs()) specs.emplace(layer->canonical_prefix() + name, spec);
+  }
+  return specs;
+}
+
 }  // namespace colo::nn

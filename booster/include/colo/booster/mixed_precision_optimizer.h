@@ -102,6 +102,7 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> working_;
   std::vector<torch::Tensor> stepped_;
+  std::vector<bool> sharded_;  // split by tensor parallelism (the model's shard specs)
   // Every parameter of the model (canonical order): zero_grad clears them all, and masters
   // are saved for all of them.
   std::vector<std::string> model_names_;

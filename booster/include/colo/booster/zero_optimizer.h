@@ -52,6 +52,9 @@ struct ZeroOptimizerOptions {
   // pipeline's stages): the clipping norm, and with it the fp16 overflow decision, is summed over
   // them too, so that every rank of the mesh clips by the same norm and skips the same steps.
   std::vector<std::shared_ptr<dist::ProcessGroup>> grad_norm_sum_over;
+  // The tensor-parallel group, when the model's layers are sharded (their shard specs say which
+  // parameters): sharded gradients are summed over it, replicated ones counted once.
+  std::shared_ptr<dist::ProcessGroup> tp_group;
 };
 
 // ZeRO stage 1 / 2 (Colossal-AI's LowLevelZeroOptimizer) over a data-parallel group: the
@@ -146,6 +149,7 @@ class ZeroOptimizer : public OptimizerWrapper {
   amp::PrecisionPolicy policy_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
+  std::vector<bool> tp_sharded_;  // per sharded parameter: split by tensor parallelism
   // Every model parameter (canonical order): zero_grad clears them all, masters are saved for all.
   std::vector<std::string> model_names_;
   std::vector<torch::Tensor> model_params_;

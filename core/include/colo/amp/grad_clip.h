@@ -43,11 +43,18 @@ struct GradNormPlan {
   // over this group makes an inf or nan on one replica reach them all, so every rank skips the
   // same steps. Null (or one rank): no such reduction.
   std::shared_ptr<dist::ProcessGroup> agree_over;
+  // The tensor-parallel group: the gradients flagged as sharded (split by tensor parallelism) are
+  // disjoint over it and their squares summed; the others are replicated over it and counted
+  // once (on its rank 0), not tp times. Null (or one rank): no tensor parallelism.
+  std::shared_ptr<dist::ProcessGroup> tp;
 };
 
 // The global L2 norm of the unscaled gradients: inv_scale * sqrt(sum of squares over the plan),
-// inf or nan on overflow anywhere in the plan's groups. One host synchronisation.
-double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale = 1.0);
+// inf or nan on overflow anywhere in the plan's groups. One host synchronisation. With a
+// tensor-parallel group in the plan, `sharded` says for each gradient whether tensor parallelism
+// split it (one flag per gradient; std::invalid_argument otherwise).
+double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale = 1.0,
+                        const std::vector<bool>& sharded = {});
 
 // Unscales and clips gradients in one pass: computes the global L2 norm of the unscaled
 // gradients (global_grad_norm over `plan`), then multiplies every gradient once by
@@ -57,7 +64,7 @@ double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormP
 // Because an inf or nan on any rank makes the summed norm non-finite everywhere, found_inf
 // agrees across the plan's groups. Undefined tensors in `grads` are skipped.
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
-                                const GradNormPlan& plan = {});
+                                const GradNormPlan& plan = {}, const std::vector<bool>& sharded = {});
 
 // The second half of unscale_and_clip, for callers that have the global norm of the unscaled
 // gradients already. Returns found_inf = !isfinite(total_norm) and, when finite, applies the

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
+
+#include "colo/nn/shard_spec.h"
 
 namespace colo::nn {
 
@@ -19,6 +22,15 @@ class Layer : public torch::nn::Module {
   // "blocks.3.norm1.weight". Checkpoints and pretrained weights are keyed by canonical names,
   // so they survive pipeline slicing and wrapping, which change the module tree.
   virtual std::string canonical_prefix() const { return ""; }
+
+  // Which of this layer's parameters tensor parallelism split, and how, by local name
+  // ("attn.qkv.weight"): set by whoever shards the layer (a shardformer policy); a parameter
+  // without one is whole (replicated over the tensor-parallel ranks).
+  void set_shard_spec(const std::string& local_name, ShardSpec spec) { shard_specs_[local_name] = spec; }
+  const std::map<std::string, ShardSpec>& shard_specs() const { return shard_specs_; }
+
+ private:
+  std::map<std::string, ShardSpec> shard_specs_;
 };
 
 }  // namespace colo::nn

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ class LayerStack : public torch::nn::Module {
   torch::OrderedDict<std::string, torch::Tensor> canonical_named_parameters() const;
   torch::OrderedDict<std::string, torch::Tensor> canonical_named_buffers() const;
   std::vector<std::string> canonical_parameter_names() const;
+  // The tensor-parallel splits of the parameters (Layer::shard_specs) under canonical names;
+  // parameters not listed are whole.
+  std::map<std::string, ShardSpec> canonical_shard_specs() const;
 
  private:
   std::vector<std::shared_ptr<Layer>> layers_;
