@@ -33,10 +33,17 @@ void Attention::replace_proj(torch::nn::AnyModule module) {
   proj_ = std::move(module);
 }
 
+void Attention::set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too) {
+  sharded_rng_ = std::move(rng);
+  rng_for_outputs_ = outputs_too;
+}
+
 torch::Tensor Attention::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0);
-  const int64_t tokens = x.size(1);
   auto qkv = qkv_.forward(x);
+  // From qkv, not x: under sequence parallelism x holds this rank's share of the tokens and qkv
+  // (after the all-gather) all of them.
+  const int64_t tokens = qkv.size(1);
   if (qkv.size(-1) % (3 * head_dim_) != 0) {
     throw std::logic_error(fmt::format("Attention: qkv produced {} features, not a multiple of 3 × head_dim ({}); a "
                                        "replacement qkv module must keep whole heads",
@@ -50,10 +57,15 @@ torch::Tensor Attention::forward(const torch::Tensor& x) {
   // then writes the gradient straight in qkv's [B, T, 3, heads, head_dim] layout, where a
   // stack on dimension 0 needed a second full copy to undo the permute. Same views, same values.
   const auto parts = qkv.reshape({batch, tokens, 3, -1, head_dim_}).unbind(2);
-  auto out = compat::scaled_dot_product_attention(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
-                                                  parts[2].transpose(1, 2), is_training() ? attn_drop_ : 0.0);
+  torch::Tensor out;
+  {
+    RegionRng::Scope heads(sharded_rng_.get());
+    out = compat::scaled_dot_product_attention(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
+                                               parts[2].transpose(1, 2), is_training() ? attn_drop_ : 0.0);
+  }
   out = out.transpose(1, 2).reshape({batch, tokens, -1});
   out = proj_.forward(out);
+  RegionRng::Scope tokens_scope(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
   return torch::dropout(out, proj_drop_, is_training());
 }
 

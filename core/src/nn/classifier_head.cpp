@@ -18,7 +18,8 @@ ClassifierHead::ClassifierHead(const ViTConfig& config) {
   init::timm_linear_init_(*head_);
 }
 
-torch::Tensor ClassifierHead::forward(const torch::Tensor& x) {
+torch::Tensor ClassifierHead::forward(const torch::Tensor& input) {
+  const auto x = input_mapping_ ? input_mapping_(input) : input;
   if (x.dim() != 3) {
     throw std::invalid_argument(fmt::format("ClassifierHead: expected tokens [batch, tokens, dim], got [{}]",
                                             fmt::join(x.sizes(), ", ")));

@@ -78,7 +78,6 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
 }  // namespace
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (!bias.defined()) return at::linear(input, weight);
   return LinearFunction::apply(input, weight, bias);
 }
 

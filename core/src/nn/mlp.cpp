@@ -26,10 +26,19 @@ void Mlp::replace_fc2(torch::nn::AnyModule module) {
   fc2_ = std::move(module);
 }
 
+void Mlp::set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too) {
+  sharded_rng_ = std::move(rng);
+  rng_for_outputs_ = outputs_too;
+}
+
 torch::Tensor Mlp::forward(const torch::Tensor& x) {
   auto h = torch::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
-  h = torch::dropout(h, drop_, is_training());
+  {
+    RegionRng::Scope hidden(sharded_rng_.get());
+    h = torch::dropout(h, drop_, is_training());
+  }
   h = fc2_.forward(h);
+  RegionRng::Scope tokens(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
   return torch::dropout(h, drop_, is_training());
 }
 

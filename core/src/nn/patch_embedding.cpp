@@ -36,7 +36,8 @@ torch::Tensor PatchEmbedding::forward(const torch::Tensor& x) {
   auto tokens = proj_->forward(x).flatten(2).transpose(1, 2);  // [B, N, D]
   auto cls = cls_token_.expand({x.size(0), -1, -1});
   tokens = torch::cat({cls, tokens}, 1) + pos_embed_;
-  return torch::dropout(tokens, config_.drop_rate(), is_training());
+  tokens = torch::dropout(tokens, config_.drop_rate(), is_training());
+  return output_mapping_ ? output_mapping_(tokens) : tokens;
 }
 
 }  // namespace colo::nn

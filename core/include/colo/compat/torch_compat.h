@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -124,6 +125,19 @@ inline void set_cuda_rng_state(const c10::Device& device, const torch::Tensor& s
   (void)device;
   (void)state;
   throw std::logic_error("a CUDA random state was given but colo was built without CUDA");
+#endif
+}
+
+// Seeds a GPU's default generator (what torch.cuda.manual_seed does for one device).
+inline void seed_cuda_rng(const c10::Device& device, uint64_t seed) {
+#ifdef COLO_WITH_CUDA
+  auto generator = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_current_seed(seed);
+#else
+  (void)device;
+  (void)seed;
+  throw std::logic_error("a CUDA generator was to be seeded but colo was built without CUDA");
 #endif
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "colo/nn/region_rng.h"
+
 #include <torch/torch.h>
 
 #include "colo/nn/vit_config.h"
@@ -22,9 +24,13 @@ class Attention : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   const torch::nn::AnyModule& qkv() const { return qkv_; }
+  int64_t head_dim() const { return head_dim_; }
   const torch::nn::AnyModule& proj() const { return proj_; }
   void replace_qkv(torch::nn::AnyModule module);
   void replace_proj(torch::nn::AnyModule module);
+  // The stream the attention-probability dropout draws from (this rank's heads, once sharded),
+  // and, when `outputs_too`, the output dropout (this rank's tokens, under sequence parallelism).
+  void set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too);
 
  private:
   int64_t head_dim_;
@@ -32,6 +38,8 @@ class Attention : public torch::nn::Module {
   double proj_drop_;
   torch::nn::AnyModule qkv_;
   torch::nn::AnyModule proj_;
+  std::shared_ptr<RegionRng> sharded_rng_;
+  bool rng_for_outputs_ = false;
 };
 
 }  // namespace colo::nn

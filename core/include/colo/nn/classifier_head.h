@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "colo/nn/layer.h"
 #include "colo/nn/linear.h"
 #include "colo/nn/vit_config.h"
@@ -20,7 +22,14 @@ class ClassifierHead : public Layer {
   const torch::nn::LayerNorm& norm() const { return norm_; }
   const Linear& head() const { return head_; }
 
+  // Applied to the tokens as they enter the layer: where a policy puts the communication that
+  // ends a region (sequence parallelism's gather of the tokens). None by default.
+  void set_input_mapping(std::function<torch::Tensor(const torch::Tensor&)> mapping) {
+    input_mapping_ = std::move(mapping);
+  }
+
  private:
+  std::function<torch::Tensor(const torch::Tensor&)> input_mapping_;
   torch::nn::LayerNorm norm_{nullptr};
   Linear head_{nullptr};
 };

@@ -10,7 +10,8 @@ namespace colo::nn {
 // cuBLAS's product is 1.1-1.7x as fast as the reduction autograd uses for at::linear (61.6 against
 // 36.7 us for 768 columns, 99.7 against 91.3 for 3072; benchmarks/peers/backward_reduction_probe.py):
 // about 0.8 ms of a 75 ms training step. The weight and input gradients are the products autograd
-// would compute. A bias-free call is at::linear itself. Differentiable once (no double backward).
+// would compute; a bias-free call has no bias gradient. Differentiable once (no double backward).
+// Zero-bubble pipelines defer its weight gradient (nn::WeightGradDeferral).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
 
 // torch::nn::Linear (same options, parameters "weight" and "bias", same init hooks) whose

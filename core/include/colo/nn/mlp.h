@@ -1,5 +1,7 @@
 #pragma once
 
+#include "colo/nn/region_rng.h"
+
 #include <torch/torch.h>
 
 #include "colo/nn/vit_config.h"
@@ -21,11 +23,16 @@ class Mlp : public torch::nn::Module {
   const torch::nn::AnyModule& fc2() const { return fc2_; }
   void replace_fc1(torch::nn::AnyModule module);
   void replace_fc2(torch::nn::AnyModule module);
+  // The stream the hidden dropout draws from (this rank's hidden units, once sharded), and, when
+  // `outputs_too`, the output dropout (this rank's tokens, under sequence parallelism).
+  void set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too);
 
  private:
   double drop_;
   torch::nn::AnyModule fc1_;
   torch::nn::AnyModule fc2_;
+  std::shared_ptr<RegionRng> sharded_rng_;
+  bool rng_for_outputs_ = false;
 };
 
 }  // namespace colo::nn

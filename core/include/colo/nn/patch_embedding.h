@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "colo/nn/layer.h"
 #include "colo/nn/vit_config.h"
 
@@ -22,8 +24,17 @@ class PatchEmbedding : public Layer {
   torch::Tensor forward(const torch::Tensor& x) override;
 
   const torch::nn::Conv2d& proj() const { return proj_; }
+  // The number of tokens it produces, 1 + N.
+  int64_t num_tokens() const { return pos_embed_.size(1); }
+
+  // Applied to the tokens before they leave the layer: where a policy puts the communication
+  // that starts a region (sequence parallelism's split over the tokens). None by default.
+  void set_output_mapping(std::function<torch::Tensor(const torch::Tensor&)> mapping) {
+    output_mapping_ = std::move(mapping);
+  }
 
  private:
+  std::function<torch::Tensor(const torch::Tensor&)> output_mapping_;
   ViTConfig config_;
   torch::Tensor cls_token_;
   torch::Tensor pos_embed_;

@@ -1,0 +1,36 @@
+#pragma once
+
+namespace colo::nn {
+
+// The random-number stream of one region of a layer. Tensor parallelism needs two: dropout on what
+// every rank holds alike (the residual stream, before and after a parallel block) must draw the
+// same masks on every rank, so that the replicas stay identical, and dropout on what each rank
+// holds alone (its heads, its hidden units) must draw different ones, or the ranks' masks would
+// repeat each other. A layer that draws inside a sharded region does so under a RegionRng::Scope,
+// which a tensor-parallel policy provides (shardformer::RngTracker); without one the default
+// generator is used, as on one rank.
+class RegionRng {
+ public:
+  virtual ~RegionRng() = default;
+  // Makes this region's stream the one random functions draw from, and back.
+  virtual void enter() = 0;
+  virtual void exit() = 0;
+
+  // Enters `rng` (nothing when null) for its lifetime.
+  class Scope {
+   public:
+    explicit Scope(RegionRng* rng) : rng_(rng) {
+      if (rng_) rng_->enter();
+    }
+    ~Scope() {
+      if (rng_) rng_->exit();
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    RegionRng* rng_;
+  };
+};
+
+}  // namespace colo::nn

@@ -1,0 +1,49 @@
+#include <ATen/CPUGeneratorImpl.h>
+#include <colo/compat/torch_compat.h>
+#include <colo/shardformer/rng_tracker.h>
+
+#include <stdexcept>
+
+namespace colo::shardformer {
+namespace {
+
+// Megatron's offset between the default seed and the tensor-parallel streams.
+constexpr uint64_t kOffset = 2718;
+
+}  // namespace
+
+RngTracker::RngTracker(uint64_t seed, int64_t tp_rank, c10::Device device) : device_(device) {
+  const uint64_t region_seed = seed + kOffset + static_cast<uint64_t>(tp_rank);
+  cpu_state_ = at::detail::createCPUGenerator(region_seed).get_state();
+  if (device_.is_cuda()) {
+    const auto keep = compat::cuda_rng_state(device_);
+    compat::seed_cuda_rng(device_, region_seed);
+    cuda_state_ = compat::cuda_rng_state(device_);
+    compat::set_cuda_rng_state(device_, keep);
+  }
+}
+
+void RngTracker::enter() {
+  if (inside_) throw std::logic_error("RngTracker: entered twice (regions do not nest)");
+  auto cpu = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
+  saved_cpu_ = cpu.get_state();
+  cpu.set_state(cpu_state_);
+  if (device_.is_cuda()) {
+    saved_cuda_ = compat::cuda_rng_state(device_);
+    compat::set_cuda_rng_state(device_, cuda_state_);
+  }
+  inside_ = true;
+}
+
+void RngTracker::exit() {
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  cpu_state_ = cpu.get_state();
+  cpu.set_state(saved_cpu_);
+  if (device_.is_cuda()) {
+    cuda_state_ = compat::cuda_rng_state(device_);
+    compat::set_cuda_rng_state(device_, saved_cuda_);
+  }
+  inside_ = false;
+}
+
+}  // namespace colo::shardformer

@@ -1,0 +1,112 @@
+#include <colo/dist/process_group.h>
+#include <colo/shardformer/tp_mappings.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "group_handle.h"
+
+namespace colo::shardformer {
+
+torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  dim = dim < 0 ? dim + x.dim() : dim;
+  // The group gathers along dim 0: move `dim` there and back.
+  auto input = group.communicable(x.movedim(dim, 0).contiguous());
+  auto sizes = input.sizes().vec();
+  sizes[0] *= group.size();
+  auto output = torch::empty(sizes, input.options());
+  group.all_gather(output, input).wait();
+  return output.to(x.device()).movedim(0, dim).contiguous();
+}
+
+torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  dim = dim < 0 ? dim + x.dim() : dim;
+  if (x.size(dim) % group.size() != 0) {
+    throw std::invalid_argument(fmt::format("reduce_scatter_along: dim {} of size {} does not split over {} ranks of {}",
+                                            dim, x.size(dim), group.size(), group.describe()));
+  }
+  auto input = group.communicable(x.movedim(dim, 0).contiguous());
+  auto sizes = input.sizes().vec();
+  sizes[0] /= group.size();
+  auto output = torch::empty(sizes, input.options());
+  group.reduce_scatter(output, input).wait();
+  return output.to(x.device()).movedim(0, dim).contiguous();
+}
+
+torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  auto travelling = group.communicable(x.contiguous().clone());
+  group.all_reduce(travelling).wait();
+  return travelling.to(x.device());
+}
+
+namespace {
+
+torch::Tensor my_chunk(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  if (x.size(dim) % group.size() != 0) {
+    throw std::invalid_argument(fmt::format("tensor parallelism: dim {} of size {} does not split over the {} ranks of {}",
+                                            dim, x.size(dim), group.size(), group.describe()));
+  }
+  return x.chunk(group.size(), dim)[group.rank()].contiguous();
+}
+
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x;  // autograd returns an unmodified input as a view with this node attached
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    return {all_reduce_sum(g[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x, int64_t group) {
+    return all_reduce_sum(x, *from_handle(group));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* /*ctx*/, torch::autograd::tensor_list g) {
+    return {g[0], torch::Tensor()};
+  }
+};
+
+struct SplitLastDim : torch::autograd::Function<SplitLastDim> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return my_chunk(x, -1, *from_handle(group));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    return {all_gather_along(g[0], -1, group_of(ctx)), torch::Tensor()};
+  }
+};
+
+struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return all_gather_along(x, -1, *from_handle(group));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list g) {
+    return {my_chunk(g[0], -1, group_of(ctx)), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tp(const torch::Tensor& x, dist::ProcessGroup& group) {
+  return group.size() == 1 ? x : CopyToTp::apply(x, handle_of(group));
+}
+torch::Tensor reduce_from_tp(const torch::Tensor& x, dist::ProcessGroup& group) {
+  return group.size() == 1 ? x : ReduceFromTp::apply(x, handle_of(group));
+}
+torch::Tensor split_last_dim(const torch::Tensor& x, dist::ProcessGroup& group) {
+  return group.size() == 1 ? x : SplitLastDim::apply(x, handle_of(group));
+}
+torch::Tensor gather_last_dim(const torch::Tensor& x, dist::ProcessGroup& group) {
+  return group.size() == 1 ? x : GatherLastDim::apply(x, handle_of(group));
+}
+
+}  // namespace colo::shardformer
