@@ -27,7 +27,49 @@ std::string param_of_optimizer_entry(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(0, dot);
 }
 
+std::string param_of_model_entry(const std::string& name) { return name; }
+
+// `local` concatenated over the group along `dim`'s pieces: every rank's piece, in rank order.
+std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, int64_t dim, dist::ProcessGroup& group) {
+  auto moved = group.communicable(local.movedim(dim, 0).contiguous());
+  auto sizes = moved.sizes().vec();
+  sizes[0] *= group.size();
+  auto out = torch::empty(sizes, moved.options());
+  group.all_gather(out, moved).wait();
+  std::vector<torch::Tensor> pieces;
+  for (auto& piece : out.to(torch::kCPU).chunk(group.size(), 0)) pieces.push_back(piece.movedim(0, dim));
+  return pieces;
+}
+
 }  // namespace
+
+StagedCheckpointIO::NamedTensors StagedCheckpointIO::gathered(NamedTensors state,
+                                                             std::string (*param_of)(const std::string&)) const {
+  if (!part_.tp || part_.tp->size() == 1) return state;
+  for (auto& [name, tensor] : state) {
+    const auto spec = part_.specs.find(param_of(name));
+    // Scalars (an optimizer's step) travel whole.
+    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) continue;
+    tensor = nn::unshard(all_pieces(tensor.detach(), spec->second.dim, *part_.tp), spec->second);
+  }
+  return state;
+}
+
+StagedCheckpointIO::NamedTensors StagedCheckpointIO::sliced(NamedTensors state,
+                                                           std::string (*param_of)(const std::string&)) const {
+  if (!part_.tp || part_.tp->size() == 1) return state;
+  for (auto& [name, tensor] : state) {
+    const auto spec = part_.specs.find(param_of(name));
+    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) continue;
+    try {
+      tensor = nn::shard_of(tensor, spec->second).contiguous();
+    } catch (const std::invalid_argument& e) {
+      throw checkpoint::CheckpointError(fmt::format("'{}' does not split over the {} tensor-parallel ranks ({}): {}", name,
+                                                    part_.tp->size(), spec->second.describe(), e.what()));
+    }
+  }
+  return state;
+}
 
 StagedCheckpointIO::StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world, Part part)
     : CheckpointIO(std::move(world)), part_(std::move(part)) {
@@ -70,19 +112,21 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
 }
 
 void StagedCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& /*options*/) {
-  save_parts(dir, "model", model.full_state());  // full_state: collective over dp for ZeRO
+  // full_state: collective over dp for ZeRO; the gather: over tp.
+  save_parts(dir, "model", gathered(model.full_state(), param_of_model_entry));
   barrier();
 }
 
 void StagedCheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
-  model.load_full_state(
-      checkpoint::load_safetensors_set(dir, "model", [this](const std::string& name) { return part_.names.count(name) > 0; }));
+  model.load_full_state(sliced(
+      checkpoint::load_safetensors_set(dir, "model", [this](const std::string& name) { return part_.names.count(name) > 0; }),
+      param_of_model_entry));
 }
 
 void StagedCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,
                                         const SaveOptions& /*options*/) {
   auto state = optimizer.full_state();
-  save_parts(dir, "optimizer", state.tensors);
+  save_parts(dir, "optimizer", gathered(state.tensors, param_of_optimizer_entry));
   if (world_->rank() == 0) {
     // Learning rates and the loss scaler are the same on every rank.
     write_number_map(files::join(dir, "optimizer.json"), state.scalars);
@@ -92,8 +136,11 @@ void StagedCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
 
 void StagedCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
   OptimizerWrapper::FullState state;
-  state.tensors = checkpoint::load_safetensors_set(
-      dir, "optimizer", [this](const std::string& name) { return part_.names.count(param_of_optimizer_entry(name)) > 0; });
+  state.tensors = sliced(
+      checkpoint::load_safetensors_set(
+          dir, "optimizer",
+          [this](const std::string& name) { return part_.names.count(param_of_optimizer_entry(name)) > 0; }),
+      param_of_optimizer_entry);
   state.scalars = read_number_map(files::join(dir, "optimizer.json"));
   optimizer.load_full_state(state);
 }

@@ -38,7 +38,8 @@ std::vector<int> parse_layer_counts(const std::string& text, OptionReader& in) {
 HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   OptionReader in("hybrid_parallel", given);
   HybridParallelOptions o;
-  o.tp_size(static_cast<int>(in.get_int("tp_size", 1, "tensor-parallel size (the shardformer; not built yet)")));
+  o.tp_size(static_cast<int>(
+      in.get_int("tp_size", 1, "tensor-parallel size: the shardformer splits every block's linears over this many ranks")));
   o.pp_size(static_cast<int>(in.get_int("pp_size", 1, "pipeline stages; the data-parallel size is what the world leaves")));
   o.num_microbatches(in.get_int("num_microbatches", 0, "microbatches per step (or give microbatch_size)"));
   o.microbatch_size(in.get_int("microbatch_size", 0, "samples per microbatch (or give num_microbatches)"));
@@ -73,16 +74,16 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.precision(precision.precision);
   o.max_grad_norm(precision.max_grad_norm);
   o.loss_scaler(precision.loss_scaler);
-  if (in.get_bool("enable_sequence_parallelism", false, "sequence parallelism (with tp_size > 1; not built yet)")) {
-    in.fail("enable_sequence_parallelism: sequence parallelism comes with the shardformer (tensor parallelism), which "
-            "is not built yet");
-  }
+  o.sequence_parallel(in.get_bool("enable_sequence_parallelism", false,
+                                   "LayerNorm, dropout and residuals on 1/tp of the tokens (with tp_size > 1)"));
 
   // Rules that tie options together; each problem once, all of them reported.
-  if (o.tp_size() > 1) {
-    in.fail(fmt::format("tp_size={}: tensor parallelism (the shardformer) is not built yet; use tp_size=1 with pp_size "
-                        "and the data-parallel axis",
-                        o.tp_size()));
+  if (o.sequence_parallel() && o.tp_size() <= 1) {
+    in.fail("enable_sequence_parallelism needs tp_size > 1 (it splits the tokens over the tensor-parallel ranks)");
+  }
+  if (o.sequence_parallel() && o.pp_style() == pipeline::ScheduleStyle::kZeroBubble) {
+    in.fail("enable_sequence_parallelism with pp_style=zero_bubble is not supported yet (the deferred weight gradients "
+            "of the sequence-parallel LayerNorms would miss their tensor-parallel sum); use 1f1b or interleaved");
   }
   if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
   if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));

@@ -19,6 +19,8 @@ namespace colo::plugins {
 struct HybridParallelOptions {
   // The mesh: dp is what the world leaves (world / (tp * pp)).
   TORCH_ARG(int, tp_size) = 1;
+  // Split the tokens over the tp ranks between the parallel regions (needs tp_size > 1).
+  TORCH_ARG(bool, sequence_parallel) = false;
   TORCH_ARG(int, pp_size) = 1;
   // Microbatches per step: a count, or a size (one of the two when pp_size > 1; 0 = unset).
   TORCH_ARG(int64_t, num_microbatches) = 0;

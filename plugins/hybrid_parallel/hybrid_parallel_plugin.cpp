@@ -9,6 +9,9 @@
 #include <colo/dist/process_group_mesh.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/pipeline/partition.h>
+#include <colo/shardformer/shard_former.h>
+
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -77,6 +80,28 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   const auto& mesh = *context_.mesh;
   const auto& dp = mesh.group(MeshAxis::kDp);
   const auto& pp = mesh.group(MeshAxis::kPp);
+  const auto& tp = mesh.group(MeshAxis::kTp);
+
+  // 0. Tensor parallelism: the policy that knows the model shards its layers for this rank's tp
+  //    coordinate, on the whole stack, before the pipeline cut (a policy may need layers a stage
+  //    would not hold). At tp_size 1 a model with a policy goes through the same code (its
+  //    parallel layers then communicate nothing); one without is used as it is.
+  const shardformer::ShardFormer former(tp, shardformer::ShardFormerOptions()
+                                                .sequence_parallel(options_.sequence_parallel())
+                                                .seed(at::detail::getDefaultCPUGenerator().current_seed())
+                                                .device(context_.device));
+  if (tp->size() > 1 || former.problems(*inputs.model).empty()) {
+    if (tp->size() > 1 && !inputs.optimizer->state().empty()) {
+      throw std::invalid_argument(
+          "hybrid_parallel: the optimizer already has state; with tp_size > 1 boost it before its first step (its "
+          "state would not fit the sharded parameters)");
+    }
+    try {
+      former.shard(*inputs.model);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+    }
+  }
   const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
 
   // 1. This rank's stages.
@@ -106,6 +131,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
     mp.max_grad_norm = options_.max_grad_norm();
     mp.grad_norm.sum_over = stage_groups;  // each stage holds its own layers' gradients
     mp.grad_norm.agree_over = dp;          // replicas after the all-reduce
+    mp.grad_norm.tp = tp;                  // split parameters summed over tp, the others once
     auto wrapped = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, stack, mp);
     parts.masters = wrapped->master_weights();
     parts.reducer = apply_ddp(*stack, dp,
@@ -125,6 +151,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
     z.cpu_offload = options_.cpu_offload();
     z.communication_dtype = options_.communication_dtype();
     z.grad_norm_sum_over = stage_groups;
+    z.tp_group = tp;
     parts.zero = std::make_shared<ZeroOptimizer>(inputs.optimizer, stack, dp, z);
     optimizer = parts.zero;
   }
@@ -147,6 +174,8 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   part.count = stages.pp_size();
   for (const auto& item : stack->canonical_named_parameters()) part.names.insert(item.key());
   for (const auto& item : stack->canonical_named_buffers()) part.names.insert(item.key());
+  part.tp = tp;
+  part.specs = stack->canonical_shard_specs();
   checkpoint_io_->set_part(std::move(part));
   return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }

@@ -9,17 +9,27 @@
 #include "group_handle.h"
 
 namespace colo::shardformer {
+namespace {
+
+// What travels: `x` on a device the group communicates from, as fp32 where the group cannot
+// reduce the dtype (Gloo in LibTorch 1.13 has no bfloat16 collectives: "Invalid scalar type").
+torch::Tensor travelling(const torch::Tensor& x, dist::ProcessGroup& group) {
+  const bool stage = group.backend() == dist::Backend::kGloo && x.scalar_type() == torch::kBFloat16;
+  return group.communicable(stage ? x.to(torch::kFloat) : x);
+}
+
+}  // namespace
 
 torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {
   if (group.size() == 1) return x;
   dim = dim < 0 ? dim + x.dim() : dim;
   // The group gathers along dim 0: move `dim` there and back.
-  auto input = group.communicable(x.movedim(dim, 0).contiguous());
+  auto input = travelling(x.movedim(dim, 0).contiguous(), group);
   auto sizes = input.sizes().vec();
   sizes[0] *= group.size();
   auto output = torch::empty(sizes, input.options());
   group.all_gather(output, input).wait();
-  return output.to(x.device()).movedim(0, dim).contiguous();
+  return output.to(x.device(), x.scalar_type()).movedim(0, dim).contiguous();
 }
 
 torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {
@@ -29,19 +39,20 @@ torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, dist::Pr
     throw std::invalid_argument(fmt::format("reduce_scatter_along: dim {} of size {} does not split over {} ranks of {}",
                                             dim, x.size(dim), group.size(), group.describe()));
   }
-  auto input = group.communicable(x.movedim(dim, 0).contiguous());
+  auto input = travelling(x.movedim(dim, 0).contiguous(), group);
   auto sizes = input.sizes().vec();
   sizes[0] /= group.size();
   auto output = torch::empty(sizes, input.options());
   group.reduce_scatter(output, input).wait();
-  return output.to(x.device()).movedim(0, dim).contiguous();
+  return output.to(x.device(), x.scalar_type()).movedim(0, dim).contiguous();
 }
 
 torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group) {
   if (group.size() == 1) return x;
-  auto travelling = group.communicable(x.contiguous().clone());
-  group.all_reduce(travelling).wait();
-  return travelling.to(x.device());
+  auto sum = travelling(x.contiguous(), group);
+  if (sum.is_same(x) || sum.data_ptr() == x.data_ptr()) sum = sum.clone();  // in place: not on the caller's tensor
+  group.all_reduce(sum).wait();
+  return sum.to(x.device(), x.scalar_type());
 }
 
 namespace {

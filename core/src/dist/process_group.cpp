@@ -12,6 +12,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -67,6 +68,16 @@ compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c1
     throw std::invalid_argument("the NCCL backend was requested but this LibTorch has no NCCL; use gloo");
 #endif
   }
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer that died raises
+  // SIGPIPE, which would end this rank silently instead of failing the collective with an error
+  // that names the peer. Ignore it (as Python, and so every PyTorch job, does) unless the program
+  // chose a handler of its own.
+  static const bool sigpipe_ignored = [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)sigpipe_ignored;
   return compat::make_gloo_backend(store, rank, size, timeout);
 }
 

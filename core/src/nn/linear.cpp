@@ -40,45 +40,65 @@ torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
   return cache.back().ones;
 }
 
+// input, weight and bias gradients of y = input · weightᵀ (+ bias) from the output gradient.
+// `bias` may be undefined (no bias). Under a WeightGradDeferral the weight and bias gradients are
+// set aside for W and returned undefined.
+torch::autograd::tensor_list linear_backward(const torch::Tensor& input, const torch::Tensor& weight,
+                                             const torch::Tensor& bias, const torch::Tensor& grad, bool need_input,
+                                             bool need_weight, bool need_bias) {
+  // Every leading dimension of the input is a row of one matrix product, as in at::linear.
+  const auto rows = grad.reshape({-1, weight.size(0)});
+  torch::Tensor grad_input, grad_weight, grad_bias;
+  if (need_input) grad_input = grad.matmul(weight);
+  if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
+    // Zero bubble's W: the same products later, into .grad directly (the saved weight and bias
+    // are the parameters themselves: leaves are saved as they are).
+    deferred->add([rows, input, weight, bias, need_weight, need_bias] {
+      if (need_weight) accumulate_grad(weight, rows.t().mm(input.reshape({-1, weight.size(1)})));
+      if (need_bias) accumulate_grad(bias, at::mv(rows.t(), ones_vector(rows.size(0), rows)));
+    });
+    return {grad_input, torch::Tensor(), torch::Tensor()};
+  }
+  if (need_weight) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
+  if (need_bias) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
+  return {grad_input, grad_weight, grad_bias};
+}
+
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
     ctx->save_for_backward({input, weight, bias});
     return at::linear(input, weight, bias);
   }
-
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto& input = saved[0];
-    const auto& weight = saved[1];
-    const auto& grad = grads[0];
-    // Every leading dimension of the input is a row of one matrix product, as in at::linear.
-    const auto rows = grad.reshape({-1, weight.size(0)});
-    torch::Tensor grad_input, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) grad_input = grad.matmul(weight);
-    const bool need_weight = ctx->needs_input_grad(1);
-    const bool need_bias = ctx->needs_input_grad(2);
-    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
-      // Zero bubble's W: the same products later, into .grad directly (the saved weight and
-      // bias are the parameters themselves: leaves are saved as they are).
-      const auto bias = saved[2];
-      deferred->add([rows, input, weight, bias, need_weight, need_bias] {
-        if (need_weight) accumulate_grad(weight, rows.t().mm(input.reshape({-1, weight.size(1)})));
-        if (need_bias) accumulate_grad(bias, at::mv(rows.t(), ones_vector(rows.size(0), rows)));
-      });
-      return {grad_input, torch::Tensor(), torch::Tensor()};
-    }
-    if (need_weight) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
-    if (need_bias) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
-    return {grad_input, grad_weight, grad_bias};
+    return linear_backward(saved[0], saved[1], saved[2], grads[0], ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                           ctx->needs_input_grad(2));
+  }
+};
+
+// The same without a bias (LibTorch 1.13's custom functions take no undefined inputs).
+struct BiasFreeLinearFunction : torch::autograd::Function<BiasFreeLinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight) {
+    ctx->save_for_backward({input, weight});
+    return at::linear(input, weight);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto out = linear_backward(saved[0], saved[1], torch::Tensor(), grads[0], ctx->needs_input_grad(0),
+                               ctx->needs_input_grad(1), false);
+    out.pop_back();
+    return out;
   }
 };
 
 }  // namespace
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
-  return LinearFunction::apply(input, weight, bias);
+  return bias.defined() ? LinearFunction::apply(input, weight, bias) : BiasFreeLinearFunction::apply(input, weight);
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& input) { return nn::linear(input, weight, bias); }

@@ -45,7 +45,19 @@ const std::unordered_map<std::string, std::string>& hf_top_level_renames() {
 
 // load_timm_state without the finiteness check, which each public entry point makes once, on the
 // names its caller knows (a Hugging Face file's own names, not the converted ones).
-void copy_timm_state(LayerStack& model, const NamedTensors& state) {
+void copy_timm_state(LayerStack& model, const NamedTensors& full_state) {
+  // A model sharded by tensor parallelism takes its piece of each split tensor (a tensor that
+  // does not split the way the spec says stays whole, and is reported as mis-shaped below).
+  const auto specs = model.canonical_shard_specs();
+  NamedTensors state = full_state;
+  for (auto& [name, tensor] : state) {
+    const auto spec = specs.find(name);
+    if (spec == specs.end() || !tensor.defined()) continue;
+    try {
+      tensor = shard_of(tensor, spec->second);
+    } catch (const std::invalid_argument&) {
+    }
+  }
   std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (const auto& item : model.canonical_named_parameters()) targets.emplace_back(item.key(), item.value());
   for (const auto& item : model.canonical_named_buffers()) targets.emplace_back(item.key(), item.value());

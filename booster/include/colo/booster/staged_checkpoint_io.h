@@ -1,8 +1,10 @@
 #pragma once
 
 #include <colo/booster/checkpoint_io.h>
+#include <colo/nn/shard_spec.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -26,6 +28,10 @@ class StagedCheckpointIO : public CheckpointIO {
     int count = 1;
     // Canonical names of the parameters and buffers this rank holds: what it loads.
     std::set<std::string> names;
+    // Tensor parallelism: the parameters split over `tp` and how. Saving gathers each split tensor
+    // (and its optimizer state) over the group, one tensor at a time; loading keeps this rank's piece.
+    std::shared_ptr<dist::ProcessGroup> tp;
+    std::map<std::string, nn::ShardSpec> specs;
   };
   StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world, Part part);
 
@@ -38,6 +44,11 @@ class StagedCheckpointIO : public CheckpointIO {
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) override;
 
  private:
+  // Full tensors for the pieces that tensor parallelism split (collective over tp), and the
+  // reverse; `param_of` names the parameter an entry belongs to.
+  using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+  NamedTensors gathered(NamedTensors state, std::string (*param_of)(const std::string&)) const;
+  NamedTensors sliced(NamedTensors state, std::string (*param_of)(const std::string&)) const;
   // Writes this rank's part of the set `base` (if it is a writer) and, on rank 0, the index.
   void save_parts(const std::string& dir, const std::string& base,
                   const std::vector<std::pair<std::string, torch::Tensor>>& tensors);

@@ -11,7 +11,8 @@ namespace colo::nn {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Copies `state` (timm names, e.g. from a timm safetensors checkpoint) into the model's
-// parameters and buffers by canonical name, converting dtype and device. Strict: if any name
+// parameters and buffers by canonical name, converting dtype and device. A model sharded by
+// tensor parallelism takes this rank's piece of each split tensor (its layers' shard specs). Strict: if any name
 // is missing, unexpected, or has the wrong shape, throws std::invalid_argument listing every
 // such problem and changes nothing; a NaN or infinite value anywhere is a
 // colo::checkpoint::CheckpointError naming the tensor (checkpoint::require_finite), which changes
