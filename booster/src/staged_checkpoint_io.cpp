@@ -14,11 +14,6 @@
 namespace colo {
 namespace {
 
-std::vector<std::pair<std::string, torch::Tensor>> to_cpu(std::vector<std::pair<std::string, torch::Tensor>> state) {
-  for (auto& entry : state) entry.second = entry.second.detach().to(torch::kCPU).contiguous();
-  return state;
-}
-
 // The parameter an optimizer state entry belongs to: "master.<param>" or "<param>.<key>".
 std::string param_of_optimizer_entry(const std::string& name) {
   const std::string master = "master.";
@@ -43,20 +38,7 @@ std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, int64_t dim, d
 
 }  // namespace
 
-StagedCheckpointIO::NamedTensors StagedCheckpointIO::gathered(NamedTensors state,
-                                                             std::string (*param_of)(const std::string&)) const {
-  if (!part_.tp || part_.tp->size() == 1) return state;
-  for (auto& [name, tensor] : state) {
-    const auto spec = part_.specs.find(param_of(name));
-    // Scalars (an optimizer's step) travel whole.
-    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) continue;
-    tensor = nn::unshard(all_pieces(tensor.detach(), spec->second.dim, *part_.tp), spec->second);
-  }
-  return state;
-}
-
-StagedCheckpointIO::NamedTensors StagedCheckpointIO::sliced(NamedTensors state,
-                                                           std::string (*param_of)(const std::string&)) const {
+StagedCheckpointIO::NamedTensors StagedCheckpointIO::sliced(NamedTensors state, ParamOf param_of) const {
   if (!part_.tp || part_.tp->size() == 1) return state;
   for (auto& [name, tensor] : state) {
     const auto spec = part_.specs.find(param_of(name));
@@ -76,19 +58,44 @@ StagedCheckpointIO::StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world
   if (!world_) throw std::invalid_argument("StagedCheckpointIO needs the world group");
 }
 
-void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& base,
-                                    const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& base, const NamedTensors& tensors,
+                                    ParamOf param_of) {
   // Keyed by directory too: groups of one job (the store is the job's) may save at once.
   const auto prefix = fmt::format("colo/checkpoint/{}/{}/{}", dir, saves_++, base);
+  // Each tensor as the file holds it: whole. A split one is gathered over tp when its turn to be
+  // written comes, so that no rank holds more than one whole tensor beyond its own pieces.
+  const bool split_over_tp = part_.tp && part_.tp->size() > 1;
+  std::vector<checkpoint::PendingTensor> pending;
+  for (const auto& entry : tensors) {
+    const auto& name = entry.first;
+    const torch::Tensor tensor = entry.second;
+    const auto spec = split_over_tp ? part_.specs.find(param_of(name)) : part_.specs.end();
+    // Scalars (an optimizer's step) travel whole.
+    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) {
+      pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor.detach(); }});
+      continue;
+    }
+    auto shape = tensor.sizes().vec();
+    shape[spec->second.dim] = spec->second.full_size(shape[spec->second.dim]);
+    pending.push_back({name, tensor.scalar_type(), shape, [tensor, spec = spec->second, tp = part_.tp] {
+                         return nn::unshard(all_pieces(tensor.detach(), spec.dim, *tp), spec);
+                       }});
+  }
   if (part_.writer) {
     files::create_directories(dir);
     const auto file = checkpoint::safetensors_part_name(base, part_.index, part_.count);
-    const auto cpu = to_cpu(tensors);
-    checkpoint::write_safetensors(files::join(dir, file), cpu, {{"format", "colo"}});
+    checkpoint::write_safetensors(files::join(dir, file), pending, {{"format", "colo"}});
     nlohmann::json written = nlohmann::json::object();
-    for (const auto& [name, tensor] : cpu) written[name] = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    for (const auto& tensor : pending) {
+      int64_t numel = 1;
+      for (const auto d : tensor.shape) numel *= d;
+      written[tensor.name] = numel * static_cast<int64_t>(c10::elementSize(tensor.dtype));
+    }
     const auto text = written.dump();
     world_->store().set(fmt::format("{}/{}", prefix, part_.index), std::vector<uint8_t>(text.begin(), text.end()));
+  } else if (split_over_tp && part_.writer_tp_peer) {
+    // The writer's gathers, in its order; the whole tensors are dropped at once.
+    for (const auto& tensor : pending) tensor.values();
   }
   if (world_->rank() == 0) {
     // Rank 0 writes part 0 and waits for the others' lists (the store's get waits for a key).
@@ -113,7 +120,7 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
 
 void StagedCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& /*options*/) {
   // full_state: collective over dp for ZeRO; the gather: over tp.
-  save_parts(dir, "model", gathered(model.full_state(), param_of_model_entry));
+  save_parts(dir, "model", model.full_state(), param_of_model_entry);
   barrier();
 }
 
@@ -126,7 +133,7 @@ void StagedCheckpointIO::load_model(ModelWrapper& model, const std::string& dir)
 void StagedCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,
                                         const SaveOptions& /*options*/) {
   auto state = optimizer.full_state();
-  save_parts(dir, "optimizer", gathered(state.tensors, param_of_optimizer_entry));
+  save_parts(dir, "optimizer", state.tensors, param_of_optimizer_entry);
   if (world_->rank() == 0) {
     // Learning rates and the loss scaler are the same on every rank.
     write_number_map(files::join(dir, "optimizer.json"), state.scalars);

@@ -176,6 +176,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   for (const auto& item : stack->canonical_named_buffers()) part.names.insert(item.key());
   part.tp = tp;
   part.specs = stack->canonical_shard_specs();
+  part.writer_tp_peer = mesh.coordinate(MeshAxis::kDp) == 0;
   checkpoint_io_->set_part(std::move(part));
   return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }

@@ -5,6 +5,7 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/booster/training_state.h>
+#include <colo/checkpoint/sharded_safetensors.h>
 #include <colo/compat/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
@@ -205,6 +206,86 @@ TEST(HybridParallel, CheckpointsLoadAcrossPluginsAndPipelineSizes) {
     check_round_trip("hybrid_parallel", pipeline(4, {{"pp_style", "interleaved"}, {"num_model_chunks", "2"}}), 4,
                      "hybrid_parallel", pipeline(2), 2, files::join(dir, "pp4_to_pp2"));
   }
+  remove_shared_directory(dir);
+}
+
+// Tensor parallelism: a checkpoint holds full tensors under timm's names, so one process without
+// any parallelism reads what tp x pp x dp wrote, and the reverse. The chain: one process trains
+// two steps and saves; the sharded layout loads that, trains step 3 (equal to the process's step 3:
+// the load sliced each tensor right) and saves; the process loads that (equal to its own step 3:
+// the save gathered each tensor right, optimizer state included: step 4 agrees too).
+TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
+  const int size = world()->size();
+  if (size != 2 && size != 4 && size != 8) GTEST_SKIP() << "runs on 2, 4 or 8 ranks";
+  PluginOptions layout{{"tp_size", "2"}};
+  if (size >= 4) layout = pipeline(2, layout);  // tp2 x pp2 (x dp2 on 8 ranks)
+  SCOPED_TRACE(fmt::format("tp 2 on {} ranks", size));
+  const auto dir = shared_directory("hp_tp_checkpoints");
+  const auto from_one = files::join(dir, "one_process"), from_tp = files::join(dir, "tensor_parallel");
+  const auto data = make_batches(4, 16, 31);
+  const auto single = consecutive_group(1, "hp_tp_single");
+  // Within a weight tolerance of tensor-parallel training (layout_equivalence_test.cpp: a
+  // row-parallel layer sums its pieces' products in another order).
+  constexpr double kTolerance = 2e-5;
+
+  std::map<std::string, torch::Tensor> after3, after4;
+  auto copy_of = [](const NamedTensors& state) {  // full_state() holds the live tensors
+    std::map<std::string, torch::Tensor> copy;
+    for (const auto& [name, tensor] : state) copy[name] = tensor.detach().clone();
+    return copy;
+  };
+  {
+    auto plugin = PluginRegistry::global().create("torch_ddp", {}, PluginContext{single, device()});
+    Booster booster(plugin);
+    auto model = deep_vit();
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    train_step(booster, b, data.images[0], data.labels[0]);
+    train_step(booster, b, data.images[1], data.labels[1]);
+    if (world()->rank() == 0) {
+      booster.save_model(*b.model, from_one);
+      booster.save_optimizer(*b.optimizer, from_one);
+    }
+    train_step(booster, b, data.images[2], data.labels[2]);
+    after3 = copy_of(b.model->full_state());
+    train_step(booster, b, data.images[3], data.labels[3]);
+    after4 = copy_of(b.model->full_state());
+  }
+  world()->barrier().wait();
+  {
+    auto plugin = PluginRegistry::global().create("hybrid_parallel", layout, PluginContext{world(), device()});
+    Booster booster(plugin);
+    auto model = deep_vit(/*seed=*/99);  // other weights: the load must replace them all
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    booster.load_model(*b.model, from_one);
+    booster.load_optimizer(*b.optimizer, from_one);
+    train_step(booster, b, data.images[2], data.labels[2]);
+    booster.save_model(*b.model, from_tp);
+    booster.save_optimizer(*b.optimizer, from_tp);
+  }
+  world()->barrier().wait();
+  // Written as full tensors: the files carry timm's shapes, not a tp rank's piece.
+  const auto written = checkpoint::load_safetensors_set(from_tp, "model", [](const std::string&) { return true; });
+  ASSERT_EQ(written.size(), after3.size());
+  for (const auto& [name, tensor] : written) {
+    ASSERT_TRUE(after3.count(name)) << name;
+    EXPECT_EQ(tensor.sizes(), after3.at(name).sizes()) << name;
+  }
+  {
+    auto plugin = PluginRegistry::global().create("torch_ddp", {}, PluginContext{single, device()});
+    Booster booster(plugin);
+    auto model = deep_vit(/*seed=*/98);
+    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    booster.load_model(*b.model, from_tp);
+    booster.load_optimizer(*b.optimizer, from_tp);
+    for (const auto& [name, tensor] : b.model->full_state()) {
+      EXPECT_LE(relative_error(tensor, after3.at(name)), kTolerance) << name << " after step 3";
+    }
+    train_step(booster, b, data.images[3], data.labels[3]);
+    for (const auto& [name, tensor] : b.model->full_state()) {
+      EXPECT_LE(relative_error(tensor, after4.at(name)), kTolerance) << name << " after step 4: optimizer state";
+    }
+  }
+  world()->barrier().wait();
   remove_shared_directory(dir);
 }
 

@@ -219,6 +219,32 @@ TEST_F(Safetensors, WriteRejectsWhatTheFormatCannotHold) {
   EXPECT_TRUE(directory_entries().empty()) << "a rejected write must leave nothing behind";
 }
 
+// Tensors made one at a time as they are written (a tensor-parallel save gathers each in turn):
+// the same bytes as writing them whole, each made once, in order; one that is not what it was
+// announced to be leaves no file.
+TEST_F(Safetensors, PendingTensorsAreMadeInTurnAndMustBeWhatTheHeaderSaid) {
+  const auto a = torch::arange(6, torch::kFloat).reshape({2, 3});
+  const auto b = torch::arange(4, torch::kInt64);
+  std::vector<std::string> made;
+  const std::vector<colo::checkpoint::PendingTensor> pending{
+      {"a", torch::kFloat, {2, 3}, [&] { made.push_back("a"); return a; }},
+      {"b", torch::kInt64, {4}, [&] { made.push_back("b"); return b; }}};
+  write_safetensors(path("pending.safetensors"), pending, {{"format", "colo"}});
+  write_safetensors(path("whole.safetensors"), {{"a", a}, {"b", b}}, {{"format", "colo"}});
+  EXPECT_EQ(made, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(read_bytes(path("pending.safetensors")), read_bytes(path("whole.safetensors")));
+
+  const std::vector<colo::checkpoint::PendingTensor> wrong{{"a", torch::kFloat, {3, 2}, [&] { return a; }}};
+  try {
+    write_safetensors(path("wrong.safetensors"), wrong);
+    ADD_FAILURE() << "a tensor of another shape was written";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("'a' was announced as F32 3x2 but its values are Float 2x3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(directory_entries(), (std::vector<std::string>{"pending.safetensors", "whole.safetensors"}));
+}
+
 TEST_F(Safetensors, AtomicWriteLeavesNoTemporaryFile) {
   write_safetensors(path("w.safetensors"), {{"a", torch::arange(10)}});
   write_safetensors(path("w.safetensors"), {{"b", torch::arange(3)}});  // replaces the first

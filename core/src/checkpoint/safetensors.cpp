@@ -1,5 +1,7 @@
 #include "colo/checkpoint/safetensors.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
@@ -257,25 +259,41 @@ SafetensorsFile read_safetensors(const std::string& path, const std::function<bo
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  Json header = Json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
-  std::set<std::string> names;
-  std::uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    if (name == kMetadataKey) throw CheckpointError(path + ": '" + name + "' is reserved and cannot name a tensor");
-    if (!names.insert(name).second) throw CheckpointError(path + ": tensor name '" + name + "' appears twice");
+  std::vector<PendingTensor> pending;
+  pending.reserve(tensors.size());
+  for (const auto& entry : tensors) {
+    const auto& name = entry.first;
+    const auto& tensor = entry.second;
     if (!tensor.defined()) throw CheckpointError(path + ": tensor '" + name + "' is undefined");
     if (tensor.layout() != torch::kStrided) {
       throw CheckpointError(path + ": tensor '" + name + "' is not dense (sparse tensors cannot be saved)");
     }
+    // One tensor at a time on the CPU: a GPU model is never copied out whole.
+    pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [&tensor] { return tensor.detach(); }});
+  }
+  write_safetensors(path, pending, metadata);
+}
+
+void write_safetensors(const std::string& path, const std::vector<PendingTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  std::set<std::string> names;
+  std::uint64_t offset = 0;
+  for (const auto& tensor : tensors) {
+    const auto& name = tensor.name;
+    if (name == kMetadataKey) throw CheckpointError(path + ": '" + name + "' is reserved and cannot name a tensor");
+    if (!names.insert(name).second) throw CheckpointError(path + ": tensor name '" + name + "' appears twice");
     std::string dtype;
     try {
-      dtype = safetensors_dtype_name(tensor.scalar_type());
+      dtype = safetensors_dtype_name(tensor.dtype);
     } catch (const CheckpointError& e) {
       throw CheckpointError(path + ": tensor '" + name + "': " + e.what());
     }
-    const auto bytes = static_cast<std::uint64_t>(tensor.numel()) * tensor.element_size();
-    header[name] = {{"dtype", dtype}, {"shape", tensor.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    int64_t numel = 1;
+    for (const auto d : tensor.shape) numel *= d;
+    const auto bytes = static_cast<std::uint64_t>(numel) * c10::elementSize(tensor.dtype);
+    header[name] = {{"dtype", dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
 
@@ -297,10 +315,17 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     }
     out.write(reinterpret_cast<const char*>(length_bytes), 8);
     out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
-    for (const auto& [name, tensor] : tensors) {
-      // One tensor at a time on the CPU: a GPU model is never copied out whole.
-      if (tensor.numel() == 0) continue;
-      const auto cpu = tensor.detach().to(torch::kCPU).contiguous();
+    for (const auto& tensor : tensors) {
+      const auto values = tensor.values();
+      if (!values.defined() || values.scalar_type() != tensor.dtype || values.sizes().vec() != tensor.shape) {
+        throw CheckpointError(fmt::format("{}: tensor '{}' was announced as {} {} but its values are {}", path,
+                                          tensor.name, safetensors_dtype_name(tensor.dtype), fmt::join(tensor.shape, "x"),
+                                          values.defined() ? fmt::format("{} {}", c10::toString(values.scalar_type()),
+                                                                         fmt::join(values.sizes().begin(), values.sizes().end(), "x"))
+                                                           : std::string("undefined")));
+      }
+      if (values.numel() == 0) continue;
+      const auto cpu = values.to(torch::kCPU).contiguous();
       out.write(static_cast<const char*>(cpu.data_ptr()),
                 static_cast<std::streamsize>(cpu.numel() * cpu.element_size()));
     }

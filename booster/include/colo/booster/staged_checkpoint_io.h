@@ -29,9 +29,11 @@ class StagedCheckpointIO : public CheckpointIO {
     // Canonical names of the parameters and buffers this rank holds: what it loads.
     std::set<std::string> names;
     // Tensor parallelism: the parameters split over `tp` and how. Saving gathers each split tensor
-    // (and its optimizer state) over the group, one tensor at a time; loading keeps this rank's piece.
+    // (and its optimizer state) over the group, one tensor at a time as the writer writes it (the
+    // writer's tp peers join each gather); loading keeps this rank's piece.
     std::shared_ptr<dist::ProcessGroup> tp;
     std::map<std::string, nn::ShardSpec> specs;
+    bool writer_tp_peer = false;  // this rank's tp group holds the writer (it joins the gathers)
   };
   StagedCheckpointIO(std::shared_ptr<dist::ProcessGroup> world, Part part);
 
@@ -44,14 +46,14 @@ class StagedCheckpointIO : public CheckpointIO {
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) override;
 
  private:
-  // Full tensors for the pieces that tensor parallelism split (collective over tp), and the
-  // reverse; `param_of` names the parameter an entry belongs to.
+  // `param_of` names the parameter an entry of a state belongs to.
   using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-  NamedTensors gathered(NamedTensors state, std::string (*param_of)(const std::string&)) const;
-  NamedTensors sliced(NamedTensors state, std::string (*param_of)(const std::string&)) const;
-  // Writes this rank's part of the set `base` (if it is a writer) and, on rank 0, the index.
-  void save_parts(const std::string& dir, const std::string& base,
-                  const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+  using ParamOf = std::string (*)(const std::string&);
+  // This rank's pieces of full tensors, for the entries that tensor parallelism split.
+  NamedTensors sliced(NamedTensors state, ParamOf param_of) const;
+  // Writes this rank's part of the set `base` (if it is a writer; split tensors gathered over tp
+  // one at a time) and, on rank 0, the index.
+  void save_parts(const std::string& dir, const std::string& base, const NamedTensors& tensors, ParamOf param_of);
 
   Part part_;
   int64_t saves_ = 0;  // numbers each save's store keys (every rank saves in the same order)

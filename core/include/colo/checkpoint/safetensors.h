@@ -45,6 +45,21 @@ SafetensorsFile read_safetensors(const std::string& path,
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A tensor whose dtype and shape are known before its values are: the header is written first,
+// then each `values()` is called in turn and written at once (a tensor gathered over the
+// tensor-parallel ranks, say, so that no more than one is ever held whole).
+struct PendingTensor {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::function<torch::Tensor()> values;
+};
+
+// write_safetensors for tensors made one at a time. A `values()` whose dtype or shape is not the
+// one announced throws CheckpointError (and the file is not written).
+void write_safetensors(const std::string& path, const std::vector<PendingTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 // The safetensors name of a dtype ("F32", "BF16", ...); throws CheckpointError for dtypes the
 // format (as colo supports it) cannot hold.
 std::string safetensors_dtype_name(torch::ScalarType dtype);
