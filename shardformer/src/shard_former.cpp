@@ -1,5 +1,6 @@
 #include <colo/dist/process_group.h>
 #include <colo/nn/layer_stack.h>
+#include <colo/shardformer/policy_registry.h>
 #include <colo/shardformer/rng_tracker.h>
 #include <colo/shardformer/shard_former.h>
 #include <colo/shardformer/vit_policy.h>
@@ -13,6 +14,8 @@ namespace colo::shardformer {
 ShardFormer::ShardFormer(std::shared_ptr<dist::ProcessGroup> tp, ShardFormerOptions options)
     : tp_(std::move(tp)), options_(options) {
   if (!tp_) throw std::invalid_argument("ShardFormer: the tensor-parallel group is null");
+  // The program's own policies first: they may know a model better than a built-in one.
+  policies_ = PolicyRegistry::global().policies();
   policies_.push_back(std::make_shared<VitPolicy>());
 }
 
@@ -30,8 +33,8 @@ const Policy& ShardFormer::policy_for(const nn::LayerStack& model) const {
   }
   throw std::invalid_argument(fmt::format(
       "tensor parallelism: no shardformer policy knows this model (policies: {}); write one for its layers "
-      "(colo::shardformer::Policy: docs/adding_a_model_policy.md) and add it with ShardFormer::add_policy, or use "
-      "tp_size=1",
+      "(colo::shardformer::Policy: docs/adding_a_model_policy.md) and add it with PolicyRegistry::global().add "
+      "(or ShardFormer::add_policy), or use tp_size=1",
       fmt::join(names, ", ")));
 }
 

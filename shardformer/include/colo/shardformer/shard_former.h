@@ -28,8 +28,8 @@ struct ShardFormerOptions {
 };
 
 // Applies a Policy to a layer stack after construction, so that model code stays single-device:
-// ShardFormer(tp).shard(*model) picks the policy that matches the model (colo's ViT policy, or one
-// added with add_policy) and shards it for this rank. Call it on the whole stack, before any
+// ShardFormer(tp).shard(*model) picks the policy that matches the model (one added with
+// add_policy, then PolicyRegistry::global()'s, then colo's ViT policy) and shards it for this rank. Call it on the whole stack, before any
 // pipeline cut (a policy may need layers a stage would not hold, e.g. the patch embedding's token
 // count for sequence parallelism) and before the model's parameters are wrapped or cast.
 class ShardFormer {

@@ -1,0 +1,142 @@
+// A model of one's own under tensor parallelism (docs/adding_a_model_policy.md walks through this
+// file). Usage, e.g. on 2 ranks:
+//   colo-run --nproc-per-node 2 model_policy 2    # tp_size=2; prints one loss per step
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin_registry.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/layer.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/shardformer/parallel_linear.h>
+#include <colo/shardformer/policy.h>
+#include <colo/shardformer/policy_registry.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+namespace {
+
+// Step 1: the model, written for one device. A residual feed-forward layer, x + down(gelu(up(x))),
+// whose two linears are held as AnyModules so that a policy can swap in parallel ones.
+class ResidualFeedForward : public colo::nn::Layer {
+ public:
+  ResidualFeedForward(int64_t index, int64_t dim, int64_t hidden) : index_(index) {
+    up_ = torch::nn::AnyModule(register_module("up", torch::nn::Linear(dim, hidden)));
+    down_ = torch::nn::AnyModule(register_module("down", torch::nn::Linear(hidden, dim)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return x + down_.forward(torch::gelu(up_.forward(x))); }
+  // Canonical names, what checkpoints hold: "blocks.3.up.weight" whatever the layer's place.
+  std::string canonical_prefix() const override { return "blocks." + std::to_string(index_) + "."; }
+
+  // For the policy: the sub-module, and swapping it (under the same name: "up.weight" stays).
+  torch::nn::Linear up() const { return up_.get<torch::nn::Linear>(); }
+  torch::nn::Linear down() const { return down_.get<torch::nn::Linear>(); }
+  void replace(const std::string& name, torch::nn::AnyModule module) {
+    replace_module(name, module.ptr());
+    (name == "up" ? up_ : down_) = std::move(module);
+  }
+
+ private:
+  int64_t index_;
+  torch::nn::AnyModule up_, down_;
+};
+
+// The input and output layers stay whole (replicated on every tensor-parallel rank).
+class Head : public colo::nn::Layer {
+ public:
+  Head(int64_t dim, int64_t classes) : fc_(register_module("fc", torch::nn::Linear(dim, classes))) {}
+  torch::Tensor forward(const torch::Tensor& x) override { return fc_(x); }
+  std::string canonical_prefix() const override { return "head."; }
+
+ private:
+  torch::nn::Linear fc_;
+};
+
+std::shared_ptr<colo::nn::LayerStack> make_model(int64_t dim, int64_t hidden, int64_t depth, int64_t classes) {
+  auto model = std::make_shared<colo::nn::LayerStack>();
+  for (int64_t i = 0; i < depth; ++i) model->push_back(std::make_shared<ResidualFeedForward>(i, dim, hidden));
+  model->push_back(std::make_shared<Head>(dim, classes));
+  return model;
+}
+
+// Step 2: the policy. Megatron's MLP split: `up` column-parallel (each rank computes its share
+// of the hidden units), `down` row-parallel (each rank multiplies its share; the partial
+// products are summed over the tp ranks). No other communication is needed, and the gelu between
+// them works on each rank's share alone.
+class FeedForwardPolicy : public colo::shardformer::Policy {
+ public:
+  std::string name() const override { return "residual_feed_forward"; }
+  bool matches(const colo::nn::LayerStack& model) const override {
+    for (const auto& layer : model.layers()) {
+      if (dynamic_cast<ResidualFeedForward*>(layer.get())) return true;
+    }
+    return false;
+  }
+  std::vector<std::string> problems(const colo::nn::LayerStack& model, int64_t tp_size,
+                                    bool sequence_parallel) const override {
+    std::vector<std::string> found;
+    if (sequence_parallel) found.push_back("residual_feed_forward: sequence parallelism is not supported (no tokens)");
+    for (const auto& layer : model.layers()) {
+      auto* block = dynamic_cast<ResidualFeedForward*>(layer.get());
+      if (block && block->up()->options.out_features() % tp_size != 0) {
+        found.push_back("residual_feed_forward: the hidden width " +
+                        std::to_string(block->up()->options.out_features()) + " does not divide over tp_size=" +
+                        std::to_string(tp_size));
+        break;
+      }
+    }
+    return found;
+  }
+  void shard(colo::nn::LayerStack& model, const colo::shardformer::ShardContext& context) const override {
+    using namespace colo::shardformer;
+    for (const auto& layer : model.layers()) {
+      auto* block = dynamic_cast<ResidualFeedForward*>(layer.get());
+      if (!block) continue;
+      // The parallel linears keep the very parameter tensors, cut to this rank's piece.
+      ColumnParallelLinear up(block->up()->weight, block->up()->bias, context.tp);
+      RowParallelLinear down(block->down()->weight, block->down()->bias, context.tp);
+      block->replace("up", torch::nn::AnyModule(up));
+      block->replace("down", torch::nn::AnyModule(down));
+      // What is split, and how: optimizers, the gradient norm and checkpoints read these.
+      block->set_shard_spec("up.weight", up->spec());
+      block->set_shard_spec("up.bias", up->spec());
+      block->set_shard_spec("down.weight", down->spec());  // down.bias is whole: added after the sum
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string tp_size = argc > 1 ? argv[1] : "1";
+  // Step 3: register the policy before boosting; the plugin's shardformer finds it.
+  colo::shardformer::PolicyRegistry::global().add(std::make_shared<FeedForwardPolicy>());
+
+  torch::manual_seed(0);  // the same starting weights on every rank
+  auto model = make_model(/*dim=*/16, /*hidden=*/64, /*depth=*/3, /*classes=*/4);
+  auto optimizer = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-2));
+  colo::Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(out, y);
+  };
+  auto plugin = colo::PluginRegistry::global().create("hybrid_parallel", {{"tp_size", tp_size}});
+  colo::Booster booster(plugin);
+  auto b = booster.boost(model, optimizer, criterion);
+
+  // A fixed random teacher: the labels are a function of the inputs, so the loss falls.
+  const auto teacher = torch::randn({16, 4});
+  for (int step = 0; step < 8; ++step) {
+    const auto x = torch::randn({32, 16});
+    const auto y = x.mm(teacher).argmax(1);
+    b.optimizer->zero_grad();
+    const auto loss = b.criterion(b.model->forward(x), y);
+    booster.backward(loss, *b.optimizer);
+    b.optimizer->step();
+    if (plugin->context().world->rank() == 0) std::printf("step %d loss %.8f\n", step, loss.item<double>());
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
+}
