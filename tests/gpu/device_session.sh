@@ -7,7 +7,7 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead.
+# peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -213,6 +213,22 @@ for stage in "$@"; do
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 "${cmd[@]}" "${common[@]}" \
             --json "$LOGS/${kind}_$i.json" >"$LOGS/${kind}_$i.log" 2>&1
           note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
+        done
+      done
+      ;;
+    shardformer-tp1)
+      # The shardformer's cost when nothing is split (issue 20): ViT-B/16 bf16, batch 256, one GPU,
+      # hybrid_parallel at tp_size 1 (the ViT policy still swaps in the parallel linears, whose
+      # mappings then do nothing) against torch_ddp, alternately, COLO_TP1_REPEATS times each
+      # (default 5), COLO_TP1_STEPS timed steps a run (default 40).
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps "${COLO_TP1_STEPS:-40}"
+        --peak-tflops 1)
+      for ((i = 0; i < ${COLO_TP1_REPEATS:-5}; i++)); do
+        for kind in ddp tp1; do
+          if [ $kind = ddp ]; then plugin=torch_ddp; else plugin=hybrid_parallel; fi
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin $plugin \
+            "${common[@]}" --json "$LOGS/${kind}_$i.json" >"$LOGS/${kind}_$i.log" 2>&1
+          note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null) $(grep -ho '"peak_memory_gib": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
         done
       done
       ;;
