@@ -228,7 +228,7 @@ for stage in "$@"; do
           if [ $kind = ddp ]; then plugin=torch_ddp; else plugin=hybrid_parallel; fi
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin $plugin \
             "${common[@]}" --json "$LOGS/${kind}_$i.json" >"$LOGS/${kind}_$i.log" 2>&1
-          note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null) $(grep -ho '"peak_memory_gib": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
+          note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
         done
       done
       ;;
