@@ -13,4 +13,5 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/encoder_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/classifier_head.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vision_transformer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/resnet.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pretrained.cpp)
