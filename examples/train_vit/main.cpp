@@ -12,6 +12,7 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/nn/resnet.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <colo/optim/hybrid_adam.h>
@@ -90,7 +91,7 @@ Datasets load_datasets(const TrainOptions& o) {
             std::make_shared<colo::data::Cifar10>(Split::kTest, dir)};
   }
   // Synthetic RGB images at the model's input size (32 for mini/custom, timm presets' 224).
-  const bool small_model = o.model == "mini" || o.model == "custom";
+  const bool small_model = o.model == "mini" || o.model == "custom" || train_vit::is_resnet(o.model);
   const int64_t size = o.image_size.value_or(small_model ? 32 : 224);
   const colo::data::ImageShape shape{3, size, size};
   return {std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples, shape, 10, o.seed),
@@ -224,7 +225,11 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   }
 
   torch::manual_seed(o.seed);  // the same initial weights on every rank
-  auto model = colo::nn::make_vision_transformer(config);
+  auto model = train_vit::is_resnet(o.model)
+                   ? colo::nn::make_resnet(colo::nn::ResNetConfig::preset(o.model)
+                                               .in_channels(config.in_channels())
+                                               .num_classes(config.num_classes()))
+                   : colo::nn::make_vision_transformer(config);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
   auto optimizer = make_optimizer(o, *model);
@@ -314,9 +319,14 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                 world_size, world_size == 1 ? "" : "s",
                 b.mesh ? b.mesh->describe() : fmt::format("data-parallel {}", dp_size), device.str(), threads,
                 threads == 1 ? "" : "s");
-  console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
-                config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
-                config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
+  if (train_vit::is_resnet(o.model)) {
+    console.print("model: {} image {}, {:.2f} M parameters", o.model, config.image_size(),
+                  static_cast<double>(num_params) / 1e6);
+  } else {
+    console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
+                  config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
+                  config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
+  }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
   console.print("schedule: {} epochs x {} steps = {} steps{}; {} lr {:g}, warmup {} steps, cosine to 0", o.epochs,

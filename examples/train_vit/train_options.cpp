@@ -95,8 +95,9 @@ po::options_description make_description(TrainOptions& o) {
   model.add_options()
       ("model", po::value(&o.model)->default_value(o.model)->value_name("NAME"),
        "mini (default: a 4x4 grid of patches, width 96, depth 4, 4 heads, MLP ratio 2, at the data set's "
-       "image size), a timm preset (tiny, small, base, large: patch 16, 224x224 unless --image-size) or custom "
-       "(then --patch-size, --embed-dim, --depth and --heads are required); the flags below override a preset")
+       "image size), a timm preset (tiny, small, base, large: patch 16, 224x224 unless --image-size), custom "
+       "(then --patch-size, --embed-dim, --depth and --heads are required), or resnet18 / resnet50 (torchvision's, at "
+       "the data set's image size; the program keeps its name); the flags below override a ViT preset")
       ("image-size", po::value<int64_t>()->value_name("N"), "model input size; images are resized to it")
       ("patch-size", po::value<int64_t>()->value_name("N"), "patch size (must divide the image size)")
       ("embed-dim", po::value<int64_t>()->value_name("N"), "token width")
@@ -183,9 +184,13 @@ void check_choice(std::vector<std::string>& problems, const char* option, const 
 std::vector<std::string> model_names() {
   std::vector<std::string> names = {"mini"};
   for (const auto& name : colo::nn::ViTConfig::preset_names()) names.push_back(name);
+  names.emplace_back("resnet18");
+  names.emplace_back("resnet50");
   names.emplace_back("custom");
   return names;
 }
+
+bool is_resnet(const std::string& model) { return model == "resnet18" || model == "resnet50"; }
 
 TrainOptions parse_train_options(const std::vector<std::string>& args) {
   TrainOptions o;
@@ -336,6 +341,11 @@ std::string usage() {
 
 colo::nn::ViTConfig make_vit_config(const TrainOptions& o, const colo::data::ImageShape& shape, int64_t num_classes) {
   colo::nn::ViTConfig config;
+  if (is_resnet(o.model)) {
+    // The ViT config carries only what the data pipeline reads: input size, channels, classes.
+    const int64_t size = o.image_size.value_or(shape.height);
+    return config.image_size(size).patch_size(size).in_channels(shape.channels).num_classes(num_classes);
+  }
   if (o.model == "mini" || o.model == "custom") {
     if (shape.height != shape.width && !o.image_size) {
       throw UsageError(fmt::format("the {} data set's images are {}x{}, not square: pass --image-size", o.dataset,

@@ -78,12 +78,17 @@ TrainOptions parse_train_options(const std::vector<std::string>& args);
 std::string usage();
 
 // The model for a data set whose images have `shape` and `num_classes` classes: the chosen
-// preset with the architecture flags applied. Throws UsageError naming the flags to change when
+// preset with the architecture flags applied (for a ResNet, only the input size, channels and
+// classes mean anything). Throws UsageError naming the flags to change when
 // the result is not a valid ViT (e.g. an image size the patch size does not divide).
 colo::nn::ViTConfig make_vit_config(const TrainOptions& options, const colo::data::ImageShape& shape,
                                     int64_t num_classes);
 
-// The names --model accepts.
+// The names --model accepts ("custom" last).
 std::vector<std::string> model_names();
+
+// Whether --model names a ResNet (resnet18, resnet50): colo::nn::ResNet instead of the ViT, at the
+// data set's image size (or --image-size); the ViT's architecture flags do not apply.
+bool is_resnet(const std::string& model);
 
 }  // namespace train_vit

@@ -269,6 +269,30 @@ TEST_F(TrainVitCli, TwoStagePipelineTrainsAsOneProcessDoes) {
   EXPECT_NE(two.out.find(last_line(one.out)), std::string::npos) << two.out;
 }
 
+// The pipeline is not ViT-only: resnet18 (BatchNorm) cut into two stages trains as one process
+// does when that process runs the same two micro-batches in turn (--grad-accum 2: BatchNorm then
+// normalises each micro-batch alone, as each pipeline microbatch is).
+TEST_F(TrainVitCli, ResNetPipelineTrainsAsOneProcessDoes) {
+  const std::string alone = files::join(dir_, "alone.jsonl"), piped = files::join(dir_, "piped.jsonl");
+  auto resnet = [](std::vector<std::string> extra) {
+    auto args = tiny(std::move(extra));
+    *(std::find(args.begin(), args.end(), "--model") + 1) = "resnet18";
+    *(std::find(args.begin(), args.end(), "--image-size") + 1) = "32";
+    return args;
+  };
+  const Result one = run(resnet({"--epochs", "1", "--grad-accum", "2", "--metrics", alone}));
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  EXPECT_NE(one.out.find("model: resnet18 image 32"), std::string::npos) << one.out;
+  const Result two = run_on(2, resnet({"--epochs", "1", "--metrics", piped, "--plugin", "hybrid_parallel", "--plugin-opt",
+                                       "pp_size=2", "--plugin-opt", "num_microbatches=2"}));
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  const auto want = losses(alone), got = losses(piped);
+  ASSERT_EQ(want.size(), 6u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "step " << step;
+  EXPECT_NE(two.out.find(last_line(one.out)), std::string::npos) << two.out;
+}
+
 // Tensor parallelism over two ranks, with sequence parallelism (5 tokens over 2 ranks: padded),
 // trains what one process trains, and evaluates alike.
 TEST_F(TrainVitCli, TensorParallelTrainsAsOneProcessDoes) {
