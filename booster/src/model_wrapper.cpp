@@ -17,6 +17,14 @@ std::vector<std::pair<std::string, torch::Tensor>> ModelWrapper::full_state() co
 }
 
 void ModelWrapper::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  check_full_state(state);
+  std::map<std::string, torch::Tensor> given(state.begin(), state.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& item : module_->canonical_named_parameters()) item.value().copy_(given.at(item.key()));
+  for (const auto& item : module_->canonical_named_buffers()) item.value().copy_(given.at(item.key()));
+}
+
+void ModelWrapper::check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const {
   std::map<std::string, torch::Tensor> given(state.begin(), state.end());
   std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (const auto& item : module_->canonical_named_parameters()) targets.emplace_back(item.key(), item.value());
@@ -50,8 +58,6 @@ void ModelWrapper::load_full_state(const std::vector<std::pair<std::string, torc
         missing.size(), fmt::join(missing, ", "), mismatched.size(), fmt::join(mismatched, ", "), unexpected.size(),
         fmt::join(unexpected, ", ")));
   }
-  torch::NoGradGuard no_grad;
-  for (auto& [name, target] : targets) target.copy_(given.at(name));
 }
 
 }  // namespace colo

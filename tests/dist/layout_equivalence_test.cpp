@@ -344,6 +344,22 @@ std::vector<Row> rows() {
   r.push_back({"hybrid_parallel", tp2, {1, 1, 2}, 1, 1, 0.05});
   r.push_back({"hybrid_parallel", {{"tp_size", "2"}, {"enable_sequence_parallelism", "true"}, {"zero_stage", "2"}},
                {2, 1, 2}, 1, 1, 0.05});
+  // gemini (ZeRO-3 in chunks): every placement, at 1, 2 and 4 data-parallel ranks.
+  for (int dp : {1, 2, 4}) r.push_back({"gemini", {}, {dp, 1, 1}});
+  r.push_back({"gemini", {{"chunk_size_mb", "0.03"}, {"max_prefetch", "0"}}, {2, 1, 1}});
+  for (const char* frac : {"0.5", "1"}) {
+    r.push_back({"gemini", {{"offload_optim_frac", frac}, {"offload_param_frac", frac}}, {2, 1, 1}});
+  }
+  r.push_back({"gemini", {{"shard_param_frac", "0.5"}, {"offload_optim_frac", "0.5"}}, {2, 1, 1}});
+  r.push_back({"gemini", {{"shard_param_frac", "0"}}, {4, 1, 1}});
+  r.push_back({"gemini", {{"placement_policy", "auto"}}, {2, 1, 1}});
+  r.push_back({"gemini", {{"placement_policy", "auto"}, {"device_memory_mb", "1"}}, {4, 1, 1}});
+  r.push_back({"gemini", {}, {2, 1, 1}, 1, 1, 0.05});
+  r.push_back({"gemini", {{"offload_optim_frac", "0.5"}}, {4, 1, 1}, 1, 2, 0.05});
+  r.push_back({"gemini", {{"placement_policy", "auto"}}, {1, 1, 1}, 1, 3});
+  Row gemini_bf16{"gemini", {}, {2, 1, 1}};
+  gemini_bf16.bf16 = true;
+  r.push_back(gemini_bf16);
   Row tp_bf16{"hybrid_parallel", tp2, {1, 1, 2}};
   tp_bf16.bf16 = true;
   r.push_back(tp_bf16);

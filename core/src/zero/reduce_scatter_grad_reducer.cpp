@@ -5,17 +5,46 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "../ddp/gloo_staging.h"
 
 namespace colo::zero {
 
+namespace {
+
+std::vector<torch::Tensor> bucket_views(const ShardLayout* layout, const torch::Tensor& grad_shard) {
+  if (!layout) throw std::invalid_argument("ReduceScatterGradReducer: the layout is null");
+  if (!grad_shard.defined() || grad_shard.numel() != layout->shard_numel() || grad_shard.scalar_type() != torch::kFloat) {
+    throw std::invalid_argument(fmt::format(
+        "ReduceScatterGradReducer: the gradient shard must be a flat fp32 tensor of {} elements", layout->shard_numel()));
+  }
+  std::vector<torch::Tensor> views;
+  for (std::size_t b = 0; b < layout->num_buckets(); ++b) {
+    views.push_back(grad_shard.narrow(0, layout->chunk_offset(b), layout->chunk_numel(b)));
+  }
+  return views;
+}
+
+}  // namespace
+
 ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::string, torch::Tensor>> named_params,
                                                    std::shared_ptr<dist::ProcessGroup> group,
                                                    std::shared_ptr<const ShardLayout> layout, torch::Tensor grad_shard,
                                                    ReduceScatterGradReducerOptions options)
-    : group_(std::move(group)), layout_(std::move(layout)), grad_shard_(std::move(grad_shard)) {
+    : ReduceScatterGradReducer(std::move(named_params), std::move(group), layout, bucket_views(layout.get(), grad_shard),
+                               std::move(options)) {}
+
+ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::string, torch::Tensor>> named_params,
+                                                   std::shared_ptr<dist::ProcessGroup> group,
+                                                   std::shared_ptr<const ShardLayout> layout,
+                                                   std::vector<torch::Tensor> bucket_grads,
+                                                   ReduceScatterGradReducerOptions options)
+    : group_(std::move(group)),
+      layout_(std::move(layout)),
+      destinations_(std::move(bucket_grads)),
+      after_launch_(options.after_launch()) {
   if (!group_) throw std::invalid_argument("ReduceScatterGradReducer: the process group is null");
   if (!layout_) throw std::invalid_argument("ReduceScatterGradReducer: the layout is null");
   if (named_params.size() != layout_->num_params() || layout_->world_size() != group_->size()) {
@@ -23,12 +52,10 @@ ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::st
         "ReduceScatterGradReducer: {} parameters over {} ranks, but the layout is for {} parameters over {} ranks",
         named_params.size(), group_->size(), layout_->num_params(), layout_->world_size()));
   }
-  if (!grad_shard_.defined() || grad_shard_.numel() != layout_->shard_numel() ||
-      grad_shard_.scalar_type() != torch::kFloat) {
-    throw std::invalid_argument(
-        fmt::format("ReduceScatterGradReducer: the gradient shard must be a flat fp32 tensor of {} elements",
-                    layout_->shard_numel()));
+  if (destinations_.size() != layout_->num_buckets()) {
+    throw std::invalid_argument("ReduceScatterGradReducer: one gradient destination per bucket");
   }
+  for (std::size_t b = 0; b < destinations_.size(); ++b) check_destination(b, destinations_[b]);
   for (std::size_t i = 0; i < named_params.size(); ++i) {
     auto& [name, param] = named_params[i];
     if (!param.defined() || !param.requires_grad() || param.numel() != layout_->param_numel(i)) {
@@ -39,11 +66,12 @@ ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::st
     names_.push_back(std::move(name));
     params_.push_back(param);
   }
-  const auto device = params_.empty() ? grad_shard_.device() : params_.front().device();
+  const auto device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
   communication_dtype_ =
       options.communication_dtype().value_or(params_.empty() ? torch::kFloat : params_.front().scalar_type());
   travel_dtype_ = ddp::detail::stage_in_fp32(*group_, communication_dtype_) ? torch::kFloat : communication_dtype_;
 
+  travel_options_ = torch::TensorOptions(device).dtype(travel_dtype_);
   position_in_bucket_.resize(params_.size());
   buckets_.resize(layout_->num_buckets());
   std::vector<std::vector<std::size_t>> assignment;
@@ -51,14 +79,9 @@ ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::st
     const auto& members = layout_->bucket_params(b);
     for (std::size_t k = 0; k < members.size(); ++k) position_in_bucket_[members[k]] = k;
     buckets_[b].grads.resize(members.size());
-    buckets_[b].output = torch::zeros({layout_->chunk_numel(b)}, torch::TensorOptions(device).dtype(travel_dtype_));
     assignment.push_back(members);
   }
-  if (grad_shard_.device() != device) {
-    host_staging_ = torch::empty({layout_->shard_numel()},
-                                 grad_shard_.options().dtype(communication_dtype_).pinned_memory(device.is_cuda()));
-  }
-
+  pin_memory_ = options.pin_memory();
   ddp::GradBucketCallbacks callbacks;
   callbacks.grad_ready = [this](std::size_t i) { take_gradient(i); };
   callbacks.launch = [this](std::size_t b) { launch(b); };
@@ -69,9 +92,22 @@ ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::st
 
 ReduceScatterGradReducer::~ReduceScatterGradReducer() = default;
 
+void ReduceScatterGradReducer::check_destination(std::size_t b, const torch::Tensor& d) const {
+  if (!d.defined() || d.numel() != layout_->chunk_numel(b) || d.scalar_type() != torch::kFloat) {
+    throw std::invalid_argument(fmt::format(
+        "ReduceScatterGradReducer: bucket {}'s gradient destination must be an fp32 tensor of {} elements", b,
+        layout_->chunk_numel(b)));
+  }
+}
+
+void ReduceScatterGradReducer::set_destination(std::size_t bucket, torch::Tensor grad) {
+  check_destination(bucket, grad);
+  destinations_.at(bucket) = std::move(grad);
+}
+
 void ReduceScatterGradReducer::zero_grad() {
   torch::NoGradGuard no_grad;
-  grad_shard_.zero_();
+  for (auto& d : destinations_) d.zero_();
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
 }
 
@@ -87,7 +123,9 @@ void ReduceScatterGradReducer::launch(std::size_t b) {
   auto& bucket = buckets_[b];
   const auto numel = layout_->bucket_numel(b);
   const auto padded = layout_->padded_bucket_numel(b);
-  auto input = torch::empty({padded}, bucket.output.options());
+  // The output lives from launch to the end of the pass only: between passes no bucket holds memory.
+  bucket.output = torch::empty({layout_->chunk_numel(b)}, travel_options_);
+  auto input = torch::empty({padded}, travel_options_);
   auto body = input.narrow(0, 0, numel);
   bool same_dtype = true;
   for (const auto& g : bucket.grads) same_dtype = same_dtype && g.scalar_type() == travel_dtype_;
@@ -100,9 +138,11 @@ void ReduceScatterGradReducer::launch(std::size_t b) {
   for (auto& g : bucket.grads) g = torch::Tensor();
   if (group_->size() == 1) {
     bucket.output.copy_(input);
+    if (after_launch_) after_launch_(b);
     return;
   }
   bucket.work = group_->reduce_scatter(bucket.output, input, dist::ReduceOp::kAvg);
+  if (after_launch_) after_launch_(b);
 }
 
 void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& missing) {
@@ -126,17 +166,22 @@ void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& m
       const auto& output = buckets_[b].output;
       return travel_dtype_ == communication_dtype_ ? output : output.to(communication_dtype_);
     };
-    if (!host_staging_.defined()) {
-      for (std::size_t b = 0; b < buckets_.size(); ++b) {
-        grad_shard_.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)).add_(reduced(b));
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      auto& destination = destinations_[b];
+      const auto chunk = reduced(b);
+      if (destination.device() == chunk.device()) {
+        destination.add_(chunk);
+      } else {
+        if (!host_staging_.defined() || host_staging_.numel() < chunk.numel()) {
+          host_staging_ = torch::empty({chunk.numel()}, torch::TensorOptions(torch::kCPU)
+                                                            .dtype(communication_dtype_)
+                                                            .pinned_memory(pin_memory_ && chunk.is_cuda()));
+        }
+        auto staging = host_staging_.narrow(0, 0, chunk.numel());
+        staging.copy_(chunk, /*non_blocking=*/true);
+        if (staging.is_pinned()) torch::cuda::synchronize();
+        destination.add_(staging);
       }
-    } else {
-      for (std::size_t b = 0; b < buckets_.size(); ++b) {
-        host_staging_.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b))
-            .copy_(reduced(b), /*non_blocking=*/true);
-      }
-      if (host_staging_.is_pinned()) torch::cuda::synchronize();
-      grad_shard_.add_(host_staging_);
     }
   } catch (...) {
     for (auto& bucket : buckets_) {
@@ -145,7 +190,10 @@ void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& m
     }
     throw;
   }
-  for (auto& bucket : buckets_) bucket.work = dist::Work();
+  for (auto& bucket : buckets_) {
+    bucket.work = dist::Work();
+    bucket.output = torch::Tensor();
+  }
 }
 
 }  // namespace colo::zero

@@ -2,6 +2,7 @@
 #include <colo/optim/adam_step_cpu.h>
 #include <colo/optim/adam_step_multi_tensor.h>
 #include <colo/optim/hybrid_adam.h>
+#include <colo/zero/allocate.h>
 #include <colo/zero/shard_layout.h>
 #include <colo/zero/sharded_adam.h>
 #include <fmt/format.h>
@@ -38,10 +39,16 @@ ShardedAdam::ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank,
   if (!runs_.empty()) runs_.back().numel = shard - runs_.back().offset;
 
   options = options.dtype(torch::kFloat);
-  master_ = torch::zeros({shard}, options);
-  grad_ = torch::zeros({shard}, options);
-  exp_avg_ = torch::zeros({shard}, options);
-  exp_avg_sq_ = torch::zeros({shard}, options);
+  // Four allocations of the shard's size; a refusal names which and what would help.
+  const std::string hint =
+      options.device().is_cuda()
+          ? "Use more data-parallel ranks, cpu_offload=true (low_level_zero), or gemini with offload_optim_frac / "
+            "placement_policy=auto"
+          : "Use more data-parallel ranks or a machine with more host memory";
+  master_ = allocate(shard, options, "the fp32 master weights of this rank's ZeRO shard", hint).zero_();
+  grad_ = allocate(shard, options, "the fp32 gradient shard of this rank's ZeRO shard", hint).zero_();
+  exp_avg_ = allocate(shard, options, "Adam's first moment (exp_avg) of this rank's ZeRO shard", hint).zero_();
+  exp_avg_sq_ = allocate(shard, options, "Adam's second moment (exp_avg_sq) of this rank's ZeRO shard", hint).zero_();
 }
 
 void ShardedAdam::set_step_count(int64_t steps) {
@@ -50,7 +57,7 @@ void ShardedAdam::set_step_count(int64_t steps) {
 }
 
 void ShardedAdam::step(const std::vector<optim::HybridAdamOptions>& groups) {
-  if (groups.size() != num_groups_) {
+  if (groups.size() < num_groups_) {
     throw std::invalid_argument(fmt::format("ShardedAdam::step: hyper-parameters for {} groups, the optimizer has {}",
                                             groups.size(), num_groups_));
   }

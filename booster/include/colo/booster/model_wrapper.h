@@ -49,6 +49,9 @@ class ModelWrapper {
   virtual void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state);
 
  protected:
+  // load_full_state's checks alone: throws as it does, changes nothing.
+  void check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const;
+
   std::shared_ptr<nn::LayerStack> module_;
 };
 

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,13 @@ struct ReduceScatterGradReducerOptions {
   // gradients' own. (Gloo cannot reduce bf16 in LibTorch 1.13: there bf16 buckets travel as fp32
   // copies and the result is rounded to bf16, as NCCL would deliver it.)
   TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
+  // Called on the autograd thread right after bucket b's reduce-scatter is launched: every
+  // gradient of the bucket has been taken, so nothing of backward needs its parameters any more
+  // (gemini releases the bucket's gathered chunk here).
+  TORCH_ARG(std::function<void(std::size_t bucket)>, after_launch) = nullptr;
+  // Host destinations receive their chunks through a pinned staging buffer of one bucket's size
+  // (when the gradients are on a GPU), reused bucket after bucket.
+  TORCH_ARG(bool, pin_memory) = true;
 };
 
 // ZeRO stage 2 gradients: during backward each bucket of gradients is reduce-scattered (AVERAGE
@@ -36,8 +44,8 @@ struct ReduceScatterGradReducerOptions {
 //   bucket complete: one cat of its gradients into a flat buffer laid out as the layout says
 //       (padded), launched as an asynchronous reduce-scatter and released by this class at
 //       once (the backend keeps it alive while it needs it)
-//   end of backward: wait, then add each rank's chunk into the gradient shard (to the CPU under
-//       offload: copies into pinned memory, one device synchronisation, one add)
+//   end of backward: wait, then add each rank's chunk into its destination (a host destination,
+//       under offload: through one bucket-sized pinned staging buffer, bucket after bucket)
 //
 // So param.grad is undefined after a synchronised backward pass. Under no_sync gradients
 // accumulate in param.grad as usual (full size, in the compute dtype), and the next synchronised
@@ -51,6 +59,11 @@ class ReduceScatterGradReducer : public GradReducer {
   ReduceScatterGradReducer(std::vector<std::pair<std::string, torch::Tensor>> named_params,
                            std::shared_ptr<dist::ProcessGroup> group, std::shared_ptr<const ShardLayout> layout,
                            torch::Tensor grad_shard, ReduceScatterGradReducerOptions options = {});
+  // The same with one destination per bucket (chunk_numel(b) fp32 elements each, on the device or
+  // in host memory, possibly different per bucket): gemini's per-chunk gradient shards.
+  ReduceScatterGradReducer(std::vector<std::pair<std::string, torch::Tensor>> named_params,
+                           std::shared_ptr<dist::ProcessGroup> group, std::shared_ptr<const ShardLayout> layout,
+                           std::vector<torch::Tensor> bucket_grads, ReduceScatterGradReducerOptions options = {});
   ~ReduceScatterGradReducer() override;
 
   // Nothing to do: every synchronised pass has added its chunks already.
@@ -63,6 +76,9 @@ class ReduceScatterGradReducer : public GradReducer {
   int64_t synchronized_passes() const override { return scheduler_->synchronized_passes(); }
 
   c10::ScalarType communication_dtype() const { return communication_dtype_; }
+  // Bucket b's chunks go to `grad` from now on (gemini's auto placement moving a chunk's state
+  // between the device and host memory). Not during a backward pass.
+  void set_destination(std::size_t bucket, torch::Tensor grad);
 
  private:
   struct Bucket {
@@ -71,20 +87,24 @@ class ReduceScatterGradReducer : public GradReducer {
     dist::Work work;
   };
 
+  void check_destination(std::size_t bucket, const torch::Tensor& grad) const;
   void take_gradient(std::size_t i);
   void launch(std::size_t b);
   void finish_backward(const std::vector<std::size_t>& missing);
 
   std::shared_ptr<dist::ProcessGroup> group_;
   std::shared_ptr<const ShardLayout> layout_;
-  torch::Tensor grad_shard_;
+  std::vector<torch::Tensor> destinations_;  // per bucket: where its chunk of the reduction is added
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   c10::ScalarType communication_dtype_;
   c10::ScalarType travel_dtype_;  // communication_dtype_, or fp32 where the backend cannot reduce it
+  torch::TensorOptions travel_options_;
   std::vector<std::size_t> position_in_bucket_;
   std::vector<Bucket> buckets_;
-  torch::Tensor host_staging_;  // pinned, when the shard is on the CPU and the gradients on a GPU
+  std::function<void(std::size_t)> after_launch_;
+  bool pin_memory_ = true;
+  torch::Tensor host_staging_;  // one bucket's chunk, pinned, for host destinations of GPU gradients
   // Last: destroyed first, so that its hooks are gone before what they use.
   std::unique_ptr<ddp::GradBucketScheduler> scheduler_;
 };

@@ -54,7 +54,7 @@ class ShardedAdam {
 
   // One Adam/AdamW update of the masters with grad(), as it is (unscale and clip it first),
   // group g with the hyper-parameters groups[g]. Throws std::invalid_argument when the number
-  // of groups differs.
+  // of groups is smaller than the layout uses (a shard of a few groups may be stepped with all of them).
   void step(const std::vector<optim::HybridAdamOptions>& groups);
 
  private:

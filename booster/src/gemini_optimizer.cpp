@@ -1,0 +1,441 @@
+#include <colo/amp/grad_clip.h>
+#include <colo/booster/gemini_optimizer.h>
+#include <colo/dist/process_group.h>
+#include <colo/optim/hybrid_adam.h>
+#include <colo/optim/optimizer_state.h>
+#include <colo/zero/allocate.h>
+#include <colo/zero/chunk_plan.h>
+#include <colo/zero/chunked_parameters.h>
+#include <colo/zero/device_memory.h>
+#include <colo/zero/gather_full_tensors.h>
+#include <colo/zero/reduce_scatter_grad_reducer.h>
+#include <colo/zero/shard_layout.h>
+#include <colo/zero/sharded_adam.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "optimizer_scalars.h"
+#include "optimizer_state_entries.h"
+#include "sharded_adam_state.h"
+
+namespace colo {
+namespace {
+
+constexpr const char* kWho = "gemini";
+constexpr int64_t kStateTensors = 4;  // master, gradient, exp_avg, exp_avg_sq
+
+int64_t state_bytes(const zero::ShardedAdam& adam) { return kStateTensors * adam.master().numel() * 4; }
+
+}  // namespace
+
+std::vector<std::string> GeminiOptimizerOptions::violations() const {
+  std::vector<std::string> errors;
+  for (const auto& [name, value] : {std::pair<const char*, double>{"shard_param_frac", shard_param_frac()},
+                                    {"offload_param_frac", offload_param_frac()},
+                                    {"offload_optim_frac", offload_optim_frac()}}) {
+    if (!(value >= 0.0 && value <= 1.0)) errors.push_back(fmt::format("{} must lie in [0, 1], got {}", name, value));
+  }
+  if (offload_param_frac() > 0.0 && shard_param_frac() < 1.0) {
+    errors.push_back(fmt::format(
+        "offload_param_frac={} needs shard_param_frac=1 (got {}): only sharded chunks keep a shard that can live in "
+        "host memory",
+        offload_param_frac(), shard_param_frac()));
+  }
+  if (placement_policy() == GeminiPlacementPolicy::kAuto &&
+      (shard_param_frac() != 1.0 || offload_param_frac() != 0.0 || offload_optim_frac() != 0.0)) {
+    errors.push_back(
+        "shard_param_frac, offload_param_frac and offload_optim_frac belong to placement_policy=static; auto places "
+        "the chunks itself (leave them out, or choose static)");
+  }
+  if (!(steady_cuda_cap_ratio() > 0.0 && steady_cuda_cap_ratio() <= 1.0)) {
+    errors.push_back(fmt::format("steady_cuda_cap_ratio must lie in (0, 1], got {}", steady_cuda_cap_ratio()));
+  }
+  if (chunk_size_mb() && !(*chunk_size_mb() > 0.0 && std::isfinite(*chunk_size_mb()))) {
+    errors.push_back(fmt::format("chunk_size_mb must be a positive number of MiB, got {}", *chunk_size_mb()));
+  }
+  if (device_memory_bytes() && *device_memory_bytes() <= 0) {
+    errors.push_back(fmt::format("device_memory_bytes must be positive, got {}", *device_memory_bytes()));
+  }
+  if (max_prefetch() < 0) errors.push_back(fmt::format("max_prefetch must be >= 0, got {}", max_prefetch()));
+  if (!(max_grad_norm() >= 0.0) || !std::isfinite(max_grad_norm())) {
+    errors.push_back(fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", max_grad_norm()));
+  }
+  return errors;
+}
+
+void GeminiOptimizer::check_optimizer(const torch::optim::Optimizer& optimizer) {
+  detail::check_adam_like(optimizer, kWho);
+}
+
+GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                 std::shared_ptr<nn::LayerStack> model, std::shared_ptr<dist::ProcessGroup> group,
+                                 GeminiOptimizerOptions options)
+    : optimizer_(std::move(optimizer)),
+      model_(std::move(model)),
+      group_(std::move(group)),
+      options_(std::move(options)),
+      policy_(options_.precision()) {
+  if (!optimizer_) throw std::invalid_argument("GeminiOptimizer: the optimizer is null");
+  if (!model_) throw std::invalid_argument("GeminiOptimizer: the model is null");
+  if (!group_) throw std::invalid_argument("GeminiOptimizer: the data-parallel process group is null");
+  detail::check_adam_like(*optimizer_, kWho);
+  if (const auto errors = options_.violations(); !errors.empty()) {
+    throw std::invalid_argument(fmt::format("gemini: {}", fmt::join(errors, "; ")));
+  }
+  max_grad_norm_ = options_.max_grad_norm();
+
+  // 1. The chunked parameters: the optimizer's, in the model's canonical order.
+  std::unordered_map<const void*, std::size_t> group_of;
+  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+    for (const auto& p : optimizer_->param_groups()[g].params()) group_of.emplace(p.unsafeGetTensorImpl(), g);
+  }
+  std::set<const void*> in_model;
+  for (const auto& item : model_->canonical_named_parameters()) {
+    model_names_.push_back(item.key());
+    model_params_.push_back(item.value());
+    in_model.insert(item.value().unsafeGetTensorImpl());
+    auto it = group_of.find(item.value().unsafeGetTensorImpl());
+    if (it == group_of.end() || !item.value().requires_grad()) {
+      unsharded_.push_back(item.value());
+      continue;
+    }
+    if (!item.value().is_floating_point()) {
+      throw std::invalid_argument(fmt::format("gemini: parameter '{}' is not floating point", item.key()));
+    }
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+    group_of_param_.push_back(it->second);
+  }
+  std::vector<std::string> strangers;
+  const auto given = optim::optimizer_params(*optimizer_);
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    if (!in_model.count(given[k].unsafeGetTensorImpl())) {
+      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
+    }
+  }
+  if (!strangers.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "gemini: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer over "
+        "model->parameters()",
+        strangers.size(), fmt::join(strangers, ", ")));
+  }
+  if (!model_->canonical_shard_specs().empty()) {
+    throw std::invalid_argument(
+        "gemini shards parameters over data-parallel ranks only; this model's layers are split by tensor "
+        "parallelism (use hybrid_parallel for tp)");
+  }
+  device_ = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> fp32_values;
+  fp32_values.reserve(params_.size());
+  for (const auto& p : params_) fp32_values.push_back(p.detach().to(torch::kFloat, false, /*copy=*/true).reshape(-1));
+  const auto compute = policy_.compute_dtype();
+  for (auto& p : model_params_) {
+    if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));
+  }
+
+  // 2. Chunks and placement.
+  std::vector<int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel());
+  const int64_t element_size = static_cast<int64_t>(c10::elementSize(compute));
+  std::optional<int64_t> capacity;
+  if (options_.chunk_size_mb()) {
+    capacity = std::max<int64_t>(1, static_cast<int64_t>(*options_.chunk_size_mb() * 1024.0 * 1024.0) / element_size);
+  }
+  auto plan = zero::plan_chunks(numels, names_, capacity, element_size);
+  chunk_capacity_ = plan.capacity;
+  chunk_capacity_searched_ = plan.searched;
+  chunk_members_ = std::move(plan.chunks);
+  std::vector<int64_t> chunk_numels;
+  for (const auto& members : chunk_members_) {
+    int64_t n = 0;
+    for (auto i : members) n += numels[i];
+    chunk_numels.push_back(n);
+  }
+  if (options_.placement_policy() == GeminiPlacementPolicy::kStatic) {
+    placement_ = zero::static_placement(chunk_numels, options_.shard_param_frac(), options_.offload_param_frac(),
+                                        options_.offload_optim_frac());
+  } else {
+    // Auto: every chunk sharded, its parameter shard on the device; the optimizer state waits in
+    // host memory until the first step has measured what else the device holds.
+    placement_.assign(chunk_members_.size(), zero::ChunkPlacement{true, false, device_.is_cuda()});
+    settled_ = false;
+  }
+
+  // 3. Optimizer state per chunk.
+  const int rank = group_->rank();
+  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
+    std::vector<int64_t> member_numels;
+    std::vector<std::size_t> member_groups;
+    std::vector<torch::Tensor> member_values;
+    for (auto i : chunk_members_[c]) {
+      member_numels.push_back(numels[i]);
+      member_groups.push_back(group_of_param_[i]);
+      member_values.push_back(fp32_values[i]);
+    }
+    std::vector<std::size_t> all(member_numels.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    auto layout = std::make_shared<zero::ShardLayout>(member_numels, std::vector<std::vector<std::size_t>>{all},
+                                                      group_->size());
+    auto adam = std::make_shared<zero::ShardedAdam>(layout, rank, member_groups, state_options(placement_[c].optim_on_host));
+    auto master = adam->master();
+    layout->copy_to_shard(rank, member_values, master);
+    for (auto i : chunk_members_[c]) fp32_values[i] = torch::Tensor();
+    layouts_.push_back(std::move(layout));
+    adam_.push_back(std::move(adam));
+  }
+
+  // 4. The working parameters in chunks.
+  chunks_ = std::make_unique<zero::ChunkedParameters>(
+      params_, chunk_members_, layouts_, placement_, group_,
+      zero::ChunkedParametersOptions().working_dtype(compute).pin_memory(options_.pin_memory()));
+  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
+    const bool same_side = placement_[c].params_on_host == placement_[c].optim_on_host || !device_.is_cuda();
+    if (compute == torch::kFloat && placement_[c].sharded && same_side) chunks_->share_shard(c, adam_[c]->master());
+  }
+
+  // 5. Gradients: chunks in reverse, the order backward completes them.
+  const std::size_t num_chunks = chunk_members_.size();
+  std::vector<std::vector<std::size_t>> buckets;
+  std::vector<torch::Tensor> destinations;
+  for (std::size_t b = 0; b < num_chunks; ++b) {
+    buckets.push_back(chunk_members_[num_chunks - 1 - b]);
+    destinations.push_back(adam_[num_chunks - 1 - b]->grad());
+  }
+  auto reduce_layout = std::make_shared<zero::ShardLayout>(numels, buckets, group_->size());
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (std::size_t i = 0; i < params_.size(); ++i) named.emplace_back(names_[i], params_[i]);
+  reducer_ = std::make_unique<zero::ReduceScatterGradReducer>(
+      std::move(named), group_, reduce_layout, std::move(destinations),
+      zero::ReduceScatterGradReducerOptions()
+          .overlap_communication(options_.overlap_communication())
+          .communication_dtype(options_.communication_dtype())
+          .pin_memory(options_.pin_memory())
+          .after_launch([this, num_chunks](std::size_t b) { chunks_->release(num_chunks - 1 - b); }));
+
+  // 6.
+  if (policy_.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler());
+}
+
+GeminiOptimizer::~GeminiOptimizer() = default;
+
+torch::TensorOptions GeminiOptimizer::state_options(bool on_host) const {
+  // Host state is read and written by the CPU's Adam only: it needs no pinning (gradients arrive
+  // through the reducer's pinned staging, updates leave through the pinned parameter shards).
+  return torch::TensorOptions(on_host ? torch::Device(torch::kCPU) : device_);
+}
+
+const zero::ChunkPlacement& GeminiOptimizer::placement(std::size_t c) const { return placement_.at(c); }
+
+void GeminiOptimizer::backward(const torch::Tensor& loss) {
+  if (scaler_) {
+    scaler_->scale_loss(loss).backward();
+  } else {
+    loss.backward();
+  }
+}
+
+void GeminiOptimizer::prepare_for_backward() { reducer_->prepare_for_backward(); }
+void GeminiOptimizer::set_gradient_sync(bool enabled) { reducer_->set_sync(enabled); }
+bool GeminiOptimizer::gradient_sync() const { return reducer_->sync_enabled(); }
+void GeminiOptimizer::reduce_accumulated_gradients() { reducer_->reduce_accumulated(); }
+
+void GeminiOptimizer::begin_warmup() {
+  if (settled_ || warmup_started_) return;
+  warmup_started_ = true;
+  zero::reset_device_peak(device_);
+}
+
+void GeminiOptimizer::move_optimizer_state(std::size_t c, bool to_host) {
+  auto& old = *adam_[c];
+  std::vector<std::size_t> member_groups;
+  for (auto i : chunk_members_[c]) member_groups.push_back(group_of_param_[i]);
+  auto moved = std::make_shared<zero::ShardedAdam>(layouts_[c], group_->rank(), member_groups, state_options(to_host));
+  torch::NoGradGuard no_grad;
+  const_cast<torch::Tensor&>(moved->master()).copy_(old.master());
+  const_cast<torch::Tensor&>(moved->grad()).copy_(old.grad());
+  const_cast<torch::Tensor&>(moved->exp_avg()).copy_(old.exp_avg());
+  const_cast<torch::Tensor&>(moved->exp_avg_sq()).copy_(old.exp_avg_sq());
+  moved->set_step_count(old.step_count());
+  adam_[c] = std::move(moved);
+  placement_[c].optim_on_host = to_host;
+  reducer_->set_destination(chunk_members_.size() - 1 - c, adam_[c]->grad());
+}
+
+// Auto placement, once, before the first update: the device may hold, besides what is resident
+// for good (parameter shards, replicated chunks), the peak the warm-up step reached above that
+// (activations, gathered chunks, workspaces); of the rest, up to steady_cuda_cap_ratio of the
+// device goes to optimizer state, chunk by chunk in forward order. The others stay in host memory.
+void GeminiOptimizer::settle_auto_placement() {
+  settled_ = true;
+  auto capacity = options_.device_memory_bytes();
+  if (!capacity) capacity = zero::device_capacity_bytes(device_);
+  int64_t budget = std::numeric_limits<int64_t>::max();
+  if (capacity) {
+    const int64_t resident = chunks_->resident_device_bytes() + optimizer_state_device_bytes();
+    const int64_t peak = std::max(zero::device_peak_allocated_bytes(device_), resident);
+    budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - peak;
+  }
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    const int64_t bytes = state_bytes(*adam_[c]);
+    const bool fits = bytes <= budget;
+    if (fits) budget -= bytes;
+    if (placement_[c].optim_on_host == fits) move_optimizer_state(c, /*to_host=*/!fits);
+  }
+}
+
+bool GeminiOptimizer::step() {
+  reducer_->finalize();
+  if (!settled_) settle_auto_placement();
+  bool found_inf = false;
+  if (scaler_ || max_grad_norm_ > 0.0) {
+    const double inv_scale = scaler_ ? scaler_->inv_scale() : 1.0;
+    // The chunks' shards are disjoint: their squared norms sum to the global one. Normed per
+    // parameter piece, as a replica's gradients are, so that the norm does not depend on the layout.
+    std::vector<torch::Tensor> pieces;
+    for (std::size_t c = 0; c < adam_.size(); ++c) {
+      const auto& grad = adam_[c]->grad();
+      for (const auto& piece : layouts_[c]->pieces(group_->rank())) {
+        pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
+      }
+    }
+    amp::GradNormPlan plan;
+    plan.sum_over.push_back(group_);
+    const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
+    for (const auto& adam : adam_) {
+      const auto result = amp::apply_unscale_and_clip({adam->grad()}, inv_scale, max_grad_norm_, norm);
+      last_grad_norm_ = result.total_norm;
+      found_inf = result.found_inf;
+    }
+    if (adam_.empty()) last_grad_norm_ = norm, found_inf = !std::isfinite(norm);
+  }
+  if (scaler_ && !scaler_->update(found_inf)) return false;
+  const auto groups = detail::adam_hyperparameters(*optimizer_);
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    adam_[c]->step(groups);
+    chunks_->update_from_master(c, adam_[c]->master());
+  }
+  return true;
+}
+
+void GeminiOptimizer::zero_grad() {
+  reducer_->zero_grad();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : unsharded_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);
+}
+
+int64_t GeminiOptimizer::optimizer_state_device_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& adam : adam_) {
+    if (adam->master().device() == device_) bytes += state_bytes(*adam);
+  }
+  return bytes;
+}
+
+int64_t GeminiOptimizer::optimizer_state_host_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& adam : adam_) {
+    if (adam->master().device() != device_) bytes += state_bytes(*adam);
+  }
+  return bytes;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GeminiOptimizer::full_masters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    const auto full = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->master());
+    for (std::size_t k = 0; k < full.size(); ++k) {
+      const auto i = chunk_members_[c][k];
+      out.emplace_back(names_[i], full[k].view(params_[i].sizes()));
+    }
+  }
+  return out;
+}
+
+void GeminiOptimizer::load_masters(const std::map<std::string, torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  const int rank = group_->rank();
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    std::vector<torch::Tensor> full;
+    for (auto i : chunk_members_[c]) full.push_back(values.at(names_[i]).reshape(-1).to(torch::kFloat));
+    auto master = adam_[c]->master();
+    layouts_[c]->copy_to_shard(rank, full, master);
+    chunks_->load_values(c, full);
+  }
+}
+
+OptimizerWrapper::FullState GeminiOptimizer::full_state() const {
+  FullState state;
+  const int64_t steps = adam_.empty() ? 0 : adam_.front()->step_count();
+  if (steps > 0) {
+    for (std::size_t c = 0; c < adam_.size(); ++c) {
+      const auto exp_avg = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->exp_avg());
+      const auto exp_avg_sq = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->exp_avg_sq());
+      for (std::size_t k = 0; k < exp_avg.size(); ++k) {
+        const auto i = chunk_members_[c][k];
+        state.tensors.emplace_back(names_[i] + ".step", torch::full({}, static_cast<double>(steps), torch::kFloat));
+        state.tensors.emplace_back(names_[i] + ".exp_avg", exp_avg[k].view(params_[i].sizes()));
+        state.tensors.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq[k].view(params_[i].sizes()));
+      }
+    }
+  }
+  if (policy_.uses_master_weights()) {
+    std::unordered_map<std::string, torch::Tensor> masters;
+    for (auto& [name, value] : full_masters()) masters.emplace(name, value);
+    for (std::size_t i = 0; i < model_names_.size(); ++i) {
+      auto it = masters.find(model_names_[i]);
+      state.tensors.emplace_back("master." + model_names_[i],
+                                 it != masters.end() ? it->second : model_params_[i].detach().to(torch::kFloat));
+    }
+  }
+  state.scalars = detail::optimizer_scalars(*optimizer_, scaler_.get());
+  return state;
+}
+
+void GeminiOptimizer::load_full_state(const FullState& state) {
+  const auto checked = detail::check_sharded_adam_state(state, names_, params_, model_names_, model_params_,
+                                                        policy_.uses_master_weights(), *optimizer_, scaler_.get(), kWho);
+  torch::NoGradGuard no_grad;
+  const int rank = group_->rank();
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    auto m = adam_[c]->exp_avg();
+    auto v = adam_[c]->exp_avg_sq();
+    if (!checked.step) {
+      m.zero_();
+      v.zero_();
+      adam_[c]->set_step_count(0);
+      continue;
+    }
+    std::vector<torch::Tensor> exp_avg, exp_avg_sq;
+    for (auto i : chunk_members_[c]) {
+      exp_avg.push_back(checked.exp_avg[i].reshape(-1));
+      exp_avg_sq.push_back(checked.exp_avg_sq[i].reshape(-1));
+    }
+    layouts_[c]->copy_to_shard(rank, exp_avg, m);
+    layouts_[c]->copy_to_shard(rank, exp_avg_sq, v);
+    adam_[c]->set_step_count(*checked.step);
+  }
+  if (policy_.uses_master_weights() && !checked.masters.empty()) {
+    load_masters(checked.masters);
+    std::unordered_set<std::string> chunked(names_.begin(), names_.end());
+    for (std::size_t i = 0; i < model_names_.size(); ++i) {
+      if (!chunked.count(model_names_[i])) model_params_[i].copy_(checked.masters.at(model_names_[i]));
+    }
+  }
+  detail::apply_optimizer_scalars(checked.scalars, *optimizer_, scaler_.get());
+}
+
+}  // namespace colo

@@ -1,0 +1,127 @@
+#include "gemini_model.h"
+
+#include <colo/zero/chunked_parameters.h>
+#include <colo/zero/shard_layout.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace colo::plugins {
+
+GeminiModel::GeminiModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr<GeminiOptimizer> optimizer)
+    : ModelWrapper(std::move(module)), optimizer_(std::move(optimizer)), policy_(optimizer_->options().precision()) {
+  auto& chunks = optimizer_->chunks();
+  std::unordered_map<const void*, std::size_t> chunk_of;
+  for (std::size_t c = 0; c < chunks.num_chunks(); ++c) {
+    for (auto i : chunks.chunk_params(c)) chunk_of.emplace(optimizer_->params()[i].unsafeGetTensorImpl(), c);
+    const auto& layout = chunks.layout(c);
+    largest_chunk_bytes_ = std::max<int64_t>(
+        largest_chunk_bytes_, layout.padded_bucket_numel(0) * static_cast<int64_t>(c10::elementSize(chunks.working_dtype())));
+  }
+  last_forward_layer_.assign(chunks.num_chunks(), 0);
+  for (std::size_t k = 0; k < module_->size(); ++k) {
+    std::set<std::size_t> used;
+    for (const auto& p : module_->layer(k)->parameters()) {
+      auto it = chunk_of.find(p.unsafeGetTensorImpl());
+      if (it != chunk_of.end()) used.insert(it->second);
+    }
+    for (auto c : used) last_forward_layer_[c] = k;
+    layer_chunks_.emplace_back(used.begin(), used.end());
+  }
+}
+
+int64_t GeminiModel::gathered_bytes_bound() const {
+  std::size_t widest = 0;
+  for (const auto& chunks : layer_chunks_) widest = std::max(widest, chunks.size());
+  return static_cast<int64_t>(widest + static_cast<std::size_t>(optimizer_->options().max_prefetch())) *
+         largest_chunk_bytes_;
+}
+
+void GeminiModel::prefetch_after(std::size_t layer) {
+  auto& chunks = optimizer_->chunks();
+  int64_t budget = optimizer_->options().max_prefetch();
+  for (std::size_t k = layer + 1; k < layer_chunks_.size() && budget > 0; ++k) {
+    for (auto c : layer_chunks_[k]) {
+      if (budget == 0) break;
+      if (chunks.readable(c) || !chunks.placement(c).sharded) continue;
+      chunks.prefetch(c);
+      --budget;
+    }
+  }
+}
+
+void GeminiModel::prefetch_before(std::size_t layer) {
+  auto& chunks = optimizer_->chunks();
+  int64_t budget = optimizer_->options().max_prefetch();
+  for (std::size_t k = layer; k-- > 0 && budget > 0;) {
+    for (auto c : layer_chunks_[k]) {
+      if (budget == 0) break;
+      if (chunks.readable(c) || !chunks.placement(c).sharded) continue;
+      chunks.prefetch(c);
+      --budget;
+    }
+  }
+}
+
+void GeminiModel::on_backward_reaches(std::size_t layer) {
+  auto& chunks = optimizer_->chunks();
+  for (auto c : layer_chunks_[layer]) chunks.fetch(c);
+  prefetch_before(layer);
+}
+
+torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
+  auto& chunks = optimizer_->chunks();
+  const bool grad = torch::GradMode::is_enabled();
+  if (grad) {
+    optimizer_->prepare_for_backward();
+    optimizer_->begin_warmup();
+  }
+  chunks.release_all();  // what a backward under no_sync (or a failed pass) left gathered
+  auto h = policy_.cast_to_compute(input);
+  const std::size_t n = module_->size();
+  for (std::size_t k = 0; k < n; ++k) {
+    for (auto c : layer_chunks_[k]) chunks.fetch(c);
+    prefetch_after(k);
+    h = module_->layer(k)->forward(h);
+    if (grad && h.requires_grad()) {
+      h.register_hook([this, k](const torch::Tensor&) { on_backward_reaches(k); });
+    }
+    // The last layer's chunks are the first backward needs: with gradients on they stay.
+    if (grad && k + 1 == n) break;
+    for (auto c : layer_chunks_[k]) {
+      if (last_forward_layer_[c] == k) chunks.release(c);
+    }
+  }
+  return h.is_floating_point() ? h.to(torch::kFloat) : h;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GeminiModel::full_state() const {
+  std::unordered_map<std::string, torch::Tensor> masters;
+  for (auto& [name, value] : optimizer_->full_masters()) masters.emplace(name, value);
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  // Chunked parameters may be released: only their masters are read.
+  for (const auto& item : module_->canonical_named_parameters()) {
+    auto it = masters.find(item.key());
+    state.emplace_back(item.key(), it != masters.end() ? it->second : item.value().detach());
+  }
+  for (const auto& item : module_->canonical_named_buffers()) state.emplace_back(item.key(), item.value().detach());
+  return state;
+}
+
+void GeminiModel::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  check_full_state(state);
+  std::map<std::string, torch::Tensor> given(state.begin(), state.end());
+  std::unordered_set<std::string> chunked(optimizer_->param_names().begin(), optimizer_->param_names().end());
+  torch::NoGradGuard no_grad;
+  for (const auto& item : module_->canonical_named_parameters()) {
+    if (!chunked.count(item.key())) item.value().copy_(given.at(item.key()));
+  }
+  for (const auto& item : module_->canonical_named_buffers()) item.value().copy_(given.at(item.key()));
+  // The masters take the saved values themselves, the working shards their rounding.
+  optimizer_->load_masters(given);
+}
+
+}  // namespace colo::plugins

@@ -1,0 +1,52 @@
+#include "gemini_options.h"
+
+#include <colo/booster/precision_options.h>
+
+namespace colo::plugins {
+
+GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
+  OptionReader in("gemini", given);
+  GeminiOptions parsed;
+  auto& o = parsed.gemini;
+  const auto precision = PrecisionOptions::read(in, given);
+  o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
+  const auto policy = in.get_choice("placement_policy", "static", {"static", "auto"},
+                                    "static: the *_frac options place the chunks; auto: a warm-up step measures the "
+                                    "device's memory and optimizer state stays on it while steady_cuda_cap_ratio allows");
+  o.placement_policy(policy == "auto" ? GeminiPlacementPolicy::kAuto : GeminiPlacementPolicy::kStatic);
+  o.shard_param_frac(in.get_double("shard_param_frac", o.shard_param_frac(),
+                                   "static: fraction of the parameters (whole chunks, from the first) sharded and "
+                                   "gathered per layer; 1 is ZeRO-3, 0 keeps every chunk gathered (ZeRO-2)"));
+  o.offload_param_frac(in.get_double("offload_param_frac", o.offload_param_frac(),
+                                     "static: fraction whose parameter shards live in host memory (needs "
+                                     "shard_param_frac=1)"));
+  o.offload_optim_frac(in.get_double("offload_optim_frac", o.offload_optim_frac(),
+                                     "static: fraction whose fp32 masters, gradients and Adam moments live in host "
+                                     "memory, stepped by the CPU"));
+  o.steady_cuda_cap_ratio(in.get_double("steady_cuda_cap_ratio", o.steady_cuda_cap_ratio(),
+                                        "auto: share of the device's memory that model state and the measured "
+                                        "working memory may fill"));
+  const auto device_mb = in.get_double("device_memory_mb", 0.0,
+                                       "auto: the device's memory in MiB when not the whole device's (0: read it "
+                                       "from the device)");
+  if (device_mb < 0.0) in.fail("device_memory_mb must be >= 0");
+  if (device_mb > 0.0) o.device_memory_bytes(static_cast<int64_t>(device_mb * 1024.0 * 1024.0));
+  const auto chunk_mb = in.get_double("chunk_size_mb", 0.0,
+                                      "MiB of parameters (in the compute dtype) per chunk; 0: searched from the "
+                                      "layer sizes");
+  if (chunk_mb < 0.0) in.fail("chunk_size_mb must be >= 0 (0: searched)");
+  if (chunk_mb > 0.0) o.chunk_size_mb(chunk_mb);
+  o.max_prefetch(in.get_int("max_prefetch", o.max_prefetch(), "chunks gathered ahead of the layer that needs them"));
+  o.pin_memory(in.get_bool("pin_memory", o.pin_memory(),
+                           "pin host memory of parameter shards and gradient staging (per chunk)"));
+  o.overlap_communication(in.get_bool("overlap_communication", o.overlap_communication(),
+                                      "reduce-scatter each chunk's gradients as soon as they are complete"));
+  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
+                                           "dtype gradients are reduced in; auto: the precision's");
+  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  for (const auto& error : o.violations()) in.fail(error);
+  in.finish();
+  return parsed;
+}
+
+}  // namespace colo::plugins

@@ -1,0 +1,42 @@
+#include "gemini_plugin.h"
+
+#include <colo/booster/parallelize.h>
+#include <colo/booster/plugin_info.h>
+#include <colo/data/data_loader.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+
+#include <stdexcept>
+
+#include "gemini_model.h"
+
+namespace colo::plugins {
+
+GeminiPlugin::GeminiPlugin(const PluginOptions& options, const PluginContext& context)
+    : Plugin(context), options_(GeminiOptions::parse(options)) {
+  if (!context_.world) throw std::invalid_argument("gemini needs the job's world process group in its PluginContext");
+  context_.mesh =
+      std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
+}
+
+Boosted GeminiPlugin::boost(BoostInputs inputs) {
+  if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
+    throw std::invalid_argument("gemini boost: the model, the optimizer and the criterion are required");
+  }
+  GeminiOptimizer::check_optimizer(*inputs.optimizer);  // before anything changes
+  const auto& world = context_.world;
+  // 1.
+  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
+  // 2.
+  auto model = inputs.model;
+  broadcast_model(*model, context_.device, *world);
+  // 3.
+  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, model, world, options_.gemini);
+  // 4.
+  auto wrapped = std::make_shared<GeminiModel>(model, optimizer);
+  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+}
+
+}  // namespace colo::plugins
+
+COLO_PLUGIN(gemini, "0.1.0", colo::plugins::GeminiPlugin)
