@@ -135,14 +135,7 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
   }
   device_ = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> fp32_values;
-  fp32_values.reserve(params_.size());
-  for (const auto& p : params_) fp32_values.push_back(p.detach().to(torch::kFloat, false, /*copy=*/true).reshape(-1));
   const auto compute = policy_.compute_dtype();
-  for (auto& p : model_params_) {
-    if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));
-  }
-
   // 2. Chunks and placement.
   std::vector<int64_t> numels;
   for (const auto& p : params_) numels.push_back(p.numel());
@@ -180,7 +173,8 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
     for (auto i : chunk_members_[c]) {
       member_numels.push_back(numels[i]);
       member_groups.push_back(group_of_param_[i]);
-      member_values.push_back(fp32_values[i]);
+      // The exact fp32 values go straight to where the master lives: no second device copy of the model.
+      member_values.push_back(params_[i].detach().reshape(-1));
     }
     std::vector<std::size_t> all(member_numels.size());
     std::iota(all.begin(), all.end(), std::size_t{0});
@@ -189,9 +183,12 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
     auto adam = std::make_shared<zero::ShardedAdam>(layout, rank, member_groups, state_options(placement_[c].optim_on_host));
     auto master = adam->master();
     layout->copy_to_shard(rank, member_values, master);
-    for (auto i : chunk_members_[c]) fp32_values[i] = torch::Tensor();
     layouts_.push_back(std::move(layout));
     adam_.push_back(std::move(adam));
+  }
+
+  for (auto& p : model_params_) {
+    if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));
   }
 
   // 4. The working parameters in chunks.

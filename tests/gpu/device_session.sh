@@ -7,7 +7,8 @@
 # Set COLO_COMMIT=<commit> in the call: the copy of the tree sent to the GPU machine may carry stale
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
-# peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1.
+# peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
+# gemini-large gemini-6b.
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -230,6 +231,43 @@ for stage in "$@"; do
             "${common[@]}" --json "$LOGS/${kind}_$i.json" >"$LOGS/${kind}_$i.log" 2>&1
           note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/${kind}_$i.json" 2>/dev/null)"
         done
+      done
+      ;;
+    build-gemini)
+      # Only what the gemini stages run (a full build takes most of a call).
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_gemini \
+            colo_plugin_low_level_zero colo_plugin_torch_ddp
+      } >"$LOGS/build.log" 2>&1
+      note "build-gemini rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      ;;
+    gemini-large)
+      # Issue 22 on one GPU: ViT-L/16 bf16 batch 128, low_level_zero stage 2 against gemini (auto and
+      # static ZeRO-3, nothing offloaded): auto must offload nothing that fits and stay within 5 %.
+      common=(--model large --batch-size 128 --precision bf16 --warmup-steps 5 --steps "${COLO_GEMINI_STEPS:-20}"
+        --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
+      for run in "lowzero2:low_level_zero:stage=2" "gemini_auto:gemini:placement_policy=auto" \
+        "gemini_static:gemini:placement_policy=static"; do
+        IFS=: read -r tag plugin opt <<<"$run"
+        timeout 200 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin "$plugin" \
+          --plugin-opt "$opt" "${common[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null)"
+        tail -3 "$LOGS/$tag.log" >>"$LOGS/summary.txt"
+      done
+      ;;
+    gemini-6b)
+      # The seed's 6.45B-parameter ViT (hidden 4096, depth 32, 64 heads, MLP ratio 4, 224², patch 16),
+      # bf16, one GPU: gemini auto (COLO_6B_BATCH, default 16), then low_level_zero cpu_offload.
+      big=(--model large --embed-dim 4096 --depth 32 --num-heads 64 --mlp-ratio 4 --precision bf16
+        --batch-size "${COLO_6B_BATCH:-16}" --warmup-steps 2 --steps "${COLO_6B_STEPS:-5}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
+      for run in ${COLO_6B_RUNS:-"gemini:placement_policy=auto low_level_zero:cpu_offload=true"}; do
+        plugin=${run%%:*} opt=${run#*:} tag=6b_${plugin}
+        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
+          --plugin "$plugin" --plugin-opt "$opt" "${big[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log")"
+        grep -v '^\s' "$LOGS/$tag.log" | tail -4 >>"$LOGS/summary.txt"
       done
       ;;
     per-gpu)
