@@ -268,19 +268,21 @@ void GeminiOptimizer::move_optimizer_state(std::size_t c, bool to_host) {
   reducer_->set_destination(chunk_members_.size() - 1 - c, adam_[c]->grad());
 }
 
-// Auto placement, once, before the first update: the device may hold, besides what is resident
-// for good (parameter shards, replicated chunks), the peak the warm-up step reached above that
-// (activations, gathered chunks, workspaces); of the rest, up to steady_cuda_cap_ratio of the
-// device goes to optimizer state, chunk by chunk in forward order. The others stay in host memory.
+// Auto placement, once, before the first update. The warm-up step's peak on the device, less the
+// model state resident then (parameter shards, replicated chunks, optimizer state placed there),
+// is the working memory (activations, gathered chunks, workspaces) every step needs again. Of
+// steady_cuda_cap_ratio of the device, what the parameters and that working memory leave goes to
+// optimizer state, chunk by chunk in forward order; the chunks that do not fit stay in host memory.
 void GeminiOptimizer::settle_auto_placement() {
   settled_ = true;
   auto capacity = options_.device_memory_bytes();
   if (!capacity) capacity = zero::device_capacity_bytes(device_);
   int64_t budget = std::numeric_limits<int64_t>::max();
   if (capacity) {
-    const int64_t resident = chunks_->resident_device_bytes() + optimizer_state_device_bytes();
-    const int64_t peak = std::max(zero::device_peak_allocated_bytes(device_), resident);
-    budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - peak;
+    const int64_t params = chunks_->resident_device_bytes();
+    const int64_t resident = params + optimizer_state_device_bytes();
+    const int64_t working = std::max<int64_t>(0, zero::device_peak_allocated_bytes(device_) - resident);
+    budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - params - working;
   }
   for (std::size_t c = 0; c < adam_.size(); ++c) {
     const int64_t bytes = state_bytes(*adam_[c]);
