@@ -157,7 +157,10 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   // 3.
   const auto device = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
   auto shard_options = torch::TensorOptions(device);
-  if (options_.cpu_offload) shard_options = torch::TensorOptions(torch::kCPU).pinned_memory(device.is_cuda());
+  // Offloaded state is read and written by the CPU's Adam only, so it is not pinned: pinning four
+  // shard-sized blocks is what the host refuses first on large models. Transfers go through
+  // bucket-sized pinned buffers (the reducer's staging, the gather's per-bucket host copies).
+  if (options_.cpu_offload) shard_options = torch::TensorOptions(torch::kCPU);
   adam_ = std::make_shared<zero::ShardedAdam>(layout_, group_->rank(), param_groups, shard_options);
   auto master = adam_->master();
   layout_->copy_to_shard(group_->rank(), fp32_values, master);

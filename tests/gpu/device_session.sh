@@ -260,9 +260,10 @@ for stage in "$@"; do
     gemini-6b)
       # The seed's 6.45B-parameter ViT (hidden 4096, depth 32, 64 heads, MLP ratio 4, 224², patch 16),
       # bf16, one GPU: gemini auto (COLO_6B_BATCH, default 16), then low_level_zero cpu_offload.
+      # COLO_6B_EXTRA adds benchmark options (--grad-accum N: the step's batch in N micro-batches).
       big=(--model large --embed-dim 4096 --depth 32 --num-heads 64 --mlp-ratio 4 --precision bf16
-        --batch-size "${COLO_6B_BATCH:-16}" --warmup-steps 2 --steps "${COLO_6B_STEPS:-5}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
-      for run in ${COLO_6B_RUNS:-"gemini:placement_policy=auto low_level_zero:cpu_offload=true"}; do
+        --batch-size "${COLO_6B_BATCH:-16}" --warmup-steps 2 --steps "${COLO_6B_STEPS:-5}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}" ${COLO_6B_EXTRA:-})
+      for run in ${COLO_6B_RUNS:-gemini:placement_policy=auto low_level_zero:cpu_offload=true}; do
         plugin=${run%%:*} opt=${run#*:} tag=6b_${plugin}
         /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
           --plugin "$plugin" --plugin-opt "$opt" "${big[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1

@@ -1,4 +1,5 @@
 #include <colo/zero/bucketed_all_gather.h>
+#include <colo/zero/allocate.h>
 #include <colo/zero/shard_layout.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -46,18 +47,21 @@ void BucketedAllGather::launch(const torch::Tensor& master_shard) {
   if (master_shard.device() == working_shard_.device()) {
     working_shard_.copy_(master_shard);
   } else {
-    // Offload: round on the CPU (half the bytes to move for bf16), then one copy from pinned memory.
-    const auto& host = [&]() -> const torch::Tensor& {
-      if (master_shard.scalar_type() == working_dtype_) return master_shard;
-      if (!host_shard_.defined()) {
-        host_shard_ =
-            torch::empty({layout_->shard_numel()},
-                         master_shard.options().dtype(working_dtype_).pinned_memory(working_shard_.is_cuda()));
+    // Offload: round on the CPU (half the bytes to move for bf16) into one pinned buffer per
+    // bucket (never one block for the whole shard), then copy each to the device asynchronously.
+    if (host_buckets_.empty()) {
+      for (std::size_t b = 0; b < layout_->num_buckets(); ++b) {
+        host_buckets_.push_back(allocate(layout_->chunk_numel(b),
+                                         master_shard.options().dtype(working_dtype_).pinned_memory(working_shard_.is_cuda()),
+                                         fmt::format("the pinned host copy of gather bucket {}", b),
+                                         "Use more data-parallel ranks, or gemini with offload_param_frac"));
       }
-      host_shard_.copy_(master_shard);
-      return host_shard_;
-    }();
-    working_shard_.copy_(host, /*non_blocking=*/true);
+    }
+    for (std::size_t b = 0; b < layout_->num_buckets(); ++b) {
+      auto& host = host_buckets_[b];
+      host.copy_(master_shard.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)));
+      working_shard_.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)).copy_(host, /*non_blocking=*/true);
+    }
   }
   const bool as_bytes = group_->backend() == dist::Backend::kGloo;
   for (std::size_t b = layout_->num_buckets(); b-- > 0;) {

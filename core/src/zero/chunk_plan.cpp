@@ -65,7 +65,7 @@ ChunkPlan plan_chunks(const std::vector<int64_t>& numels, const std::vector<std:
           "a chunk of {} elements ({}) cannot hold parameter '{}' of {} elements ({}): parameters are not split "
           "across chunks; set chunk_size_mb to at least {:.2f}, or leave it unset to search",
           *capacity, mib(*capacity * element_size), names[largest_index], *largest, mib(*largest * element_size),
-          static_cast<double>(*largest * element_size) / (1024.0 * 1024.0)));
+          std::ceil(static_cast<double>(*largest * element_size) / (1024.0 * 1024.0) * 100.0) / 100.0));
     }
     plan.capacity = *capacity;
     plan.chunks = pack(numels, plan.capacity);

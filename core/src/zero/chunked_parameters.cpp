@@ -67,6 +67,7 @@ ChunkedParameters::ChunkedParameters(std::vector<torch::Tensor> params, std::vec
                            fmt::format("the parameter shard of chunk {}", c),
                            on_host ? "Lower offload_param_frac, or set pin_memory=false" : "Raise offload_param_frac");
     chunk.shard.copy_(piece);
+    gathered_bytes_ += tensor_bytes(chunk.full);  // counted as gathered until its release, just below
     free_storage(chunk);
   }
 }

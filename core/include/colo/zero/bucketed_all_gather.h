@@ -51,7 +51,7 @@ class BucketedAllGather {
   int rank_;
   std::vector<torch::Tensor> buffers_;  // per bucket, padded_bucket_numel elements
   torch::Tensor working_shard_;         // this rank's shard in the compute dtype, on the device
-  torch::Tensor host_shard_;            // the same in pinned CPU memory (offload with a GPU)
+  std::vector<torch::Tensor> host_buckets_;  // per bucket, its chunk rounded in pinned CPU memory (offload)
   std::vector<dist::Work> works_;
   std::vector<bool> pending_;
   bool in_flight_ = false;
