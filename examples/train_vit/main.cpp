@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "compute_threads.h"
+#include "dry_run.h"
 #include "evaluate.h"
 #include "metrics_log.h"
 #include "nonfinite_loss_guard.h"
@@ -202,6 +203,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const Datasets data = load_datasets(o);
   const colo::nn::ViTConfig config =
       train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
+  if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;
   try {
@@ -230,6 +232,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                                                .in_channels(config.in_channels())
                                                .num_classes(config.num_classes()))
                    : colo::nn::make_vision_transformer(config);
+  if (o.activation_checkpointing) model->set_activation_checkpointing(true);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
   auto optimizer = make_optimizer(o, *model);
