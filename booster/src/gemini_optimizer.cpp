@@ -250,11 +250,26 @@ torch::TensorOptions GeminiOptimizer::state_options(bool on_host) const {
 const zero::ChunkPlacement& GeminiOptimizer::placement(std::size_t c) const { return placement_.at(c); }
 
 void GeminiOptimizer::backward(const torch::Tensor& loss) {
-  if (scaler_) {
-    scaler_->scale_loss(loss).backward();
-  } else {
-    loss.backward();
+  try {
+    if (scaler_) {
+      scaler_->scale_loss(loss).backward();
+    } else {
+      loss.backward();
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    throw out_of_memory("backward", device_, e);
   }
+}
+
+zero::AllocationError GeminiOptimizer::out_of_memory(const std::string& pass, const torch::Device& device,
+                                                     const c10::Error& e) {
+  const std::string cause = e.what_without_backtrace();
+  return zero::AllocationError(fmt::format(
+      "gemini: the {} pass ran out of {} memory: {}. What helps: a smaller batch per pass (with gradient "
+      "accumulation for the same step), activation checkpointing (LayerStack::set_activation_checkpointing; "
+      "train_vit --activation-checkpointing), max_prefetch=0, a smaller chunk_size_mb, or more optimizer state in "
+      "host memory (placement_policy=auto with a lower steady_cuda_cap_ratio, or a higher offload_optim_frac)",
+      pass, device.str(), cause.substr(0, cause.find('\n'))));
 }
 
 void GeminiOptimizer::prepare_for_backward() { reducer_->prepare_for_backward(); }

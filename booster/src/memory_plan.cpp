@@ -1,5 +1,6 @@
 #include <colo/booster/memory_plan.h>
 #include <colo/ddp/bucket_assignment.h>
+#include <colo/zero/allocate.h>
 #include <colo/zero/shard_layout.h>
 #include <fmt/format.h>
 
@@ -40,12 +41,12 @@ std::string MemoryPlan::to_string() const {
     out += fmt::format("  {:<{}} {:>12} {:>12}\n", "", kWidth, "device", "host");
     for (const auto& part : rank.parts) {
       if (part.bytes == 0) continue;
-      const auto amount = memory_planning::format_bytes(part.bytes) + (part.estimate ? "~" : "");
+      const auto amount = zero::format_bytes(part.bytes) + (part.estimate ? "~" : "");
       out += fmt::format("  {:<{}} {:>12} {:>12}\n", part.what, kWidth, part.on_host ? "-" : amount,
                          part.on_host ? amount : "-");
     }
-    out += fmt::format("  {:<{}} {:>12} {:>12}\n", "total", kWidth, memory_planning::format_bytes(rank.device_bytes()),
-                       memory_planning::format_bytes(rank.host_bytes()));
+    out += fmt::format("  {:<{}} {:>12} {:>12}\n", "total", kWidth, zero::format_bytes(rank.device_bytes()),
+                       zero::format_bytes(rank.host_bytes()));
   }
   out += "(~: an estimate; the rest is what colo allocates for model state)\n";
   for (const auto& note : notes) out += "note: " + note + "\n";
@@ -56,14 +57,6 @@ namespace memory_planning {
 
 int64_t bytes(int64_t elements, c10::ScalarType dtype) {
   return elements * static_cast<int64_t>(c10::elementSize(dtype));
-}
-
-std::string format_bytes(int64_t b) {
-  const double v = static_cast<double>(b);
-  if (v >= 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.2f} GiB", v / (1024.0 * 1024.0 * 1024.0));
-  if (v >= 1024.0 * 1024.0) return fmt::format("{:.1f} MiB", v / (1024.0 * 1024.0));
-  if (v >= 1024.0) return fmt::format("{:.1f} KiB", v / 1024.0);
-  return fmt::format("{} B", b);
 }
 
 int64_t activation_bytes(const nn::ModelSummary& model, std::size_t begin, std::size_t end, int64_t samples,

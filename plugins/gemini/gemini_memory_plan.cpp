@@ -2,6 +2,7 @@
 // (GeminiOptimizer::chunking) and placement rules the optimizer uses.
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/memory_plan.h>
+#include <colo/zero/allocate.h>
 #include <colo/zero/chunk_plan.h>
 #include <fmt/format.h>
 
@@ -13,7 +14,7 @@
 
 namespace colo::plugins {
 using memory_planning::bytes;
-using memory_planning::format_bytes;
+using zero::format_bytes;
 
 MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
   const auto o = GeminiOptions::parse(given).gemini;

@@ -1,5 +1,6 @@
 #include "gemini_model.h"
 
+#include <colo/zero/allocate.h>
 #include <colo/zero/chunked_parameters.h>
 #include <colo/zero/shard_layout.h>
 
@@ -83,6 +84,14 @@ void GeminiModel::on_backward_reaches(std::size_t layer) {
 }
 
 torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
+  try {
+    return run_layers(input);
+  } catch (const c10::OutOfMemoryError& e) {
+    throw GeminiOptimizer::out_of_memory("forward", optimizer_->chunks().device(), e);
+  }
+}
+
+torch::Tensor GeminiModel::run_layers(const torch::Tensor& input) {
   auto& chunks = optimizer_->chunks();
   const bool grad = torch::GradMode::is_enabled();
   if (grad) {

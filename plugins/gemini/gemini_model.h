@@ -50,6 +50,7 @@ class GeminiModel : public ModelWrapper {
   int64_t gathered_bytes_bound() const;
 
  private:
+  torch::Tensor run_layers(const torch::Tensor& input);
   void prefetch_after(std::size_t layer);
   void prefetch_before(std::size_t layer);
   void on_backward_reaches(std::size_t layer);

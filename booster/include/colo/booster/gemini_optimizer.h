@@ -21,6 +21,7 @@ namespace colo::dist {
 class ProcessGroup;
 }
 namespace colo::zero {
+class AllocationError;
 class ChunkedParameters;
 class ReduceScatterGradReducer;
 class ShardLayout;
@@ -208,6 +209,8 @@ class GeminiOptimizer : public OptimizerWrapper {
   // Auto placement: call at the start of the first forward; the first step then measures the
   // device's peak since.
   void begin_warmup();
+  // A pass that ran out of device memory, as an error that says what helps.
+  static zero::AllocationError out_of_memory(const std::string& pass, const torch::Device& device, const c10::Error& e);
 
  private:
   void settle_auto_placement();

@@ -88,9 +88,6 @@ int64_t activation_bytes(const nn::ModelSummary& model, std::size_t begin, std::
                          c10::ScalarType dtype, bool checkpointing, int tp, bool sequence_parallel,
                          std::vector<std::string>* unknown);
 
-// "1.50 GiB".
-std::string format_bytes(int64_t bytes);
-
 // The model state a replicated-weights engine holds for this rank's parameters (trainable ones
 // of `numels` elements, in forward order, and `frozen` elements more): the working weights, the
 // bucketed all-reduce's gradient buckets (ddp::BucketedAllReduce), fp32 masters and their
