@@ -17,14 +17,6 @@ namespace colo {
 
 namespace {
 
-int64_t shard_bytes(const SaveOptions& options) {
-  if (!options.shard) return 0;
-  if (!(options.max_shard_mb > 0)) {
-    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
-  }
-  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
-}
-
 std::vector<std::pair<std::string, torch::Tensor>> to_cpu(std::vector<std::pair<std::string, torch::Tensor>> state) {
   for (auto& entry : state) entry.second = entry.second.detach().to(torch::kCPU).contiguous();
   return state;
@@ -43,6 +35,14 @@ nlohmann::json read_json(const std::string& path) {
 }  // namespace
 
 CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(std::move(world)) {}
+
+int64_t CheckpointIO::max_shard_bytes(const SaveOptions& options) {
+  if (!options.shard) return 0;
+  if (!(options.max_shard_mb > 0)) {
+    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
+}
 
 std::map<std::string, double> CheckpointIO::read_number_map(const std::string& path) {
   const auto json = read_json(path);
@@ -70,7 +70,7 @@ void CheckpointIO::barrier() const {
 void CheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
   auto state = model.full_state();  // collective for sharded models: every rank calls it
   if (is_writer()) {
-    checkpoint::save_safetensors_set(dir, "model", to_cpu(std::move(state)), shard_bytes(options), {{"format", "colo"}});
+    checkpoint::save_safetensors_set(dir, "model", to_cpu(std::move(state)), max_shard_bytes(options), {{"format", "colo"}});
   }
   barrier();
 }
@@ -82,7 +82,7 @@ void CheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
 void CheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
   auto state = optimizer.full_state();
   if (is_writer()) {
-    checkpoint::save_safetensors_set(dir, "optimizer", to_cpu(std::move(state.tensors)), shard_bytes(options),
+    checkpoint::save_safetensors_set(dir, "optimizer", to_cpu(std::move(state.tensors)), max_shard_bytes(options),
                                      {{"format", "colo"}});
     write_number_map(files::join(dir, "optimizer.json"), state.scalars);
   }

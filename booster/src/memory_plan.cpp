@@ -95,6 +95,29 @@ std::string options_text(const std::map<std::string, std::string>& options) {
   return text;
 }
 
+MemoryPlan data_parallel_plan(const std::string& plugin, const std::map<std::string, std::string>& options,
+                              const MemoryPlanInputs& in, std::vector<MemoryPart> parts, c10::ScalarType compute) {
+  const int64_t samples = MemoryPlan::samples_per_pass(in, in.world_size());
+  std::vector<std::string> unknown;
+  parts.push_back({fmt::format("activations (batch {}{})", samples, in.activation_checkpointing() ? ", checkpointed" : ""),
+                   activation_bytes(in.model, 0, in.model.layers.size(), samples, compute, in.activation_checkpointing(), 1,
+                                    false, &unknown),
+                   false, true});
+  MemoryPlan plan;
+  plan.plugin = plugin;
+  plan.options = options_text(options);
+  plan.world_size = in.world_size();
+  RankMemory rank;
+  rank.ranks = in.world_size() == 1 ? "0" : fmt::format("0-{}", in.world_size() - 1);
+  rank.parts = std::move(parts);
+  plan.ranks.push_back(std::move(rank));
+  if (!unknown.empty()) {
+    plan.notes.push_back(fmt::format("no activation footprint for {} layer(s) (counted as 0), e.g. {}", unknown.size(),
+                                     unknown.front()));
+  }
+  return plan;
+}
+
 RankParameters rank_parameters(const nn::ModelSummary& model, std::size_t begin, std::size_t end,
                                const std::function<int64_t(const std::string&, int64_t)>& share) {
   RankParameters out;

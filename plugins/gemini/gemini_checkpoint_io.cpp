@@ -12,19 +12,11 @@
 namespace colo::plugins {
 namespace {
 
-int64_t max_shard_bytes(const SaveOptions& options) {
-  if (!options.shard) return 0;
-  if (!(options.max_shard_mb > 0)) {
-    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
-  }
-  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
-}
-
 // Every rank makes every entry in order (the gathers are collectives); the writer writes them.
 void save_pending(bool writer, const std::string& dir, const std::string& base,
-                  const std::vector<checkpoint::PendingTensor>& pending, const SaveOptions& options) {
+                  const std::vector<checkpoint::PendingTensor>& pending, int64_t max_shard_bytes) {
   if (writer) {
-    checkpoint::save_safetensors_set(dir, base, pending, max_shard_bytes(options), {{"format", "colo"}});
+    checkpoint::save_safetensors_set(dir, base, pending, max_shard_bytes, {{"format", "colo"}});
   } else {
     for (const auto& entry : pending) entry.values();
   }
@@ -45,7 +37,7 @@ CheckpointSetReader set_reader(const std::string& dir, const std::string& base) 
 void GeminiCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
   auto* gemini = dynamic_cast<GeminiModel*>(&model);
   if (!gemini) return CheckpointIO::save_model(model, dir, options);
-  save_pending(is_writer(), dir, "model", gemini->pending_full_state(), options);
+  save_pending(is_writer(), dir, "model", gemini->pending_full_state(), max_shard_bytes(options));
   barrier();
 }
 
@@ -59,7 +51,7 @@ void GeminiCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
                                         const SaveOptions& options) {
   auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
   if (!gemini) return CheckpointIO::save_optimizer(optimizer, dir, options);
-  save_pending(is_writer(), dir, "optimizer", gemini->pending_full_state(), options);
+  save_pending(is_writer(), dir, "optimizer", gemini->pending_full_state(), max_shard_bytes(options));
   if (is_writer()) write_number_map(files::join(dir, "optimizer.json"), gemini->full_state_scalars());
   barrier();
 }

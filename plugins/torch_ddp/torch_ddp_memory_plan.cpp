@@ -15,26 +15,9 @@ MemoryPlan TorchDdpPlugin::plan_memory(const PluginOptions& given, const MemoryP
   engine.gradient_as_bucket_view = o.gradient_as_bucket_view;
   engine.optimizer_states = in.optimizer_states();
   const auto params = memory_planning::rank_parameters(in.model, 0, in.model.layers.size());
-  RankMemory rank;
-  rank.ranks = in.world_size() == 1 ? "0" : fmt::format("0-{}", in.world_size() - 1);
-  rank.parts = memory_planning::replicated_engine_parts(params.trainable, params.frozen, engine);
-  std::vector<std::string> unknown;
-  rank.parts.push_back({fmt::format("activations (batch {}{})", MemoryPlan::samples_per_pass(in, in.world_size()),
-                                    in.activation_checkpointing() ? ", checkpointed" : ""),
-                        memory_planning::activation_bytes(in.model, 0, in.model.layers.size(), MemoryPlan::samples_per_pass(in, in.world_size()),
-                                                          amp::to_dtype(o.precision), in.activation_checkpointing(), 1,
-                                                          false, &unknown),
-                        false, true});
-  MemoryPlan plan;
-  plan.plugin = "torch_ddp";
-  plan.options = memory_planning::options_text(given);
-  plan.world_size = in.world_size();
-  plan.ranks.push_back(std::move(rank));
-  if (!unknown.empty()) {
-    plan.notes.push_back(fmt::format("no activation footprint for {} layer(s) (counted as 0), e.g. {}", unknown.size(),
-                                     unknown.front()));
-  }
-  return plan;
+  return memory_planning::data_parallel_plan("torch_ddp", given, in,
+                                             memory_planning::replicated_engine_parts(params.trainable, params.frozen, engine),
+                                             amp::to_dtype(o.precision));
 }
 
 }  // namespace colo::plugins

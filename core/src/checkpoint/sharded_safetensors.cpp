@@ -20,6 +20,17 @@ int64_t nbytes(const PendingTensor& t) {
   return numel * static_cast<int64_t>(c10::elementSize(t.dtype));
 }
 
+// <dir>/<base>.safetensors, the set's one file when it has no index; an error when there is none.
+std::string single_file_of(const std::string& dir, const std::string& base) {
+  const auto single = files::join(dir, base + ".safetensors");
+  if (!files::exists(single)) {
+    throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo checkpoint "
+                                      "directory?",
+                                      dir, base, base));
+  }
+  return single;
+}
+
 // The index's name → file map, validated.
 std::map<std::string, std::string> read_weight_map(const std::string& index_file) {
   nlohmann::json index;
@@ -117,12 +128,7 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
 std::vector<TensorInfo> list_safetensors_set(const std::string& dir, const std::string& base) {
   const std::string index_file = index_path(dir, base);
   if (!files::exists(index_file)) {
-    const auto single = files::join(dir, base + ".safetensors");
-    if (!files::exists(single)) {
-      throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo "
-                                        "checkpoint directory?",
-                                        dir, base, base));
-    }
+    const auto single = single_file_of(dir, base);
     return read_safetensors_header(single);
   }
   std::set<std::string> files_named;
@@ -162,12 +168,7 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
                                   const std::function<bool(const std::string& name)>& wanted) {
   const std::string index_file = index_path(dir, base);
   if (!files::exists(index_file)) {
-    const auto single = files::join(dir, base + ".safetensors");
-    if (!files::exists(single)) {
-      throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo "
-                                        "checkpoint directory?",
-                                        dir, base, base));
-    }
+    const auto single = single_file_of(dir, base);
     auto tensors = read_safetensors(single, wanted).tensors;
     require_finite(tensors, single);
     return tensors;

@@ -44,6 +44,8 @@ class CheckpointIO {
  protected:
   bool is_writer() const;
   void barrier() const;
+  // The largest file of a sharded set, in bytes (0: one file); throws for a size that is not positive.
+  static int64_t max_shard_bytes(const SaveOptions& options);
   // The plain numbers of a state (learning rates, loss scaler, scheduler) as a JSON object.
   static std::map<std::string, double> read_number_map(const std::string& path);
   static void write_number_map(const std::string& path, const std::map<std::string, double>& values);

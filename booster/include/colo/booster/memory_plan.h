@@ -132,6 +132,11 @@ RankParameters rank_parameters(const nn::ModelSummary& model, std::size_t begin,
 // "key=value key=value".
 std::string options_text(const std::map<std::string, std::string>& options);
 
+// The plan of a plugin whose ranks all hold the same (data parallelism over the world): `parts`
+// (model state) plus the whole model's activations at the per-rank batch, in `compute`.
+MemoryPlan data_parallel_plan(const std::string& plugin, const std::map<std::string, std::string>& options,
+                              const MemoryPlanInputs& inputs, std::vector<MemoryPart> parts, c10::ScalarType compute);
+
 }  // namespace memory_planning
 
 }  // namespace colo
