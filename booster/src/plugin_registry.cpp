@@ -5,7 +5,7 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 
-#include "closest_match.h"
+#include <colo/booster/closest_match.h>
 
 #include <colo/compat/files.h>
 
@@ -287,7 +287,7 @@ const PluginInfo& PluginRegistry::load_locked(const std::string& name_or_path) c
     }
   }
   for (const auto& problem : problems) message += "\nunusable: " + problem;
-  if (auto guess = detail::closest_match(name_or_path, names)) message += fmt::format("\ndid you mean '{}'?", *guess);
+  if (auto guess = closest_match(name_or_path, names)) message += fmt::format("\ndid you mean '{}'?", *guess);
   message += fmt::format(
       "\nset COLO_PLUGIN_PATH to the directory that holds {}, or pass the path of the .so instead of a name",
       file_name_for(name_or_path));
