@@ -1,4 +1,4 @@
-#include "colo/nn/layer_stack.h"
+#include <colo/nn/layer_stack.h>
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/layer.h"
+#include <colo/nn/layer.h>
 
 namespace colo::nn {
 
