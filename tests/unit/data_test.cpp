@@ -162,6 +162,21 @@ TEST(DataIdxTest, ReadsGzipFileOfSeveralBlocksAndMembers) {
   EXPECT_TRUE(torch::equal(read_idx_file(dir / "images", 3), as_tensor(data, {2, 7, 5000})));
 }
 
+// What follows the last member (zero padding, as tape blocks leave) is ignored, as gzip(1) does,
+// and a file that is not gzip is read as it is, whatever its name says.
+TEST(DataIdxTest, IgnoresPaddingAfterTheLastGzipMemberAndReadsPlainDataUnderAGzName) {
+  TempDir dir;
+  const Bytes data = iota_bytes(2 * 3 * 4, 40);
+  const Bytes file = idx_bytes({2, 3, 4}, data);
+  Bytes padded = gzip_stored(file);
+  padded.insert(padded.end(), 512, 0);
+  write_file(dir / "padded.gz", padded);
+  EXPECT_TRUE(torch::equal(read_idx_file(dir / "padded.gz", 3), as_tensor(data, {2, 3, 4})));
+
+  write_file(dir / "plain.gz", file);
+  EXPECT_TRUE(torch::equal(read_idx_file(dir / "plain.gz", 3), as_tensor(data, {2, 3, 4})));
+}
+
 TEST(DataIdxTest, BadMagicNumber) {
   TempDir dir;
   write_file(dir / "labels", idx_bytes({3}, {1, 2, 3}));
