@@ -12,6 +12,13 @@
 // (std::filesystem::remove_all did, on the GPU machine). Plain paths as std::string and POSIX
 // calls are immune to that, and are all colo needs.
 //
+// Boost.DLL, built with BOOST_DLL_USE_STD_FS, would go through std::filesystem too (path
+// handling on every load; read_symlink and equivalent when a load fails), so the plugin registry
+// does not load through it: it calls dlopen, dlsym and dladdr itself (booster/src/shared_library.h).
+// Plugins still export their entry with BOOST_DLL_ALIAS, a declaration that calls nothing. The
+// test no_std_filesystem (tests/no_std_filesystem.sh) checks every colo binary, in the CPU build
+// and (labelled gpu) in the CUDA build, for calls into std::filesystem.
+//
 // These helpers need no LibTorch: they are their own small library (colo_files), compiled into
 // libcolo_core and into colo-run, the launcher that must start on machines without LibTorch.
 //
