@@ -39,15 +39,6 @@ void LayerStack::push_back(std::shared_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
 }
 
-void LayerStack::replace_layer(std::size_t i, std::shared_ptr<Layer> layer) {
-  if (!layer) throw std::invalid_argument("LayerStack::replace_layer: the layer is null");
-  if (i >= layers_.size()) {
-    throw std::out_of_range(fmt::format("LayerStack::replace_layer: index {} is out of range (size {})", i, size()));
-  }
-  replace_module(std::to_string(i), layer);
-  layers_[i] = std::move(layer);
-}
-
 torch::Tensor LayerStack::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
   for (const auto& layer : layers_) h = layer->forward(h);
