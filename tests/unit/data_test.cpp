@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "error_of.h"
 #include "scoped_env.h"
 #include "temporary_directory.h"
 
@@ -106,27 +107,14 @@ torch::Tensor as_tensor(const Bytes& bytes, std::vector<int64_t> sizes) {
   return torch::tensor(std::vector<int64_t>(bytes.begin(), bytes.end()), torch::kLong).view(sizes).to(torch::kUInt8);
 }
 
-// The message of the DatasetError `body` throws (fails the test when it throws none).
+// The message of the DatasetError (std::invalid_argument) `body` throws.
 template <typename Body>
 std::string dataset_error(Body body) {
-  try {
-    body();
-  } catch (const DatasetError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no DatasetError thrown";
-  return "";
+  return colo::testing::error_of<DatasetError>(body);
 }
-
 template <typename Body>
 std::string invalid_argument(Body body) {
-  try {
-    body();
-  } catch (const std::invalid_argument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
+  return colo::testing::error_of<std::invalid_argument>(body);
 }
 
 using colo::testing::ScopedEnv;
