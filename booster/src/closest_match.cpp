@@ -1,12 +1,12 @@
-#include "closest_match.h"
+#include <colo/booster/closest_match.h>
 
 #include <algorithm>
-#include <cstddef>
 
-namespace colo::detail {
-namespace {
+namespace colo {
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
+  // One row of the dynamic-programming table at a time: row[j] is the distance between the
+  // first i characters of a and the first j of b.
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
@@ -20,8 +20,6 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 std::optional<std::string> closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   // A third of the word's length: catches dropped suffixes and transpositions without
@@ -39,4 +37,4 @@ std::optional<std::string> closest_match(const std::string& word, const std::vec
   return best;
 }
 
-}  // namespace colo::detail
+}  // namespace colo

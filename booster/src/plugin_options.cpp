@@ -1,6 +1,6 @@
 #include <colo/booster/plugin_options.h>
 
-#include "closest_match.h"
+#include <colo/booster/closest_match.h>
 
 #include <fmt/format.h>
 
@@ -120,7 +120,7 @@ std::string OptionReader::get_choice(const std::string& key, const std::string& 
   if (!value) return fallback;
   if (std::find(choices.begin(), choices.end(), *value) != choices.end()) return *value;
   std::string what = fmt::format("is not one of {}", one_of);
-  if (auto guess = detail::closest_match(*value, choices)) what += fmt::format(" (did you mean '{}'?)", *guess);
+  if (auto guess = closest_match(*value, choices)) what += fmt::format(" (did you mean '{}'?)", *guess);
   reject(key, *value, what);
   return fallback;
 }
@@ -136,7 +136,7 @@ void OptionReader::finish() const {
     if (std::find(valid_keys.begin(), valid_keys.end(), key) != valid_keys.end()) continue;
     any_unknown = true;
     std::string line = fmt::format("unknown option '{}'", key);
-    if (auto guess = detail::closest_match(key, valid_keys)) line += fmt::format(" (did you mean '{}'?)", *guess);
+    if (auto guess = closest_match(key, valid_keys)) line += fmt::format(" (did you mean '{}'?)", *guess);
     problems.push_back(std::move(line));
   }
   if (problems.empty()) return;

@@ -6,12 +6,12 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 
-#include "closest_match.h"
+#include <colo/booster/closest_match.h>
 
 #include <colo/compat/files.h>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-#include <boost/dll/shared_library.hpp>
+#include "shared_library.h"
+
 #include <cxxabi.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -27,7 +27,8 @@
 namespace colo {
 
 struct PluginRegistry::LoadedPlugin {
-  boost::dll::shared_library library;
+  explicit LoadedPlugin(const std::string& path) : library(path) {}
+  detail::SharedLibrary library;
   const PluginInfo* info = nullptr;
 };
 
@@ -54,7 +55,7 @@ std::vector<SearchDir> search_dirs() {
   }
   // Where `cmake --install` puts plugins: relative to this library, so that an installed tree
   // can be moved.
-  const std::string booster = boost::dll::this_line_location().string();
+  const std::string booster = detail::shared_object_containing(reinterpret_cast<const void*>(&search_dirs));
   dirs.push_back({files::join(files::parent_path(booster), COLO_PLUGIN_INSTALL_SUBDIR), "installed plugins"});
   dirs.push_back({COLO_PLUGIN_BUILD_DIR, "build tree"});
 
@@ -95,17 +96,8 @@ std::string demangle(const std::string& symbol) {
   return out;
 }
 
-// Boost.DLL wraps dlerror()'s text in its own; the loader's text is what tells the user what is
-// wrong, so keep only that, and add what to do about the common cases.
-std::string load_failure_message(const std::string& path, const std::string& boost_message) {
-  // "<what> (dlerror system message: <text>): <error code's message>"
-  std::string reason = boost_message;
-  const std::string marker = "(dlerror system message: ";
-  if (const auto at = reason.find(marker); at != std::string::npos) {
-    reason = reason.substr(at + marker.size());
-    const auto end = reason.rfind("): ");
-    reason = reason.substr(0, end != std::string::npos ? end : reason.size() - (reason.back() == ')' ? 1 : 0));
-  }
+// The loader's text (dlerror) tells the user what is wrong; add what to do about the common cases.
+std::string load_failure_message(const std::string& path, const std::string& reason) {
   std::string hint;
   if (const auto at = reason.find("undefined symbol: "); at != std::string::npos) {
     const std::string symbol = reason.substr(at + std::strlen("undefined symbol: "));
@@ -171,20 +163,22 @@ const PluginInfo& PluginRegistry::open_locked(const std::string& path, const std
   const PluginInfo* info = cached == loaded_.end() ? nullptr : cached->second->info;
 
   if (!info) {
-    auto loaded = std::make_shared<LoadedPlugin>();
+    std::shared_ptr<LoadedPlugin> loaded;
     try {
       // RTLD_NOW: a missing symbol is reported here, with the file's name, not as a crash later.
-      loaded->library.load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
-    } catch (const std::exception& e) {
+      loaded = std::make_shared<LoadedPlugin>(path);
+    } catch (const std::runtime_error& e) {
       throw PluginError(load_failure_message(path, e.what()));
     }
-    if (!loaded->library.has("colo_plugin_info")) {
+    // COLO_PLUGIN exports it through BOOST_DLL_ALIAS: a pointer to the plugin's info() function.
+    void* const alias = loaded->library.symbol("colo_plugin_info");
+    if (alias == nullptr) {
       throw PluginError(fmt::format(
           "'{}' is not a colo plugin: it does not export colo_plugin_info; build it with colo_add_plugin() and "
           "declare the plugin class with COLO_PLUGIN(...) (colo/booster/plugin_info.h)",
           path));
     }
-    info = loaded->library.get_alias<const PluginInfo*()>("colo_plugin_info")();
+    info = (*static_cast<const PluginInfo* (**)()>(alias))();
     // api_version is read before anything else: the rest of the struct is only meaningful when
     // it matches.
     if (!info) throw PluginError(fmt::format("plugin '{}': colo_plugin_info returned no information", path));
@@ -288,7 +282,7 @@ const PluginInfo& PluginRegistry::load_locked(const std::string& name_or_path) c
     }
   }
   for (const auto& problem : problems) message += "\nunusable: " + problem;
-  if (auto guess = detail::closest_match(name_or_path, names)) message += fmt::format("\ndid you mean '{}'?", *guess);
+  if (auto guess = closest_match(name_or_path, names)) message += fmt::format("\ndid you mean '{}'?", *guess);
   message += fmt::format(
       "\nset COLO_PLUGIN_PATH to the directory that holds {}, or pass the path of the .so instead of a name",
       file_name_for(name_or_path));

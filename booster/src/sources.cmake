@@ -13,6 +13,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/shared_library.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sharded_adam_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/staged_checkpoint_io.cpp

@@ -1,5 +1,7 @@
 #include "train_options.h"
 
+#include <colo/booster/closest_match.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,21 +42,6 @@ UsageError usage_error(const std::vector<std::string>& problems) {
   return UsageError(fmt::format("{} problems with the command line:\n  {}", problems.size(), join(problems, "\n  ")));
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // " (did you mean --epochs?)" when a valid option is a likely typo of `token`.
 std::string suggestion(const std::string& token, const po::options_description& description) {
   std::string name = token.substr(0, token.find('='));
@@ -63,7 +50,7 @@ std::string suggestion(const std::string& token, const po::options_description& 
   size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
   for (const auto& option : description.options()) {
     const std::string& candidate = option->long_name();
-    const size_t distance = candidate.rfind(name, 0) == 0 ? 0 : edit_distance(name, candidate);
+    const size_t distance = candidate.rfind(name, 0) == 0 ? 0 : colo::edit_distance(name, candidate);
     if (distance < best_distance) {
       best_distance = distance;
       best = candidate;

@@ -7,6 +7,7 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/sharded_safetensors.h>
+#include <colo/compat/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/zero/chunked_parameters.h>
@@ -327,8 +328,9 @@ TEST(Gemini, ShardedCheckpointFilesLoadUnderOtherPlugins) {
   sharded.max_shard_mb = 0.02;
   booster.save_model(*b.model, dir, sharded);
   booster.save_optimizer(*b.optimizer, dir, sharded);
-  EXPECT_TRUE(checkpoint::has_safetensors_set(dir, "model"));
-  EXPECT_GT(checkpoint::list_safetensors_set(dir, "model").size(), 0u);
+  // Several files and their index, every tensor listed in their headers.
+  EXPECT_TRUE(files::exists(files::join(dir, "model.safetensors.index.json")));
+  EXPECT_EQ(checkpoint::list_safetensors_set(dir, "model").size(), b.model->full_state().size());
   const auto saved_model = named_state(b.model->full_state());
   const auto saved_optimizer = named_state(b.optimizer->full_state().tensors);
 

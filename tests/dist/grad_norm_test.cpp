@@ -28,7 +28,7 @@ namespace {
 
 using namespace test;
 
-constexpr int kSteps = 3;
+constexpr int kClippedSteps = 3;
 constexpr int kMicro = 2;             // gradient accumulation, as `--grad-accum 2`
 constexpr int64_t kGlobalMicro = 8;   // images per micro-batch over all ranks of a group
 constexpr double kMaxNorm = 1.0;      // below the norms measured: every step clips
@@ -45,13 +45,13 @@ std::shared_ptr<nn::LayerStack> make_wide_vit() {
 // accumulated under no_sync) and returns each step's gradient norm before clipping.
 std::vector<double> grad_norms(const std::string& plugin_name, const PluginOptions& options,
                                const std::shared_ptr<dist::ProcessGroup>& group) {
-  const auto data = make_batches(kSteps * kMicro, kGlobalMicro);
+  const auto data = make_batches(kClippedSteps * kMicro, kGlobalMicro);
   auto plugin = PluginRegistry::global().create(plugin_name, options, PluginContext{group, device()});
   auto model = make_wide_vit();
   auto optimizer = std::make_shared<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-3));
   auto b = plugin->boost({model, optimizer, cross_entropy, nullptr, nullptr});
   std::vector<double> norms;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kClippedSteps; ++step) {
     b.optimizer->zero_grad();
     for (int m = 0; m < kMicro; ++m) {
       const auto& images = data.images[step * kMicro + m];

@@ -29,16 +29,8 @@ namespace {
 using namespace test;
 using dist::MeshAxis;
 
-std::shared_ptr<nn::LayerStack> deep_vit(uint64_t seed = 9) {
-  torch::manual_seed(seed);
-  auto model = nn::make_vision_transformer(tiny_vit().depth(8));
-  model->to(device());
-  return model;
-}
-
-std::shared_ptr<torch::optim::Optimizer> adamw(nn::LayerStack& model) {
-  return std::make_shared<torch::optim::AdamW>(model.parameters(), torch::optim::AdamWOptions(1e-3).eps(1e-3));
-}
+// Deep enough to cut into pipeline stages (depth 8: 9 layers after the head joins the last block).
+std::shared_ptr<nn::LayerStack> eight_block_vit(uint64_t seed = 9) { return make_vit(tiny_vit().depth(8), seed); }
 
 PluginOptions pipeline(int pp, PluginOptions more = {}) {
   more["pp_size"] = std::to_string(pp);
@@ -121,7 +113,7 @@ TEST(HybridParallel, Fp16OverflowOnOneStageSkipsTheStepOnEveryRank) {
   auto model = std::make_shared<nn::LayerStack>();
   for (int i = 0; i < 4; ++i) model->push_back(std::make_shared<ScaleShift>(8, i));
   model->to(device());
-  auto b = booster.boost(model, adamw(*model), [](const torch::Tensor& o, const torch::Tensor& t) {
+  auto b = booster.boost(model, conditioned_adamw(*model), [](const torch::Tensor& o, const torch::Tensor& t) {
     return (o - t).pow(2).mean();
   });
   const auto& mesh = *b.mesh;
@@ -161,8 +153,8 @@ void check_round_trip(const std::string& from_plugin, const PluginOptions& from,
     const auto group = consecutive_group(from_size, "hp_ckpt_from");
     auto plugin = PluginRegistry::global().create(from_plugin, from, PluginContext{group, device()});
     Booster booster(plugin);
-    auto model = deep_vit();
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     train_step(booster, b, data.images[0], data.labels[0]);
     train_step(booster, b, data.images[1], data.labels[1]);
     // Only the first group writes (the others would race for the same directory).
@@ -178,8 +170,8 @@ void check_round_trip(const std::string& from_plugin, const PluginOptions& from,
   const auto group = consecutive_group(to_size, "hp_ckpt_to");
   auto plugin = PluginRegistry::global().create(to_plugin, to, PluginContext{group, device()});
   Booster booster(plugin);
-  auto model = deep_vit(/*seed=*/99);  // other weights: the load must replace them all
-  auto b = booster.boost(model, adamw(*model), cross_entropy);
+  auto model = eight_block_vit(/*seed=*/99);  // other weights: the load must replace them all
+  auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
   booster.load_model(*b.model, dir);
   booster.load_optimizer(*b.optimizer, dir);
   for (const auto& [name, tensor] : b.model->full_state()) {
@@ -237,8 +229,8 @@ TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   {
     auto plugin = PluginRegistry::global().create("torch_ddp", {}, PluginContext{single, device()});
     Booster booster(plugin);
-    auto model = deep_vit();
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     train_step(booster, b, data.images[0], data.labels[0]);
     train_step(booster, b, data.images[1], data.labels[1]);
     if (world()->rank() == 0) {
@@ -254,8 +246,8 @@ TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   {
     auto plugin = PluginRegistry::global().create("hybrid_parallel", layout, PluginContext{world(), device()});
     Booster booster(plugin);
-    auto model = deep_vit(/*seed=*/99);  // other weights: the load must replace them all
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit(/*seed=*/99);  // other weights: the load must replace them all
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     booster.load_model(*b.model, from_one);
     booster.load_optimizer(*b.optimizer, from_one);
     train_step(booster, b, data.images[2], data.labels[2]);
@@ -273,8 +265,8 @@ TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   {
     auto plugin = PluginRegistry::global().create("torch_ddp", {}, PluginContext{single, device()});
     Booster booster(plugin);
-    auto model = deep_vit(/*seed=*/98);
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit(/*seed=*/98);
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     booster.load_model(*b.model, from_tp);
     booster.load_optimizer(*b.optimizer, from_tp);
     for (const auto& [name, tensor] : b.model->full_state()) {
@@ -302,8 +294,8 @@ TEST(HybridParallel, ResumeUnderThePipelineIsExact) {
   {
     auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{group, device()});
     Booster booster(plugin);
-    auto model = deep_vit();
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     train_step(booster, b, data.images[0], data.labels[0]);
     train_step(booster, b, data.images[1], data.labels[1]);
     // save_state's barriers are the world's: every group saves at once, each into its directory.
@@ -314,8 +306,8 @@ TEST(HybridParallel, ResumeUnderThePipelineIsExact) {
   {
     auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{group, device()});
     Booster booster(plugin);
-    auto model = deep_vit(/*seed=*/77);
-    auto b = booster.boost(model, adamw(*model), cross_entropy);
+    auto model = eight_block_vit(/*seed=*/77);
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     booster.load_state(b, my_dir);
     for (int i = 2; i < 4; ++i) got.push_back(train_step(booster, b, data.images[i], data.labels[i]));
     EXPECT_EQ(got, want) << "losses after resuming";
@@ -377,13 +369,13 @@ TEST(HybridParallel, RejectsLayoutsThatDoNotFitTheWorldOrTheModel) {
   Booster booster(plugin);
   torch::manual_seed(1);
   auto shallow = nn::make_vision_transformer(tiny_vit());
-  expect_contains(error_of([&] { booster.boost(shallow, adamw(*shallow), cross_entropy); }),
+  expect_contains(error_of([&] { booster.boost(shallow, conditioned_adamw(*shallow), cross_entropy); }),
                   {"4 layers cannot be cut into pp_size 2 x num_model_chunks 2 = 4 stages"});
 
-  auto model = deep_vit();
+  auto model = eight_block_vit();
   auto plain = PluginRegistry::global().create("hybrid_parallel", pipeline(2), PluginContext{group, device()});
   Booster pipelined(plain);
-  auto b = pipelined.boost(model, adamw(*model), cross_entropy);
+  auto b = pipelined.boost(model, conditioned_adamw(*model), cross_entropy);
   const auto data = make_batches(1, 6, 2);
   expect_contains(error_of([&] { b.model->forward(data.images[0]); }), {"execute_pipeline", "2 pipeline stages"});
   expect_contains(error_of([&] {

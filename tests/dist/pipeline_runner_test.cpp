@@ -25,12 +25,7 @@ namespace {
 
 using namespace test;
 
-std::shared_ptr<nn::LayerStack> deep_vit() {
-  torch::manual_seed(8);
-  auto model = nn::make_vision_transformer(tiny_vit().depth(8));
-  model->to(device());
-  return model;
-}
+std::shared_ptr<nn::LayerStack> deep_vit() { return make_vit(tiny_vit().depth(8), /*seed=*/8); }
 
 // This rank's chunks of `model` for `stages` (uniform cut, head with the last block).
 std::vector<std::shared_ptr<nn::LayerStack>> chunks_of(const nn::LayerStack& model, const StageManager& stages) {

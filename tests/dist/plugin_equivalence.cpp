@@ -1,5 +1,6 @@
 #include "plugin_equivalence.h"
 
+#include <colo/booster/plugin_registry.h>
 #include <colo/compat/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
@@ -18,11 +19,23 @@ nn::ViTConfig tiny_vit() {
       2);
 }
 
-std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed) {
+std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed) { return make_vit(tiny_vit(), seed); }
+
+std::shared_ptr<nn::LayerStack> make_vit(const nn::ViTConfig& config, uint64_t seed) {
   torch::manual_seed(seed);
-  auto model = nn::make_vision_transformer(tiny_vit());
+  auto model = nn::make_vision_transformer(config);
   model->to(device());
   return model;
+}
+
+std::shared_ptr<torch::optim::Optimizer> conditioned_adamw(nn::LayerStack& model, double weight_decay) {
+  return std::make_shared<torch::optim::AdamW>(model.parameters(),
+                                               torch::optim::AdamWOptions(kLr).eps(kAdamEps).weight_decay(weight_decay));
+}
+
+std::shared_ptr<Plugin> make_plugin(const std::string& name, const PluginOptions& options,
+                                    std::shared_ptr<dist::ProcessGroup> group) {
+  return PluginRegistry::global().create(name, options, PluginContext{group ? std::move(group) : world(), device()});
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {

@@ -1,9 +1,10 @@
 #pragma once
 
-// What the plugin-equivalence tests (torch_ddp_test.cpp, low_level_zero_test.cpp) share: a tiny
-// ViT, the same global batches on every rank, each rank's shard of them, the trajectory of a
-// boosted run, and the error measures the tolerances are stated in. Each test file keeps what is
-// its own: its optimizer, its plugin's name and its single-process reference run.
+// What the multi-rank tests share (one header, so that no two test files define a helper under
+// the same name: the CUDA build compiles them as one unity translation unit): a tiny ViT, the
+// same global batches on every rank, each rank's shard of them, plugins made on the world, the
+// trajectory of a boosted run, and the error measures the tolerances are stated in. Each test
+// file keeps what is its own: its plugin options and its single-process reference run.
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin.h>
 #include <colo/dist/process_group.h>
@@ -22,10 +23,34 @@
 
 namespace colo::test {
 
+// The shape of a plugin-equivalence run: kSteps steps of kPerRankBatch samples per rank, at kLr.
+constexpr int64_t kPerRankBatch = 4;
+constexpr int kSteps = 5;
+constexpr double kLr = 1e-3;
+// Losses and weights against the single-process reference in fp32: the runs differ only in the
+// order of floating-point sums (and the Adam kernel), ~1e-7 per step (low_level_zero_test.cpp).
+constexpr double kFp32Tolerance = 1e-5;
+// bf16 against the fp32 reference: losses, and update_error() of the weights; derived where they
+// are used, in low_level_zero_test.cpp (Bf16TracksTheFp32Reference).
+constexpr double kBf16LossTolerance = 5e-3;
+constexpr double kBf16UpdateTolerance = 0.1;
+
+// Adam's epsilon in the equivalence tests: an Adam update's sensitivity to its gradient is at most
+// lr / eps, and gradients that are pure rounding noise (zero in exact arithmetic) would otherwise
+// get full-size updates of random sign (low_level_zero_test.cpp measures it).
+constexpr double kAdamEps = 1e-3;
+// torch's AdamW at kLr with kAdamEps.
+std::shared_ptr<torch::optim::Optimizer> conditioned_adamw(nn::LayerStack& model, double weight_decay = 0.01);
+
 // 16×16 images, patch 8, 2 blocks of width 32, 10 classes: seconds per test on a CPU.
 nn::ViTConfig tiny_vit();
-// tiny_vit() initialised from `seed`, on this rank's device.
+// tiny_vit() (or `config`) initialised from `seed`, on this rank's device.
 std::shared_ptr<nn::LayerStack> make_vit(uint64_t seed = 7);
+std::shared_ptr<nn::LayerStack> make_vit(const nn::ViTConfig& config, uint64_t seed);
+
+// The plugin `name` from the registry, on `group` (the world by default) and this rank's device.
+std::shared_ptr<Plugin> make_plugin(const std::string& name, const PluginOptions& options,
+                                    std::shared_ptr<dist::ProcessGroup> group = nullptr);
 
 torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target);
 

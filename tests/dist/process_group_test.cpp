@@ -129,6 +129,10 @@ void expect_lonely_all_reduce_fails(bool peer_stays, std::chrono::milliseconds t
   const bool member = world()->rank() < 2;
   std::shared_ptr<ProcessGroup> pair;
   if (member) pair = world()->new_subgroup({0, 1}, "lonely_pair", timeout);
+  // Rank 1 may finish creating the group (Gloo's connection handshake) before rank 0 does: were
+  // it to drop the group then, rank 0's creation, not its all-reduce, would see the closed
+  // connection. So both finish first.
+  world()->barrier().wait();
   if (member && !peer_stays && pair->rank() == 1) pair.reset();
   if (member && pair && pair->rank() == 0) {
     auto t = torch::ones({1}).to(device());

@@ -28,7 +28,7 @@ namespace {
 using namespace test;
 using dist::MeshAxis;
 
-constexpr int64_t kMicrobatches = 2, kReplicaBatch = 8, kSteps = 3;
+constexpr int64_t kMicrobatches = 2, kReplicaBatch = 8, kResnetSteps = 3;
 
 std::shared_ptr<nn::LayerStack> small_resnet() {
   torch::manual_seed(5);
@@ -51,7 +51,7 @@ TEST(ResNetPipeline, TwoStagesTrainAsOneProcessRunningTheMicrobatchesInTurn) {
   const int64_t batch = kReplicaBatch * dp;
   torch::manual_seed(11);
   std::vector<torch::Tensor> images, labels;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kResnetSteps; ++s) {
     images.push_back(torch::randn({batch, 3, 64, 64}).to(device()));
     labels.push_back(torch::randint(0, 10, {batch}, torch::kLong).to(device()));
   }
@@ -60,7 +60,7 @@ TEST(ResNetPipeline, TwoStagesTrainAsOneProcessRunningTheMicrobatchesInTurn) {
   auto reference = small_resnet();
   auto reference_optimizer = sgd(*reference);
   std::vector<double> want;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kResnetSteps; ++s) {
     reference_optimizer->zero_grad();
     double loss = 0;
     for (int d = 0; d < dp; ++d) {
@@ -82,7 +82,7 @@ TEST(ResNetPipeline, TwoStagesTrainAsOneProcessRunningTheMicrobatchesInTurn) {
   auto model = small_resnet();
   auto b = booster.boost(model, sgd(*model), ce);
   const int d = b.mesh->coordinate(MeshAxis::kDp);
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kResnetSteps; ++s) {
     b.optimizer->zero_grad();
     const double loss =
         booster.execute_pipeline(shard(images[s], d, dp), shard(labels[s], d, dp), *b.model, b.criterion, *b.optimizer)

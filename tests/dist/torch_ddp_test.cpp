@@ -47,9 +47,7 @@ namespace {
 // The shared pieces of every plugin-equivalence test (plugin_equivalence.h), device() and world().
 using namespace test;
 
-constexpr int64_t kPerRankBatch = 4;
-constexpr int kSteps = 5;
-constexpr double kLr = 1e-3;
+// The run's shape (kPerRankBatch, kSteps, kLr) is plugin_equivalence.h's.
 
 // The equivalence tests use SGD with momentum: it is linear in the gradients, so the runs'
 // rounding differences stay at rounding size. Adam divides each gradient by its running RMS,
@@ -60,18 +58,18 @@ std::shared_ptr<torch::optim::Optimizer> make_sgd(nn::LayerStack& model) {
                                              torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
 }
 
-std::shared_ptr<torch::optim::Optimizer> make_adamw(nn::LayerStack& model, double weight_decay = 0.01) {
+// torch's AdamW with its own epsilon, for the tests that need an Adam-like optimizer but compare
+// no trajectories element by element.
+std::shared_ptr<torch::optim::Optimizer> plain_adamw(nn::LayerStack& model, double weight_decay = 0.01) {
   return std::make_shared<torch::optim::AdamW>(model.parameters(),
                                                torch::optim::AdamWOptions(kLr).weight_decay(weight_decay));
 }
 
-std::shared_ptr<Plugin> make_plugin(const PluginOptions& options) {
-  return PluginRegistry::global().create("torch_ddp", options, PluginContext{world(), device()});
-}
+std::shared_ptr<Plugin> ddp_plugin(const PluginOptions& options) { return make_plugin("torch_ddp", options); }
 
 // Single-process training on the global batches.
-Trajectory train_reference(nn::LayerStack& model, torch::optim::Optimizer& optimizer, const GlobalBatches& data,
-                           double max_grad_norm = 0.0) {
+Trajectory train_reference_on_whole_batches(nn::LayerStack& model, torch::optim::Optimizer& optimizer,
+                                            const GlobalBatches& data, double max_grad_norm = 0.0) {
   Trajectory t;
   for (std::size_t i = 0; i < data.images.size(); ++i) {
     optimizer.zero_grad();
@@ -89,9 +87,9 @@ void check_fp32_equivalence(const PluginOptions& options) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
   auto reference = make_vit();
   auto reference_opt = make_sgd(*reference);
-  const auto want = train_reference(*reference, *reference_opt, data);
+  const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data);
 
-  auto plugin = make_plugin(options);
+  auto plugin = ddp_plugin(options);
   auto model = make_vit();
   auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
   const auto got = train_boosted(*plugin, b, data);
@@ -120,9 +118,9 @@ TEST(TorchDdp, DifferentInitialisationsStartFromRankZeros) {
   const auto data = make_batches(2, kPerRankBatch * world()->size());
   auto reference = make_vit(/*seed=*/7);
   auto reference_opt = make_sgd(*reference);
-  const auto want = train_reference(*reference, *reference_opt, data);
+  const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data);
 
-  auto plugin = make_plugin({});
+  auto plugin = ddp_plugin({});
   auto model = make_vit(/*seed=*/7 + 100 * world()->rank());
   auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
   const auto got = train_boosted(*plugin, b, data);
@@ -135,10 +133,10 @@ TEST(TorchDdp, GradientClippingMatchesTorchClipGradNorm) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
   auto reference = make_vit();
   auto reference_opt = make_sgd(*reference);
-  const auto want = train_reference(*reference, *reference_opt, data, kMaxNorm);
+  const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data, kMaxNorm);
   for (double norm : want.grad_norms) ASSERT_GT(norm, kMaxNorm) << "the test must clip";
 
-  auto plugin = make_plugin({{"max_grad_norm", std::to_string(kMaxNorm)}});
+  auto plugin = ddp_plugin({{"max_grad_norm", std::to_string(kMaxNorm)}});
   auto model = make_vit();
   auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
   EXPECT_EQ(b.optimizer->max_grad_norm(), kMaxNorm);
@@ -169,9 +167,9 @@ TEST(TorchDdp, NoSyncAccumulationEqualsOneStepOnTheLargerBatch) {
     const auto data = make_batches(2, kMicro * kPerRankBatch * world()->size());
     auto reference = make_vit();
     auto reference_opt = make_sgd(*reference);
-    const auto want = train_reference(*reference, *reference_opt, data);
+    const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data);
 
-    auto plugin = make_plugin({{"gradient_as_bucket_view", view}});
+    auto plugin = ddp_plugin({{"gradient_as_bucket_view", view}});
     auto model = make_vit();
     auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
     for (std::size_t step = 0; step < data.images.size(); ++step) {
@@ -211,9 +209,9 @@ TEST(TorchDdp, Bf16TracksTheFp32Reference) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
   auto reference = make_vit();
   auto reference_opt = make_sgd(*reference);
-  const auto want = train_reference(*reference, *reference_opt, data);
+  const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data);
 
-  auto plugin = make_plugin({{"precision", "bf16"}});
+  auto plugin = ddp_plugin({{"precision", "bf16"}});
   auto model = make_vit();
   auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
   // Working weights are bf16; the optimizer steps fp32 masters, and its state is fp32.
@@ -244,9 +242,9 @@ TEST(TorchDdp, Bf16ResumeFromFullStateIsExact) {
       b.optimizer->step();
     }
   };
-  auto plugin = make_plugin({{"precision", "bf16"}});
+  auto plugin = ddp_plugin({{"precision", "bf16"}});
   auto model = make_vit();
-  auto b = plugin->boost({model, make_adamw(*model), cross_entropy, nullptr, nullptr});
+  auto b = plugin->boost({model, plain_adamw(*model), cross_entropy, nullptr, nullptr});
   run(*plugin, b, 0, 2);
   auto saved_model = b.model->full_state();
   for (auto& [name, t] : saved_model) t = t.clone();
@@ -256,9 +254,9 @@ TEST(TorchDdp, Bf16ResumeFromFullStateIsExact) {
   EXPECT_EQ(saved_optimizer.scalars.at("lr.0"), kLr);
   run(*plugin, b, 2, 4);
 
-  auto plugin2 = make_plugin({{"precision", "bf16"}});
+  auto plugin2 = ddp_plugin({{"precision", "bf16"}});
   auto model2 = make_vit(/*seed=*/99);
-  auto b2 = plugin2->boost({model2, make_adamw(*model2), cross_entropy, nullptr, nullptr});
+  auto b2 = plugin2->boost({model2, plain_adamw(*model2), cross_entropy, nullptr, nullptr});
   b2.model->load_full_state(saved_model);
   b2.optimizer->load_full_state(saved_optimizer);
   run(*plugin2, b2, 2, 4);
@@ -278,12 +276,12 @@ struct ResumableRun {
   Boosted b;
 
   ResumableRun(const std::shared_ptr<const data::Dataset>& dataset, uint64_t seed)
-      : plugin(make_plugin({})), booster(std::make_unique<Booster>(plugin)) {
+      : plugin(ddp_plugin({})), booster(std::make_unique<Booster>(plugin)) {
     torch::manual_seed(seed);
     auto model = nn::make_vision_transformer(tiny_vit().drop_rate(0.1).drop_path_rate(0.2));
     auto loader = std::make_shared<data::DataLoader>(
         dataset, data::DataLoaderOptions(kPerRankBatch).shuffle(true).augment(true).augmentation(data::Augmentation{2, true}).seed(5).prefetch(0).device(device()));
-    b = booster->boost(model, make_adamw(*model), cross_entropy, loader);
+    b = booster->boost(model, plain_adamw(*model), cross_entropy, loader);
     b.lr_scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), 8, 2);
   }
 
@@ -385,9 +383,9 @@ TEST(TorchDdp, AnInterruptedSaveLeavesNoTrainingStateToResumeFrom) {
 }
 
 TEST(TorchDdp, LoadFullStateReportsEveryBadEntry) {
-  auto plugin = make_plugin({{"precision", "bf16"}});
+  auto plugin = ddp_plugin({{"precision", "bf16"}});
   auto model = make_vit();
-  auto b = plugin->boost({model, make_adamw(*model), cross_entropy, nullptr, nullptr});
+  auto b = plugin->boost({model, plain_adamw(*model), cross_entropy, nullptr, nullptr});
   const auto data = make_batches(1, kPerRankBatch * world()->size());
   plugin->backward(b.criterion(b.model->forward(shard(data.images[0])), shard(data.labels[0])), *b.optimizer);
   b.optimizer->step();
@@ -429,7 +427,7 @@ std::shared_ptr<nn::LayerStack> make_scale_shift_stack() {
 torch::Tensor mse(const torch::Tensor& output, const torch::Tensor& target) { return (output - target).pow(2).mean(); }
 
 TEST(TorchDdp, Fp16OverflowOnOneRankSkipsTheStepOnAllRanks) {
-  auto plugin = make_plugin({{"precision", "fp16"}, {"initial_scale", "1024"}, {"hysteresis", "1"}});
+  auto plugin = ddp_plugin({{"precision", "fp16"}, {"initial_scale", "1024"}, {"hysteresis", "1"}});
   auto model = make_scale_shift_stack();
   auto b =
       plugin->boost({model, std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)),
@@ -478,7 +476,7 @@ TEST(TorchDdp, Fp16TracksTheFp32ReferenceWithTheScaleDividedOut) {
   const auto y = torch::randn({kPerRankBatch * world()->size(), 8}).to(device());
   auto reference = make_scale_shift_stack();
   torch::optim::SGD reference_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
-  auto plugin = make_plugin({{"precision", "fp16"}, {"initial_scale", "1024"}});
+  auto plugin = ddp_plugin({{"precision", "fp16"}, {"initial_scale", "1024"}});
   auto model = make_scale_shift_stack();
   auto b =
       plugin->boost({model, std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)),
@@ -502,7 +500,7 @@ TEST(TorchDdp, Fp16TracksTheFp32ReferenceWithTheScaleDividedOut) {
 TEST(TorchDdp, Fp16LossScaleOverflowSkipsAndBacksOff) {
   // 2^24 (the largest scale allowed by default) times a loss gradient of order 1 exceeds
   // fp16's largest value (65504) as soon as the gradient is cast to fp16.
-  auto plugin = make_plugin({{"precision", "fp16"}, {"initial_scale", "16777216"}, {"hysteresis", "2"}});
+  auto plugin = ddp_plugin({{"precision", "fp16"}, {"initial_scale", "16777216"}, {"hysteresis", "2"}});
   auto model = make_scale_shift_stack();
   auto b =
       plugin->boost({model, std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)),
@@ -551,9 +549,9 @@ TEST(TorchDdp, UnusedParametersNeedFindUnusedParameters) {
   const auto x = torch::randn({kPerRankBatch * world()->size(), 8}).to(device());
   const auto y = torch::randint(0, 4, {kPerRankBatch * world()->size()}).to(device());
   {
-    auto plugin = make_plugin({});
+    auto plugin = ddp_plugin({});
     auto model = make_partly_used();
-    auto b = plugin->boost({model, make_adamw(*model), cross_entropy, nullptr, nullptr});
+    auto b = plugin->boost({model, plain_adamw(*model), cross_entropy, nullptr, nullptr});
     try {
       plugin->backward(b.criterion(b.model->forward(shard(x)), shard(y)), *b.optimizer);
       ADD_FAILURE() << "expected an error naming the unused parameters";
@@ -569,10 +567,10 @@ TEST(TorchDdp, UnusedParametersNeedFindUnusedParameters) {
     // weight decay would shrink, so that case runs without weight decay.
     const double decay = std::string(view) == "true" ? 0.0 : 0.01;
     auto reference = make_partly_used();
-    auto reference_opt = make_adamw(*reference, decay);
+    auto reference_opt = plain_adamw(*reference, decay);
     auto model = make_partly_used();
-    auto plugin = make_plugin({{"find_unused_parameters", "true"}, {"gradient_as_bucket_view", view}});
-    auto b = plugin->boost({model, make_adamw(*model, decay), cross_entropy, nullptr, nullptr});
+    auto plugin = ddp_plugin({{"find_unused_parameters", "true"}, {"gradient_as_bucket_view", view}});
+    auto b = plugin->boost({model, plain_adamw(*model, decay), cross_entropy, nullptr, nullptr});
     for (int step = 0; step < 3; ++step) {
       reference_opt->zero_grad();
       cross_entropy(reference->forward(x), y).backward();
@@ -606,7 +604,7 @@ TEST(TorchDdp, BroadcastBuffersGivesEveryRankRankZerosBuffersBeforeEachForward) 
     auto layer = std::make_shared<WithBuffer>();
     auto model = std::make_shared<nn::LayerStack>();
     model->push_back(layer);
-    auto plugin = make_plugin({{"broadcast_buffers", broadcast ? "true" : "false"}});
+    auto plugin = ddp_plugin({{"broadcast_buffers", broadcast ? "true" : "false"}});
     auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
     {
       torch::NoGradGuard no_grad;
@@ -622,9 +620,9 @@ TEST(TorchDdp, Bf16WithoutMasterWeightsStepsTheBf16WeightsThemselves) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
   auto reference = make_vit();
   auto reference_opt = make_sgd(*reference);
-  const auto want = train_reference(*reference, *reference_opt, data);
+  const auto want = train_reference_on_whole_batches(*reference, *reference_opt, data);
 
-  auto plugin = make_plugin({{"precision", "bf16"}, {"master_weights", "false"}});
+  auto plugin = ddp_plugin({{"precision", "bf16"}, {"master_weights", "false"}});
   auto model = make_vit();
   auto b = plugin->boost({model, make_sgd(*model), cross_entropy, nullptr, nullptr});
   EXPECT_EQ(model->parameters().front().scalar_type(), torch::kBFloat16);
@@ -644,9 +642,9 @@ TEST(TorchDdp, ReshardsTheDataLoaderOverTheWorld) {
   auto dataset = std::make_shared<data::SyntheticDataset>(64, data::ImageShape{3, 16, 16}, 10, /*seed=*/3);
   auto loader = std::make_shared<data::DataLoader>(dataset, data::DataLoaderOptions(kPerRankBatch).prefetch(0));
   const auto batches_alone = loader->num_batches();
-  auto plugin = make_plugin({});
+  auto plugin = ddp_plugin({});
   auto model = make_vit();
-  auto b = plugin->boost({model, make_adamw(*model), cross_entropy, loader, nullptr});
+  auto b = plugin->boost({model, plain_adamw(*model), cross_entropy, loader, nullptr});
   ASSERT_EQ(b.dataloader, loader);
   EXPECT_EQ(loader->options().num_replicas(), world()->size());
   EXPECT_EQ(loader->options().rank(), world()->rank());
@@ -655,7 +653,7 @@ TEST(TorchDdp, ReshardsTheDataLoaderOverTheWorld) {
 
 TEST(TorchDdp, RejectsBadOptionsAllAtOnce) {
   try {
-    make_plugin({{"bucket_cap_mb", "-1"}, {"precision", "fp8"}, {"max_grad_norm", "-2"}, {"bogus", "1"}});
+    ddp_plugin({{"bucket_cap_mb", "-1"}, {"precision", "fp8"}, {"max_grad_norm", "-2"}, {"bogus", "1"}});
     ADD_FAILURE() << "expected an error";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
@@ -663,8 +661,8 @@ TEST(TorchDdp, RejectsBadOptionsAllAtOnce) {
       EXPECT_NE(message.find(needle), std::string::npos) << needle << " not in: " << message;
     }
   }
-  EXPECT_THROW(make_plugin({{"initial_scale", "1024"}}), std::invalid_argument);  // fp16 only
-  EXPECT_THROW(make_plugin({{"precision", "fp16"}, {"backoff_factor", "2"}}), std::invalid_argument);
+  EXPECT_THROW(ddp_plugin({{"initial_scale", "1024"}}), std::invalid_argument);  // fp16 only
+  EXPECT_THROW(ddp_plugin({{"precision", "fp16"}, {"backoff_factor", "2"}}), std::invalid_argument);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/layer_norm.h"
+#include <colo/nn/layer_norm.h>
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <iostream>
 #include <string>
 
-#include "colo/checkpoint/safetensors.h"
-#include "colo/nn/pretrained.h"
-#include "colo/nn/vision_transformer.h"
+#include <colo/checkpoint/safetensors.h>
+#include <colo/nn/pretrained.h>
+#include <colo/nn/vision_transformer.h>
 
 namespace {
 

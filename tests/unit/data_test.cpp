@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "error_of.h"
 #include "scoped_env.h"
 #include "temporary_directory.h"
 
@@ -106,27 +107,14 @@ torch::Tensor as_tensor(const Bytes& bytes, std::vector<int64_t> sizes) {
   return torch::tensor(std::vector<int64_t>(bytes.begin(), bytes.end()), torch::kLong).view(sizes).to(torch::kUInt8);
 }
 
-// The message of the DatasetError `body` throws (fails the test when it throws none).
+// The message of the DatasetError (std::invalid_argument) `body` throws.
 template <typename Body>
 std::string dataset_error(Body body) {
-  try {
-    body();
-  } catch (const DatasetError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no DatasetError thrown";
-  return "";
+  return colo::testing::error_of<DatasetError>(body);
 }
-
 template <typename Body>
 std::string invalid_argument(Body body) {
-  try {
-    body();
-  } catch (const std::invalid_argument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
+  return colo::testing::error_of<std::invalid_argument>(body);
 }
 
 using colo::testing::ScopedEnv;
@@ -146,7 +134,7 @@ TEST(DataIdxTest, ReadsPlainFile) {
   EXPECT_TRUE(torch::equal(read_idx_file(dir / "labels", 1), as_tensor({1, 2, 3, 4, 5}, {5})));
 }
 
-TEST(DataIdxTest, ReadsGzipFileOfSeveralBlocksAndMembers) {
+TEST(DataIdxTest, ReadsGzipFileOfSeveralBlocksAndMembersAndPlainData) {
   TempDir dir;
   // 70016 bytes: two stored blocks in the first member; a second member follows, as `cat a.gz b.gz` makes.
   const Bytes data = iota_bytes(2 * 7 * 5000, 3);
@@ -160,6 +148,13 @@ TEST(DataIdxTest, ReadsGzipFileOfSeveralBlocksAndMembers) {
   // gzip is recognised by content, not by name.
   write_file(dir / "images", gz);
   EXPECT_TRUE(torch::equal(read_idx_file(dir / "images", 3), as_tensor(data, {2, 7, 5000})));
+  // What follows the last member (zero padding, as tape blocks leave) is ignored, as gzip(1) does.
+  gz.insert(gz.end(), 512, 0);
+  write_file(dir / "padded.gz", gz);
+  EXPECT_TRUE(torch::equal(read_idx_file(dir / "padded.gz", 3), as_tensor(data, {2, 7, 5000})));
+  // And a file that is not gzip is read as it is, whatever its name says.
+  write_file(dir / "plain.gz", file);
+  EXPECT_TRUE(torch::equal(read_idx_file(dir / "plain.gz", 3), as_tensor(data, {2, 7, 5000})));
 }
 
 TEST(DataIdxTest, BadMagicNumber) {

@@ -1,5 +1,4 @@
 // core/dist pieces that need no second process: environment parsing, mesh layout, a world of one.
-#include <colo/dist/coordinator.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
@@ -128,14 +127,6 @@ TEST(ProcessGroupMesh, WorldOfOne) {
   EXPECT_EQ(mesh.axis_ranks(MeshAxis::kPp, 0), std::vector<int>{0});
   EXPECT_EQ(mesh.group(MeshAxis::kDp), world) << "an axis over the whole world is the world group";
   EXPECT_STREQ(to_string(MeshAxis::kTp), "tp");
-}
-
-TEST(Coordinator, MasterIsRankZero) {
-  Coordinator coordinator(world_of_one());
-  EXPECT_TRUE(coordinator.is_master());
-  testing::internal::CaptureStdout();
-  coordinator.print_on_master("step {} loss {:.2f}", 3, 0.5);
-  EXPECT_EQ(testing::internal::GetCapturedStdout(), "step 3 loss 0.50\n");
 }
 
 }  // namespace

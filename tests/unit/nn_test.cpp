@@ -13,20 +13,20 @@
 #include <stdexcept>
 #include <string>
 
-#include "colo/checkpoint/checkpoint_error.h"
-#include "colo/checkpoint/safetensors.h"
-#include "colo/nn/classifier_head.h"
-#include "colo/nn/deferred_weight_grads.h"
-#include "colo/nn/drop_path.h"
-#include "colo/nn/encoder_block.h"
-#include "colo/nn/init.h"
-#include "colo/nn/layer_norm.h"
-#include "colo/nn/layer_stack.h"
-#include "colo/nn/linear.h"
-#include "colo/nn/patch_embedding.h"
-#include "colo/nn/pretrained.h"
-#include "colo/nn/vision_transformer.h"
-#include "colo/nn/vit_config.h"
+#include <colo/checkpoint/checkpoint_error.h>
+#include <colo/checkpoint/safetensors.h>
+#include <colo/nn/classifier_head.h>
+#include <colo/nn/deferred_weight_grads.h>
+#include <colo/nn/drop_path.h>
+#include <colo/nn/encoder_block.h>
+#include <colo/nn/init.h>
+#include <colo/nn/layer_norm.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/linear.h>
+#include <colo/nn/patch_embedding.h>
+#include <colo/nn/pretrained.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/nn/vit_config.h>
 
 #include "temporary_directory.h"
 

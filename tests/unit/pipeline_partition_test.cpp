@@ -12,19 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
+
 namespace colo::pipeline {
 namespace {
 
-template <typename E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using colo::testing::error_of;
 
 std::vector<int> sizes_of(const std::vector<LayerRange>& ranges) {
   std::vector<int> sizes;

@@ -16,20 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
+
 namespace colo::pipeline {
 namespace {
 
-// The message of what `fn` throws as E; fails the test if it throws nothing or something else.
-template <typename E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using colo::testing::error_of;
 
 std::vector<std::string> rank_texts(const Schedule& schedule) {
   std::vector<std::string> out;

@@ -15,19 +15,12 @@
 #include <tuple>
 #include <vector>
 
+#include "error_of.h"
+
 namespace colo::pipeline {
 namespace {
 
-template <typename E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
+using colo::testing::error_of;
 
 double idle_per_rank(const SimulationResult& result, int rank) { return result.makespan - result.ranks[rank].busy; }
 

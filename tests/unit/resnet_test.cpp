@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "colo/checkpoint/safetensors.h"
-#include "colo/nn/pretrained.h"
-#include "colo/nn/resnet.h"
+#include <colo/checkpoint/safetensors.h>
+#include <colo/nn/pretrained.h>
+#include <colo/nn/resnet.h>
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "colo/checkpoint/atomic_file.h"
-#include "colo/checkpoint/safetensors.h"
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/checkpoint/safetensors.h>
 
 #include "temporary_directory.h"
 

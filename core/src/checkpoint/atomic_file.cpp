@@ -1,4 +1,4 @@
-#include "colo/checkpoint/atomic_file.h"
+#include <colo/checkpoint/atomic_file.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "colo/checkpoint/checkpoint_error.h"
+#include <colo/checkpoint/checkpoint_error.h>
 
 namespace colo::checkpoint {
 namespace {

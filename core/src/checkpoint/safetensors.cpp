@@ -1,4 +1,4 @@
-#include "colo/checkpoint/safetensors.h"
+#include <colo/checkpoint/safetensors.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +14,7 @@
 #include <limits>
 #include <set>
 
-#include "colo/checkpoint/atomic_file.h"
+#include <colo/checkpoint/atomic_file.h>
 
 // safetensors stores every number little-endian; colo copies tensor bytes verbatim.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "colo's safetensors I/O assumes a little-endian host");

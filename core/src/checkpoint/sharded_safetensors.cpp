@@ -160,10 +160,6 @@ void write_safetensors_index(const std::string& dir, const std::string& base,
   remove_stale_shards(dir, base, written);
 }
 
-bool has_safetensors_set(const std::string& dir, const std::string& base) {
-  return files::exists(index_path(dir, base)) || files::exists(files::join(dir, base + ".safetensors"));
-}
-
 NamedTensors load_safetensors_set(const std::string& dir, const std::string& base,
                                   const std::function<bool(const std::string& name)>& wanted) {
   const std::string index_file = index_path(dir, base);

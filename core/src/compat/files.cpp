@@ -1,4 +1,4 @@
-#include "colo/compat/files.h"
+#include <colo/compat/files.h>
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -44,6 +44,11 @@ std::string file_name(const std::string& path) {
 bool exists(const std::string& path) {
   struct stat info {};
   return stat_path(path, info);
+}
+
+bool lexists(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
 }
 
 bool is_regular_file(const std::string& path) {
@@ -124,8 +129,19 @@ std::string temp_directory() {
 
 std::string make_temp_directory(const std::string& prefix) {
   std::string pattern = join(temp_directory(), prefix + "XXXXXX");
-  if (::mkdtemp(pattern.data()) == nullptr) fail("cannot create a temporary directory", pattern, errno);
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    const int error = errno;
+    throw std::runtime_error("cannot create a temporary directory " + pattern + ": " + std::strerror(error) +
+                             " (set TMPDIR to a writable directory)");
+  }
   return pattern;
+}
+
+TemporaryDirectory::~TemporaryDirectory() {
+  try {
+    remove_all(path_);
+  } catch (...) {  // see the header: a destructor must not throw
+  }
 }
 
 }  // namespace colo::files

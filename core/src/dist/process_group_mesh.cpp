@@ -19,16 +19,31 @@ const char* to_string(MeshAxis axis) {
   throw std::invalid_argument("unknown MeshAxis");
 }
 
-int MeshShape::size(MeshAxis axis) const {
-  return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp;
+namespace {
+
+// The member of a {dp, pp, tp} triple that `axis` names: a switch, so that a new axis makes the
+// compiler point here (-Wswitch) instead of falling through to tp.
+template <typename T>
+T& on_axis(MeshAxis axis, T& dp, T& pp, T& tp) {
+  switch (axis) {
+    case MeshAxis::kDp:
+      return dp;
+    case MeshAxis::kPp:
+      return pp;
+    case MeshAxis::kTp:
+      return tp;
+  }
+  throw std::invalid_argument("unknown MeshAxis");
 }
 
-int& MeshCoordinate::on(MeshAxis axis) { return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp; }
+}  // namespace
+
+int MeshShape::size(MeshAxis axis) const { return on_axis(axis, dp, pp, tp); }
+
+int& MeshCoordinate::on(MeshAxis axis) { return on_axis(axis, dp, pp, tp); }
 int MeshCoordinate::on(MeshAxis axis) const { return const_cast<MeshCoordinate*>(this)->on(axis); }
 
-std::shared_ptr<ProcessGroup>& MeshGroups::on(MeshAxis axis) {
-  return axis == MeshAxis::kDp ? dp : axis == MeshAxis::kPp ? pp : tp;
-}
+std::shared_ptr<ProcessGroup>& MeshGroups::on(MeshAxis axis) { return on_axis(axis, dp, pp, tp); }
 const std::shared_ptr<ProcessGroup>& MeshGroups::on(MeshAxis axis) const {
   return const_cast<MeshGroups*>(this)->on(axis);
 }

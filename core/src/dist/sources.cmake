@@ -5,4 +5,4 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/collective_progress.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rendezvous.cpp
   ${CMAKE_CURRENT_LIST_DIR}/process_group_mesh.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/coordinator.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/logger.cpp)

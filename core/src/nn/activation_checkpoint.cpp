@@ -1,4 +1,4 @@
-#include "colo/nn/activation_checkpoint.h"
+#include <colo/nn/activation_checkpoint.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <colo/compat/backward_callbacks.h>
@@ -10,8 +10,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "colo/nn/layer.h"
-#include "colo/nn/region_rng.h"
+#include <colo/nn/layer.h>
+#include <colo/nn/region_rng.h>
 
 namespace colo::nn {
 namespace {

@@ -1,12 +1,12 @@
-#include "colo/nn/attention.h"
+#include <colo/nn/attention.h>
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "colo/compat/torch_compat.h"
-#include "colo/nn/init.h"
-#include "colo/nn/linear.h"
+#include <colo/compat/torch_compat.h>
+#include <colo/nn/init.h>
+#include <colo/nn/linear.h>
 
 namespace colo::nn {
 

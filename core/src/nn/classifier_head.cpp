@@ -1,12 +1,12 @@
-#include "colo/nn/classifier_head.h"
+#include <colo/nn/classifier_head.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <stdexcept>
 
-#include "colo/nn/init.h"
-#include "colo/nn/layer_norm.h"
+#include <colo/nn/init.h>
+#include <colo/nn/layer_norm.h>
 
 namespace colo::nn {
 

@@ -1,4 +1,4 @@
-#include "colo/nn/deferred_weight_grads.h"
+#include <colo/nn/deferred_weight_grads.h>
 
 #include <atomic>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "colo/nn/drop_path.h"
+#include <colo/nn/drop_path.h>
 
 #include <vector>
 

@@ -1,12 +1,12 @@
-#include "colo/nn/encoder_block.h"
+#include <colo/nn/encoder_block.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <stdexcept>
 
-#include "colo/nn/drop_path.h"
-#include "colo/nn/layer_norm.h"
+#include <colo/nn/drop_path.h>
+#include <colo/nn/layer_norm.h>
 
 namespace colo::nn {
 

@@ -1,4 +1,4 @@
-#include "colo/nn/init.h"
+#include <colo/nn/init.h>
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
-#include "colo/nn/layer.h"
+#include <colo/nn/layer.h>
 
-#include "colo/nn/activation_checkpoint.h"
+#include <colo/nn/activation_checkpoint.h>
 
 namespace colo::nn {
 

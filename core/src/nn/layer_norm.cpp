@@ -1,6 +1,6 @@
-#include "colo/nn/layer_norm.h"
+#include <colo/nn/layer_norm.h>
 
-#include "colo/nn/deferred_weight_grads.h"
+#include <colo/nn/deferred_weight_grads.h>
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "colo/nn/layer_stack.h"
+#include <colo/nn/layer_stack.h>
 
 #include <fmt/format.h>
 
@@ -37,15 +37,6 @@ void LayerStack::push_back(std::shared_ptr<Layer> layer) {
   if (!layer) throw std::invalid_argument("LayerStack::push_back: the layer is null");
   register_module(std::to_string(layers_.size()), layer);
   layers_.push_back(std::move(layer));
-}
-
-void LayerStack::replace_layer(std::size_t i, std::shared_ptr<Layer> layer) {
-  if (!layer) throw std::invalid_argument("LayerStack::replace_layer: the layer is null");
-  if (i >= layers_.size()) {
-    throw std::out_of_range(fmt::format("LayerStack::replace_layer: index {} is out of range (size {})", i, size()));
-  }
-  replace_module(std::to_string(i), layer);
-  layers_[i] = std::move(layer);
 }
 
 torch::Tensor LayerStack::forward(const torch::Tensor& x) {

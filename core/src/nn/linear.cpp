@@ -1,6 +1,6 @@
-#include "colo/nn/linear.h"
+#include <colo/nn/linear.h>
 
-#include "colo/nn/deferred_weight_grads.h"
+#include <colo/nn/deferred_weight_grads.h>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 

@@ -1,7 +1,7 @@
-#include "colo/nn/mlp.h"
+#include <colo/nn/mlp.h>
 
-#include "colo/nn/init.h"
-#include "colo/nn/linear.h"
+#include <colo/nn/init.h>
+#include <colo/nn/linear.h>
 
 namespace colo::nn {
 

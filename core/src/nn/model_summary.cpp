@@ -1,13 +1,13 @@
-#include "colo/nn/model_summary.h"
+#include <colo/nn/model_summary.h>
 
 #include <fmt/format.h>
 
 #include <memory>
 
-#include "colo/nn/classifier_head.h"
-#include "colo/nn/encoder_block.h"
-#include "colo/nn/layer_stack.h"
-#include "colo/nn/patch_embedding.h"
+#include <colo/nn/classifier_head.h>
+#include <colo/nn/encoder_block.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/patch_embedding.h>
 
 namespace colo::nn {
 namespace {

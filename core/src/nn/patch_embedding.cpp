@@ -1,11 +1,11 @@
-#include "colo/nn/patch_embedding.h"
+#include <colo/nn/patch_embedding.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <stdexcept>
 
-#include "colo/nn/init.h"
+#include <colo/nn/init.h>
 
 namespace colo::nn {
 

@@ -1,4 +1,4 @@
-#include "colo/nn/pretrained.h"
+#include <colo/nn/pretrained.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "colo/checkpoint/finite_check.h"
-#include "colo/checkpoint/safetensors.h"
+#include <colo/checkpoint/finite_check.h>
+#include <colo/checkpoint/safetensors.h>
 
 namespace colo::nn {
 namespace {

@@ -1,4 +1,4 @@
-#include "colo/nn/resnet.h"
+#include <colo/nn/resnet.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "colo/nn/layer.h"
+#include <colo/nn/layer.h>
 
 namespace colo::nn {
 namespace {

@@ -1,4 +1,4 @@
-#include "colo/nn/shard_spec.h"
+#include <colo/nn/shard_spec.h>
 
 #include <fmt/format.h>
 #include <torch/torch.h>

@@ -1,8 +1,8 @@
-#include "colo/nn/vision_transformer.h"
+#include <colo/nn/vision_transformer.h>
 
-#include "colo/nn/classifier_head.h"
-#include "colo/nn/encoder_block.h"
-#include "colo/nn/patch_embedding.h"
+#include <colo/nn/classifier_head.h>
+#include <colo/nn/encoder_block.h>
+#include <colo/nn/patch_embedding.h>
 
 namespace colo::nn {
 

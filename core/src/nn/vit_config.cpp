@@ -1,4 +1,4 @@
-#include "colo/nn/vit_config.h"
+#include <colo/nn/vit_config.h>
 
 #include <fmt/format.h>
 

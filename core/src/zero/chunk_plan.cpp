@@ -1,4 +1,4 @@
-#include "colo/zero/chunk_plan.h"
+#include <colo/zero/chunk_plan.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

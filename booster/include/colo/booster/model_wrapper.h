@@ -39,7 +39,6 @@ class ModelWrapper {
 
   // The (possibly cast or sharded) user model this wrapper drives.
   nn::LayerStack& module() { return *module_; }
-  const std::shared_ptr<nn::LayerStack>& module_ptr() const { return module_; }
 
   // The whole model's state under canonical (timm) names, full shapes, fp32 where training
   // keeps fp32 masters: what checkpoints store. Collective where state is sharded: every rank calls.

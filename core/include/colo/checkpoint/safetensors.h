@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "colo/checkpoint/checkpoint_error.h"
+#include <colo/checkpoint/checkpoint_error.h>
 
 namespace colo::checkpoint {
 

@@ -45,7 +45,4 @@ std::string safetensors_part_name(const std::string& base, int part, int parts);
 void write_safetensors_index(const std::string& dir, const std::string& base,
                              const std::map<std::string, std::string>& weight_map, int64_t total_bytes);
 
-// Whether `dir` holds a set with that base name (either layout).
-bool has_safetensors_set(const std::string& dir, const std::string& base);
-
 }  // namespace colo::checkpoint

@@ -12,6 +12,16 @@
 // (std::filesystem::remove_all did, on the GPU machine). Plain paths as std::string and POSIX
 // calls are immune to that, and are all colo needs.
 //
+// Boost.DLL, built with BOOST_DLL_USE_STD_FS, would go through std::filesystem too (path
+// handling on every load; read_symlink and equivalent when a load fails), so the plugin registry
+// does not load through it: it calls dlopen, dlsym and dladdr itself (booster/src/shared_library.h).
+// Plugins still export their entry with BOOST_DLL_ALIAS, a declaration that calls nothing. The
+// test no_std_filesystem (tests/no_std_filesystem.sh) checks every colo binary, in the CPU build
+// and (labelled gpu) in the CUDA build, for calls into std::filesystem.
+//
+// These helpers need no LibTorch: they are their own small library (colo_files), compiled into
+// libcolo_core and into colo-run, the launcher that must start on machines without LibTorch.
+//
 // Errors are thrown as std::runtime_error naming the path, the operation and errno's text.
 namespace colo::files {
 
@@ -26,6 +36,8 @@ std::string parent_path(const std::string& path);
 std::string file_name(const std::string& path);
 
 bool exists(const std::string& path);
+// Whether there is an entry at `path` itself: a symbolic link counts even when it dangles.
+bool lexists(const std::string& path);
 bool is_regular_file(const std::string& path);
 bool is_directory(const std::string& path);
 // Size in bytes; throws when the file cannot be stat'ed.
@@ -48,5 +60,24 @@ std::string canonical_or_absolute(const std::string& path);
 std::string temp_directory();
 // A fresh, private directory under temp_directory() named <prefix>XXXXXX (mkdtemp).
 std::string make_temp_directory(const std::string& prefix);
+
+// make_temp_directory() that removes the directory, with everything in it, when it goes out of
+// scope (errors then are ignored: a left-over temporary directory is harmless, a throwing
+// destructor is not).
+class TemporaryDirectory {
+ public:
+  explicit TemporaryDirectory(const std::string& prefix) : path_(make_temp_directory(prefix)) {}
+  ~TemporaryDirectory();
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return join(path_, name); }
+  std::string operator/(const std::string& name) const { return file(name); }
+  std::vector<std::string> entries() const { return list_directory(path_); }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace colo::files

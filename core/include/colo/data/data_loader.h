@@ -113,7 +113,6 @@ class DataLoader {
   int64_t num_batches() const;
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
-  const std::shared_ptr<const Dataset>& dataset_ptr() const { return dataset_; }
   const DistributedSampler& sampler() const { return sampler_; }
   // The shape of the images in the batches (after resizing and channel expansion).
   ImageShape image_shape() const { return transform_.output_shape(); }

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "colo/nn/layer.h"
-#include "colo/nn/linear.h"
-#include "colo/nn/vit_config.h"
+#include <colo/nn/layer.h>
+#include <colo/nn/linear.h>
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

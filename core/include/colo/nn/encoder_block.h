@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/attention.h"
-#include "colo/nn/layer.h"
-#include "colo/nn/mlp.h"
-#include "colo/nn/vit_config.h"
+#include <colo/nn/attention.h>
+#include <colo/nn/layer.h>
+#include <colo/nn/mlp.h>
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

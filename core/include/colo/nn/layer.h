@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "colo/nn/shard_spec.h"
+#include <colo/nn/shard_spec.h>
 
 namespace colo::nn {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/layer.h"
+#include <colo/nn/layer.h>
 
 namespace colo::nn {
 
@@ -22,8 +22,6 @@ class LayerStack : public torch::nn::Module {
   explicit LayerStack(std::vector<std::shared_ptr<Layer>> layers);
 
   void push_back(std::shared_ptr<Layer> layer);
-  // Swaps layer i for another (a wrapper, say) under the same child name.
-  void replace_layer(std::size_t i, std::shared_ptr<Layer> layer);
 
   // Runs the layers in order (Layer::run: checkpointed where that is on).
   virtual torch::Tensor forward(const torch::Tensor& x);

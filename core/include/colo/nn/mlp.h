@@ -1,10 +1,10 @@
 #pragma once
 
-#include "colo/nn/region_rng.h"
+#include <colo/nn/region_rng.h>
 
 #include <torch/torch.h>
 
-#include "colo/nn/vit_config.h"
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/layer.h"
-#include "colo/nn/vit_config.h"
+#include <colo/nn/layer.h>
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

@@ -4,8 +4,8 @@
 
 #include <functional>
 
-#include "colo/nn/layer.h"
-#include "colo/nn/vit_config.h"
+#include <colo/nn/layer.h>
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

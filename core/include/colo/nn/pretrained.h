@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "colo/nn/layer_stack.h"
+#include <colo/nn/layer_stack.h>
 
 namespace colo::nn {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "colo/nn/layer_stack.h"
+#include <colo/nn/layer_stack.h>
 
 namespace colo::nn {
 

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "colo/nn/layer_stack.h"
-#include "colo/nn/vit_config.h"
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/vit_config.h>
 
 namespace colo::nn {
 

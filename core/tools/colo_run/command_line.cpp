@@ -1,0 +1,167 @@
+// colo-run's command line: its own options, then the program and the program's arguments.
+#include <fmt/format.h>
+
+#include <boost/program_options.hpp>
+#include <climits>
+#include <cmath>
+#include <sstream>
+
+#include "launcher.h"
+
+namespace colo::launcher {
+namespace {
+
+namespace po = boost::program_options;
+
+po::options_description launcher_options() {
+  po::options_description desc("Options");
+  // clang-format off
+  desc.add_options()
+      ("help,h", "print this help and exit")
+      ("nproc-per-node", po::value<int>()->value_name("N"), "ranks to start on this node (default 1)")
+      ("nnodes", po::value<int>()->value_name("M"), "nodes in the job (default 1)")
+      ("node-rank", po::value<int>()->value_name("R"), "this node's index in [0, M) (default 0)")
+      ("master-addr", po::value<std::string>()->value_name("ADDR"),
+       "address of rank 0's store (default 127.0.0.1)")
+      ("master-port", po::value<int>()->value_name("PORT"),
+       "port of rank 0's store (default: a free port; required with --nnodes > 1)")
+      ("rdzv-file", po::value<std::string>()->value_name("PATH|auto"),
+       "ranks rendezvous through a c10d FileStore at PATH (must not exist; removed at the end), "
+       "or at a fresh temporary path with 'auto'; one node only. Exported as COLO_RDZV_FILE")
+      ("grace-period", po::value<double>()->value_name("SECONDS"),
+       "when stopping the ranks, wait this long after SIGTERM before SIGKILL (default 5)")
+      ("no-prefix", "pass the ranks' output through without the '[rank R] ' prefix")
+      ("check", "instead of a program, start N copies of colo-run that verify their environment");
+  // clang-format on
+  return desc;
+}
+
+// Boost.Program_options cannot stop at the first positional argument, and the program's own
+// flags must not be read as colo-run's. So the split happens here: skip options (and the value
+// of each option that takes one, as the options description says) until the first other token
+// or "--". Unknown options stay on colo-run's side, where Boost rejects them.
+std::size_t find_program_start(const std::vector<std::string>& args,
+                               const po::options_description& desc, bool* saw_terminator) {
+  *saw_terminator = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& token = args[i];
+    if (token == "--") {
+      *saw_terminator = true;
+      return i;
+    }
+    if (token.size() < 2 || token[0] != '-') return i;
+    if (token.compare(0, 2, "--") != 0 || token.find('=') != std::string::npos) continue;
+    const po::option_description* option = desc.find_nothrow(token.substr(2), false);
+    if (option != nullptr && option->semantic()->max_tokens() > 0) ++i;  // its value
+  }
+  return args.size();
+}
+
+}  // namespace
+
+LaunchConfig parse_args(const std::vector<std::string>& args) {
+  const po::options_description desc = launcher_options();
+  bool saw_terminator = false;
+  const std::size_t program_start = find_program_start(args, desc, &saw_terminator);
+  const std::vector<std::string> own(args.begin(), args.begin() + program_start);
+
+  po::variables_map vm;
+  try {
+    // No abbreviations: "--nproc" must not silently mean "--nproc-per-node".
+    const int style =
+        po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(own).options(desc).style(style).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+
+  LaunchConfig config;
+  config.command.assign(args.begin() + program_start + (saw_terminator ? 1 : 0), args.end());
+  if (vm.count("help")) {
+    config.show_help = true;
+    return config;
+  }
+  if (vm.count("nproc-per-node")) config.nproc_per_node = vm["nproc-per-node"].as<int>();
+  if (vm.count("nnodes")) config.nnodes = vm["nnodes"].as<int>();
+  if (vm.count("node-rank")) config.node_rank = vm["node-rank"].as<int>();
+  if (vm.count("master-addr")) config.master_addr = vm["master-addr"].as<std::string>();
+  if (vm.count("rdzv-file")) config.rdzv_file = vm["rdzv-file"].as<std::string>();
+  if (vm.count("grace-period")) config.grace_period_s = vm["grace-period"].as<double>();
+  config.prefix_output = vm.count("no-prefix") == 0;
+  config.self_check = vm.count("check") != 0;
+
+  // Every violated rule at once, so a long command line is fixed in one go.
+  std::vector<std::string> problems;
+  if (config.nproc_per_node < 1) {
+    problems.push_back(
+        fmt::format("--nproc-per-node must be at least 1 (got {})", config.nproc_per_node));
+  }
+  if (config.nnodes < 1) {
+    problems.push_back(fmt::format("--nnodes must be at least 1 (got {})", config.nnodes));
+  } else if (config.node_rank < 0 || config.node_rank >= config.nnodes) {
+    problems.push_back(fmt::format("--node-rank {} is out of range for --nnodes {}: use 0..{}",
+                                   config.node_rank, config.nnodes, config.nnodes - 1));
+  }
+  if (config.nproc_per_node >= 1 && config.nnodes >= 1 &&
+      static_cast<long long>(config.nproc_per_node) * config.nnodes > INT_MAX) {
+    problems.push_back("--nnodes times --nproc-per-node does not fit an int");
+  }
+  if (config.master_addr.empty()) problems.push_back("--master-addr must not be empty");
+  if (vm.count("master-port")) {
+    const int port = vm["master-port"].as<int>();
+    if (port < 1 || port > 65535) {
+      problems.push_back(fmt::format("--master-port must be in 1..65535 (got {})", port));
+    } else {
+      config.master_port = port;
+    }
+  } else if (config.nnodes > 1) {
+    problems.push_back(
+        "--nnodes > 1 needs --master-port: every node must use the same port, "
+        "so colo-run cannot pick a free one");
+  }
+  if (vm.count("rdzv-file")) {
+    if (config.rdzv_file.empty()) {
+      problems.push_back("--rdzv-file needs a path or 'auto'");
+    } else if (config.nnodes > 1) {
+      problems.push_back(
+          "--rdzv-file works on one node only (the ranks share a local file); "
+          "with --nnodes > 1 drop it and use --master-addr/--master-port");
+    }
+  }
+  if (!std::isfinite(config.grace_period_s) || config.grace_period_s < 0) {
+    problems.push_back(fmt::format("--grace-period must be a number of seconds >= 0 (got {})",
+                                   config.grace_period_s));
+  }
+  if (config.self_check && !config.command.empty()) {
+    problems.push_back(
+        fmt::format("--check runs colo-run's self-check and takes no program "
+                    "(got '{}')",
+                    config.command[0]));
+  }
+  if (!config.self_check && config.command.empty()) {
+    problems.push_back("no program given: colo-run [options] PROGRAM [ARGS...]");
+  }
+  if (!problems.empty()) throw UsageError(fmt::format("{}", fmt::join(problems, "; ")));
+  return config;
+}
+
+std::string usage() {
+  std::ostringstream text;
+  text << "Usage: colo-run [options] PROGRAM [ARGS...]\n"
+          "       colo-run [options] --check\n\n"
+          "Starts --nproc-per-node copies of PROGRAM with the variables torchrun sets (RANK,\n"
+          "LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and\n"
+          "COLO_LAUNCHER=colo-run, prefixes each output line with '[rank R] ', and when a rank\n"
+          "fails stops the others (SIGTERM, then SIGKILL after the grace period) and exits with\n"
+          "that rank's code (128 + signal if it was killed). SIGINT/SIGTERM/SIGHUP sent to\n"
+          "colo-run are forwarded the same way (exit 128 + signal). When nothing reads its output\n"
+          "any more (colo-run ... | head -1), it stops the ranks as a closed pipe would (exit "
+          "141).\n"
+          "Warns when the ranks outnumber the cores (or the GPUs) available. Options end at "
+          "PROGRAM.\n\n"
+       << launcher_options();
+  return text.str();
+}
+
+}  // namespace colo::launcher

@@ -1,0 +1,550 @@
+#include "job.h"
+
+#include <colo/compat/files.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <set>
+
+#include "node_capacity.h"
+#include "output.h"
+#include "posix.h"
+
+extern char** environ;
+
+namespace colo::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The variables colo-run owns. Copies inherited from colo-run's own environment (a nested
+// launch, a stale shell export) are dropped so that a rank never sees a mix of two launches.
+const std::set<std::string>& managed_variables() {
+  static const std::set<std::string> names = {
+      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE"};
+  return names;
+}
+
+// One of a rank's output pipes, cut into whole lines so that ranks' lines never interleave
+// mid-line on colo-run's stdout/stderr.
+struct OutputStream {
+  int fd = -1;     // read end; -1 once closed
+  int out_fd = 1;  // where its lines go: colo-run's stdout or stderr
+  std::string pending;
+};
+
+struct Rank {
+  int global_rank = 0;
+  pid_t pid = -1;
+  bool reaped = false;
+  OutputStream out, err;
+};
+
+// Why the job stopped, kept for the first cause only: later failures are usually ranks that
+// lost a peer, and reporting them would hide the real one.
+struct Cause {
+  std::string message;
+  int exit_code = 1;
+  std::string aftermath;  // what colo-run did about it, for the final report
+};
+
+// A line longer than this is forwarded in pieces, so a rank that never prints a newline (a
+// progress bar) cannot grow colo-run's memory without bound.
+constexpr std::size_t kMaxLine = 64 * 1024;
+// After the last rank exits and its process group is killed, how long to wait for descendants
+// that escaped the group (setsid daemons) to exit and close the inherited pipes before colo-run
+// leaves them be.
+constexpr auto kDrainTimeout = std::chrono::seconds(1);
+// How long after its output lost its reader colo-run waits before it stops the ranks. The line
+// that found the pipe closed is often a failing rank's last words, and a LibTorch process takes
+// a while to exit after printing them (0.4 s measured with 8 ranks on 2 cores): a rank that fails
+// meanwhile is the cause, and its exit code, not the closed pipe's 141, becomes the job's.
+constexpr auto kOutputGoneSettle = std::chrono::seconds(2);
+
+class Job {
+ public:
+  explicit Job(const LaunchConfig& config) : config_(config) {}
+
+  int run() {
+    setup_signals();
+    spawn_all();
+    supervise();
+    restore_signals();
+    // The last lines, forwarded after every rank had exited, found no reader.
+    if (!cause_ && reader_gone_while_forwarding_) cause_ = output_gone_cause("");
+    if (cause_) {
+      print_to(STDERR_FILENO, "colo-run: {}{}\n", cause_->message, cause_->aftermath);
+      return cause_->exit_code;
+    }
+    return 0;
+  }
+
+ private:
+  // SIGCHLD and the signals colo-run forwards arrive through a signalfd, so one poll() loop
+  // waits for output, exits, signals and the grace-period deadline together, with no handler
+  // racing the loop and no threads (which would make fork() unsafe).
+  void setup_signals() {
+    // An inherited SIG_IGN for SIGCHLD would make the kernel reap the ranks behind our back.
+    std::signal(SIGCHLD, SIG_DFL);
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, sig);
+    // Orphaned descendants of the ranks are re-parented to colo-run instead of init, so it
+    // can reap them (see reap()).
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (::sigprocmask(SIG_BLOCK, &mask, &saved_mask_) != 0 ||
+        (signal_fd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+      throw std::runtime_error("cannot set up signal handling: " + errno_text(errno));
+    }
+  }
+
+  void restore_signals() {
+    ::close(signal_fd_);
+    ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
+  }
+
+  void spawn_all() {
+    const std::vector<std::string>& command = config_.command;
+    std::vector<char*> argv;
+    for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+
+    std::vector<std::string> inherited;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      std::string item = *entry;
+      if (managed_variables().count(item.substr(0, item.find('='))) == 0) inherited.push_back(item);
+    }
+
+    // Grown one rank at a time: a rank that was never started (the exec failed earlier) is
+    // not waited for.
+    ranks_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
+    for (int local = 0; local < config_.nproc_per_node; ++local) {
+      Rank& rank = ranks_.emplace_back();
+      rank.global_rank = config_.node_rank * config_.nproc_per_node + local;
+
+      // Everything the child needs is built before fork(): between fork and exec the child
+      // only makes system calls.
+      std::vector<std::string> env_strings = inherited;
+      for (const auto& [name, value] : make_rank_env(config_, local)) {
+        env_strings.push_back(name + "=" + value);
+      }
+      std::vector<char*> envp;
+      for (auto& item : env_strings) envp.push_back(item.data());
+      envp.push_back(nullptr);
+
+      int exec_error = 0;
+      try {
+        exec_error = spawn(rank, argv.data(), envp.data());
+      } catch (const std::runtime_error& e) {
+        // Out of processes or descriptors: the ranks already running must still be stopped
+        // and reaped by the loop, not abandoned.
+        ranks_.pop_back();
+        cause_ = Cause{e.what(), 1, local > 0 ? "; stopped the ranks already started" : ""};
+        begin_stop();
+        return;
+      }
+      if (exec_error != 0) {
+        std::string hint = exec_error == ENOENT && command[0].find('/') == std::string::npos
+                               ? " (not found on PATH)"
+                               : "";
+        cause_ = Cause{fmt::format("cannot execute '{}' for rank {}: {}{}", command[0],
+                                   rank.global_rank, errno_text(exec_error), hint),
+                       127, local > 0 ? "; stopped the ranks already started" : ""};
+        begin_stop();
+        return;
+      }
+    }
+  }
+
+  // Forks and execs one rank. Returns 0 once the exec succeeded, or the exec's errno (the
+  // child is reaped then). The exec status travels over a close-on-exec pipe: EOF means the
+  // exec happened, a written errno means it failed, so a typo in the program name is reported
+  // as such instead of as N ranks exiting with 127.
+  int spawn(Rank& rank, char* const* argv, char* const* envp) {
+    int exec_pipe[2] = {-1, -1};
+    int out_pipe[2] = {-1, -1};
+    int err_pipe[2] = {-1, -1};
+    auto fail = [&](const char* what) {
+      const int err = errno;
+      for (int fd :
+           {exec_pipe[0], exec_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+        if (fd >= 0) ::close(fd);
+      }
+      throw std::runtime_error(
+          fmt::format("cannot {} for rank {}: {}", what, rank.global_rank, errno_text(err)));
+    };
+    // Close-on-exec everywhere: otherwise rank 2 would inherit rank 0's pipe ends and rank 0's
+    // output would never reach EOF while rank 2 lives.
+    if (::pipe2(exec_pipe, O_CLOEXEC) != 0 ||
+        (config_.prefix_output &&
+         (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0))) {
+      fail("create pipes");
+    }
+    const pid_t launcher_pid = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+      // A session (hence a process group) of its own: kill(-pid) then reaches everything the
+      // rank started, and the terminal's Ctrl-C reaches only colo-run, which decides how to
+      // stop the job. Like torchrun's start_new_session.
+      ::setsid();
+      // If colo-run dies (even by SIGKILL), the kernel kills the rank. The signal fires when
+      // the *thread* that forked exits; colo-run forks from its only thread. Grandchildren are
+      // not covered: they rely on colo-run's kill(-pgid) while it is alive.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher_pid) ::_exit(1);  // colo-run died before prctl took effect
+      if (config_.prefix_output) {
+        ::dup2(out_pipe[1], STDOUT_FILENO);
+        ::dup2(err_pipe[1], STDERR_FILENO);
+      }
+      // Signal masks and ignored dispositions survive exec: undo colo-run's (main() ignores
+      // SIGPIPE), so that a rank writing to a closed pipe ends as it would on its own.
+      ::signal(SIGPIPE, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
+      ::execvpe(argv[0], argv, envp);
+      int err = errno;
+      ssize_t ignored = ::write(exec_pipe[1], &err, sizeof err);
+      (void)ignored;
+      ::_exit(127);
+    }
+    rank.pid = pid;
+    ::close(exec_pipe[1]);
+    if (config_.prefix_output) {
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
+      rank.out = open_stream(out_pipe[0], STDOUT_FILENO);
+      rank.err = open_stream(err_pipe[0], STDERR_FILENO);
+    }
+    int err = 0;
+    ssize_t n;
+    do {
+      n = ::read(exec_pipe[0], &err, sizeof err);
+    } while (n < 0 && errno == EINTR);
+    ::close(exec_pipe[0]);
+    if (n != static_cast<ssize_t>(sizeof err)) return 0;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    rank.reaped = true;
+    return err;
+  }
+
+  static OutputStream open_stream(int fd, int out_fd) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    OutputStream stream;
+    stream.fd = fd;
+    stream.out_fd = out_fd;
+    return stream;
+  }
+
+  bool all_reaped() const {
+    return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.reaped; });
+  }
+
+  void supervise() {
+    std::optional<Clock::time_point> drain_deadline;
+    for (;;) {
+      if (all_reaped()) {
+        if (!drain_deadline) {
+          // Whatever the ranks left behind in their process groups would now be orphans.
+          signal_all(SIGKILL);
+          drain_deadline = Clock::now() + kDrainTimeout;
+          reap();
+        }
+        const bool done = !any_stream_open() && !children_left_;
+        if (done || Clock::now() >= *drain_deadline) break;
+      }
+
+      std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+      std::vector<OutputStream*> streams;
+      for (Rank& rank : ranks_) {
+        for (OutputStream* s : {&rank.out, &rank.err}) {
+          if (s->fd >= 0) {
+            fds.push_back({s->fd, POLLIN, 0});
+            streams.push_back(s);
+          }
+        }
+      }
+      std::optional<Clock::time_point> wake = drain_deadline;
+      if (kill_deadline_ && (!wake || *kill_deadline_ < *wake)) wake = kill_deadline_;
+      if (!cause_ && output_gone_deadline_ && (!wake || *output_gone_deadline_ < *wake)) {
+        wake = output_gone_deadline_;
+      }
+      int timeout_ms = -1;
+      if (wake) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::max<long long>(0, left));
+      }
+      if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+        throw std::runtime_error("poll failed: " + errno_text(errno));
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) read_stream(*streams[i - 1]);
+      }
+      if (fds[0].revents & POLLIN) handle_signals();
+      stop_if_output_gone();
+      if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
+        kill_deadline_.reset();
+        signal_all(SIGKILL);
+      }
+    }
+    for (Rank& rank : ranks_) {
+      close_stream(rank.out);
+      close_stream(rank.err);
+    }
+  }
+
+  void handle_signals() {
+    signalfd_siginfo info{};
+    while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) {
+        reap();  // signals coalesce: reap() checks every rank
+      } else if (!cause_) {
+        cause_ =
+            Cause{fmt::format("received {}", signal_name(sig)), 128 + sig, "; stopped the ranks"};
+        print_to(STDERR_FILENO,
+                 "colo-run: received {}; stopping the ranks (SIGTERM, then SIGKILL "
+                 "after {} s; send it again to kill them now)\n",
+                 signal_name(sig), config_.grace_period_s);
+        begin_stop();
+      } else {
+        // A second interrupt while stopping: the user does not want to wait for the grace.
+        print_to(STDERR_FILENO, "colo-run: received {} again; killing the ranks\n",
+                 signal_name(sig));
+        kill_deadline_.reset();
+        signal_all(SIGKILL);
+      }
+    }
+  }
+
+  // colo-run is a child subreaper, so besides the ranks it reaps their orphaned descendants
+  // (no zombies even under a container init that never reaps). waitpid(-1) serves both.
+  void reap() {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid < 0) children_left_ = false;  // ECHILD: the whole tree is gone
+      if (pid <= 0) return;
+      auto rank = std::find_if(ranks_.begin(), ranks_.end(),
+                               [pid](const Rank& r) { return r.pid == pid && !r.reaped; });
+      if (rank != ranks_.end()) on_rank_exit(*rank, status);
+    }
+  }
+
+  void on_rank_exit(Rank& rank, int status) {
+    rank.reaped = true;
+    if (cause_) return;  // ranks exiting after the first cause are its aftermath
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    // The rank's last words (often the reason it failed) go out before colo-run's report.
+    // Bounded: a surviving grandchild may keep writing.
+    for (OutputStream* stream : {&rank.out, &rank.err}) {
+      for (int chunk = 0; chunk < 64 && stream->fd >= 0 && read_stream(*stream); ++chunk) {
+      }
+    }
+    std::string what;
+    int code;
+    if (WIFEXITED(status)) {
+      code = WEXITSTATUS(status);
+      what = fmt::format("exited with code {}", code);
+    } else {
+      const int sig = WTERMSIG(status);
+      code = 128 + sig;
+      what = fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
+    }
+    cause_ = Cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
+                   config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+    if (config_.nproc_per_node > 1) {
+      print_to(STDERR_FILENO, "colo-run: {}; stopping the other ranks\n", cause_->message);
+    }
+    begin_stop();
+  }
+
+  // SIGTERM first so ranks can flush logs and checkpoints; SIGKILL after the grace period.
+  void begin_stop() {
+    if (config_.grace_period_s <= 0) {
+      signal_all(SIGKILL);
+      return;
+    }
+    signal_all(SIGTERM);
+    kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(config_.grace_period_s));
+  }
+
+  // Signals every rank's process group, including groups whose leader has exited (its
+  // children may live on). The kernel does not reuse a pid while a group of that id exists.
+  // kill(pid) as well: a rank forked a moment ago may not have called setsid() yet.
+  void signal_all(int sig) {
+    for (const Rank& rank : ranks_) {
+      if (rank.pid <= 0) continue;
+      ::kill(-rank.pid, sig);
+      if (!rank.reaped) ::kill(rank.pid, sig);
+    }
+  }
+
+  bool any_stream_open() const {
+    return std::any_of(ranks_.begin(), ranks_.end(),
+                       [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
+  }
+
+  const Rank& owner(const OutputStream& stream) const {
+    for (const Rank& rank : ranks_) {
+      if (&rank.out == &stream || &rank.err == &stream) return rank;
+    }
+    throw std::logic_error("output stream without a rank");
+  }
+
+  // Reads what is there (one chunk); returns whether more may follow right away.
+  bool read_stream(OutputStream& stream) {
+    char buffer[65536];
+    ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return false;
+    if (n <= 0) {
+      close_stream(stream);
+      return false;
+    }
+    stream.pending.append(buffer, static_cast<std::size_t>(n));
+    emit_lines(stream, false);
+    return true;
+  }
+
+  // Forwards complete lines with the rank's prefix, one write() each so that lines of
+  // different ranks stay whole. At EOF the unterminated tail is passed on too, ended with a
+  // newline so that the next rank's line does not run into it.
+  void emit_lines(OutputStream& stream, bool at_eof) {
+    const std::string prefix = fmt::format("[rank {}] ", owner(stream).global_rank);
+    std::string out;
+    std::size_t start = 0;
+    for (;;) {
+      std::size_t newline = stream.pending.find('\n', start);
+      std::size_t end;
+      if (newline != std::string::npos && newline - start < kMaxLine) {
+        end = newline + 1;
+      } else if (stream.pending.size() - start >= kMaxLine) {
+        end = start + kMaxLine;
+      } else {
+        break;
+      }
+      out += prefix;
+      out.append(stream.pending, start, end - start);
+      if (out.back() != '\n') out += '\n';
+      start = end;
+    }
+    if (at_eof && start < stream.pending.size()) {
+      out += prefix;
+      out.append(stream.pending, start, std::string::npos);
+      out += '\n';
+      start = stream.pending.size();
+    }
+    stream.pending.erase(0, start);
+    forward(stream, out);
+  }
+
+  // Passes a rank's lines on. Once the reader of colo-run's stdout or stderr is gone (EPIPE),
+  // that stream's lines are read and dropped, so that no rank blocks on a full pipe, and the job
+  // is stopped (see stop_if_output_gone()).
+  void forward(const OutputStream& stream, const std::string& lines) {
+    if (lines.empty()) return;
+    OutputTarget& target = stream.out_fd == STDOUT_FILENO ? stdout_ : stderr_;
+    if (target.reader_gone) return;
+    if (write_all(stream.out_fd, lines) == WriteResult::kReaderGone) {
+      target.reader_gone = true;
+      if (!reader_gone_while_forwarding_) {
+        output_gone_deadline_ = Clock::now() + kOutputGoneSettle;
+        reader_gone_while_forwarding_ =
+            fmt::format("rank {}'s {}", owner(stream).global_rank, target.name);
+      }
+    }
+  }
+
+  // A rank writing into a closed pipe itself (as with --no-prefix) is killed by SIGPIPE, and
+  // colo-run then stops the others. With prefixing colo-run writes for the ranks, so it does the
+  // same when its own stdout or stderr lost its reader: the job ends as it would without colo-run
+  // in between (`colo-run ... | head -1` returns), with 128 + SIGPIPE. A rank that failed first,
+  // or within kOutputGoneSettle after, remains the cause: its exit code is the job's.
+  void stop_if_output_gone() {
+    if (cause_ || !output_gone_deadline_ || Clock::now() < *output_gone_deadline_) return;
+    cause_ = output_gone_cause(
+        "; stopped the ranks, as a closed pipe stops a program that writes to it");
+    print_to(STDERR_FILENO, "colo-run: {}; stopping the ranks\n", cause_->message);
+    begin_stop();
+  }
+
+  Cause output_gone_cause(const char* aftermath) const {
+    return Cause{
+        fmt::format("the reader of colo-run's output went away (EPIPE) while it was forwarding {}",
+                    *reader_gone_while_forwarding_),
+        128 + SIGPIPE, aftermath};
+  }
+
+  void close_stream(OutputStream& stream) {
+    if (stream.fd < 0) return;
+    emit_lines(stream, true);
+    ::close(stream.fd);
+    stream.fd = -1;
+  }
+
+  struct OutputTarget {
+    const char* name;
+    bool reader_gone = false;
+  };
+
+  const LaunchConfig& config_;
+  std::vector<Rank> ranks_;
+  OutputTarget stdout_{"stdout"}, stderr_{"stderr"};
+  std::optional<std::string> reader_gone_while_forwarding_;  // whose output found it gone
+  std::optional<Clock::time_point> output_gone_deadline_;     // then: kOutputGoneSettle later
+  int signal_fd_ = -1;
+  bool children_left_ = true;
+  sigset_t saved_mask_{};
+  std::optional<Clock::time_point> kill_deadline_;
+  std::optional<Cause> cause_;
+};
+
+}  // namespace
+
+int run_job(LaunchConfig config) {
+  if (config.master_port == 0) config.master_port = pick_free_port(config.master_addr);
+
+  std::optional<files::TemporaryDirectory> rdzv_dir;
+  if (config.rdzv_file == "auto") {
+    // A fresh directory makes the path unique and guarantees the file does not exist yet.
+    rdzv_dir.emplace("colo-rdzv-");
+    config.rdzv_file = rdzv_dir->file("store");
+  } else if (!config.rdzv_file.empty()) {
+    if (files::lexists(config.rdzv_file)) {
+      throw UsageError(fmt::format(
+          "--rdzv-file '{}' already exists: a FileStore would read an earlier job's keys from "
+          "it. Remove it, or use --rdzv-file auto",
+          config.rdzv_file));
+    }
+    const std::string dir = files::parent_path(config.rdzv_file);
+    if (!files::is_directory(dir)) {
+      throw UsageError(
+          fmt::format("--rdzv-file '{}': directory '{}' does not exist", config.rdzv_file, dir));
+    }
+  }
+
+  // Said before the ranks start, so that it comes first and not amid their output.
+  if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
+    print_to(STDERR_FILENO, "{}\n", *warning);
+  }
+  int code = Job(config).run();
+  // The last FileStore user normally deletes the file; after a failure nobody did.
+  if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
+  return code;
+}
+
+}  // namespace colo::launcher
