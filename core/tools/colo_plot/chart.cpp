@@ -26,15 +26,16 @@ const std::vector<std::vector<int>> kPalette = {{0, 114, 178},  {213, 94, 0},   
                                                 {230, 159, 0},  {86, 180, 233}, {120, 120, 120}};
 
 bool device_available() {
-  const char** menu = nullptr;
-  const char** names = nullptr;
-  int count = 0;
-  plgDevs(&menu, &names, &count);
-  bool found = false;
-  for (int i = 0; i < count; ++i) found = found || std::string(names[i]) == kDevice;
-  std::free(static_cast<void*>(menu));
-  std::free(static_cast<void*>(names));
-  return found;
+  // plgDevs fills arrays the caller provides; count is their size in, the devices' number out.
+  std::vector<const char*> menu(256), names(256);
+  int count = static_cast<int>(names.size());
+  const char** menu_data = menu.data();
+  const char** name_data = names.data();
+  plgDevs(&menu_data, &name_data, &count);
+  for (int i = 0; i < count; ++i) {
+    if (names[static_cast<size_t>(i)] != nullptr && std::string(names[static_cast<size_t>(i)]) == kDevice) return true;
+  }
+  return false;
 }
 
 struct Range {
@@ -52,6 +53,8 @@ struct Range {
     hi += margin;
   }
 };
+
+double line_width(size_t run) { return std::max(1.5, 4.5 - 1.5 * static_cast<double>(run)); }
 
 void panel(plstream& pls, const std::vector<RunMetrics>& runs, Series RunMetrics::*member, const char* y_label,
            const char* title, bool markers, double y_floor) {
@@ -79,7 +82,8 @@ void panel(plstream& pls, const std::vector<RunMetrics>& runs, Series RunMetrics
     std::vector<PLFLT> xs(series.step.begin(), series.step.end());
     std::vector<PLFLT> ys(series.value.begin(), series.value.end());
     pls.col0(kFirstRun + static_cast<PLINT>(i));
-    pls.width(2.5);
+    // Later runs thinner, so that equal curves (two plugins' learning rates) show both colours.
+    pls.width(line_width(i));
     pls.line(static_cast<PLINT>(xs.size()), xs.data(), ys.data());
     if (markers || xs.size() == 1) pls.poin(static_cast<PLINT>(xs.size()), xs.data(), ys.data(), 4);
   }
@@ -89,10 +93,11 @@ void panel(plstream& pls, const std::vector<RunMetrics>& runs, Series RunMetrics
 void legend(plstream& pls, const std::vector<RunMetrics>& runs) {
   const auto n = static_cast<PLINT>(runs.size());
   std::vector<PLINT> options(runs.size(), PL_LEGEND_LINE), colours(runs.size()), styles(runs.size(), 1);
-  std::vector<PLFLT> widths(runs.size(), 2.5);
+  std::vector<PLFLT> widths(runs.size());
   std::vector<const char*> text(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
     colours[i] = kFirstRun + static_cast<PLINT>(i);
+    widths[i] = line_width(i);
     text[i] = runs[i].label.c_str();
   }
   PLFLT width = 0, height = 0;
