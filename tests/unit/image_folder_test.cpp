@@ -245,11 +245,13 @@ TEST(ImageResampleTest, RandomResizedCropBoxesFollowTheirDistribution) {
   }
   EXPECT_GT(distinct.size(), 3900U);
   std::sort(areas.begin(), areas.end());
-  // Uniform in [0.08, 1] but for draws too wide for the image, which are drawn again: the
-  // quartiles lie near 0.31, 0.54 and 0.77 of the uniform's.
+  // Uniform in [0.08, 1] but for draws too wide or tall for the image, which are drawn again
+  // (large areas are rejected more often): from near 0.08 to near 1, the median below the
+  // uniform's 0.54.
   EXPECT_LT(areas[40], 0.1);
-  EXPECT_GT(areas[3960], 0.9);
-  EXPECT_NEAR(areas[2000], 0.5, 0.07);
+  EXPECT_GT(areas[3960], 0.85);
+  EXPECT_GT(areas[2000], 0.35);
+  EXPECT_LT(areas[2000], 0.54);
   // The fallback (ten misses): a centred box of the allowed aspect nearest the image's.
   RandomResizedCropParams narrow;
   narrow.min_scale = narrow.max_scale = 1.0;
@@ -445,7 +447,7 @@ TEST(ImageFolderTest, ShardsWorkersAndResumesLikeEveryDataSet) {
   // Two replicas see disjoint halves that together are the folder.
   std::set<std::pair<int64_t, int64_t>> seen;
   for (int64_t rank = 0; rank < 2; ++rank) {
-    DataLoader loader(data, DataLoaderOptions(3).shuffle(true).seed(3).num_replicas(2).rank(rank));
+    DataLoader loader(data, DataLoaderOptions(3).shuffle(true).seed(3).num_replicas(2).rank(rank).normalize(false));
     while (auto batch = loader.next()) {
       for (int64_t i = 0; i < batch->size(); ++i) {
         const auto id = identify(batch->images[i]);

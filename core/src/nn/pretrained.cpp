@@ -94,10 +94,13 @@ std::string summarise(const char* title, const std::vector<std::pair<std::string
     const Group& group = groups[i].second;
     std::string name = group.first_name;
     if (group.blocks.size() > 1) {
+      // Files list names in byte order (blocks.10 before blocks.2): the range is numeric.
+      long first = std::atol(group.blocks.front().c_str()), last = first;
+      for (const auto& block : group.blocks) first = std::min(first, std::atol(block.c_str())), last = std::max(last, std::atol(block.c_str()));
       const std::string pattern = block_pattern(name).first;
       const auto star = pattern.find('*');
-      name = fmt::format("{}{{{}..{}}}{} ({} blocks)", pattern.substr(0, star), group.blocks.front(), group.blocks.back(),
-                         pattern.substr(star + 1), group.blocks.size());
+      name = fmt::format("{}{{{}..{}}}{} ({} blocks)", pattern.substr(0, star), first, last, pattern.substr(star + 1),
+                         group.blocks.size());
     }
     text += "\n    " + name + (details[i].empty() ? "" : ": " + details[i]);
   }

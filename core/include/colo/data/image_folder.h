@@ -15,6 +15,9 @@ namespace colo::data {
 struct ImageFolderOptions {
   /* implicit */ ImageFolderOptions(int64_t image_size = 224) : image_size_(image_size) {}
 
+  // ImageNet's channel statistics (torchvision's), the default normalisation.
+  static Normalization imagenet_normalization() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
+
   // Height and width of every image the data set returns.
   TORCH_ARG(int64_t, image_size);
   // Evaluation (get_batch): the shorter side is resized to floor(image_size / crop_fraction), then
@@ -33,8 +36,6 @@ struct ImageFolderOptions {
   // What the DataLoader normalises with unless told otherwise: ImageNet's statistics by default;
   // a pretrained model's own (0.5, 0.5, 0.5 for the original ViTs) when fine-tuning one.
   TORCH_ARG(Normalization, normalization) = imagenet_normalization();
-
-  static Normalization imagenet_normalization() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
 };
 
 // Images in torchvision's ImageFolder layout: one sub-directory of `root` per class, the classes
