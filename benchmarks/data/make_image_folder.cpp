@@ -23,11 +23,13 @@ uint64_t mix(uint64_t x) {
 // amplitude varies over the picture as texture does.
 std::vector<uint8_t> picture(int64_t height, int64_t width, uint64_t seed) {
   constexpr int kWaves = 5;
+  // Noise amplitude of textured regions, chosen so that the JPEGs are as large as ImageNet's.
+  constexpr float kTexture = 64.0F;
   std::vector<float> rows(static_cast<size_t>(kWaves * 3 * height)), cols(static_cast<size_t>(kWaves * 3 * width));
   uint64_t s = seed;
   auto uniform = [&] { return static_cast<double>((s = mix(s)) >> 11) * 0x1.0p-53; };
   for (int w = 0; w < kWaves * 3; ++w) {
-    const double fy = 0.002 + 0.08 * uniform() * uniform(), fx = 0.002 + 0.08 * uniform() * uniform();
+    const double fy = 0.002 + 0.2 * uniform() * uniform(), fx = 0.002 + 0.2 * uniform() * uniform();
     const double py = 6.283 * uniform(), px = 6.283 * uniform(), amplitude = 20 + 40 * uniform();
     for (int64_t y = 0; y < height; ++y) rows[static_cast<size_t>(w * height + y)] = static_cast<float>(amplitude * std::cos(fy * static_cast<double>(y) + py));
     for (int64_t x = 0; x < width; ++x) cols[static_cast<size_t>(w * width + x)] = static_cast<float>(std::cos(fx * static_cast<double>(x) + px));
@@ -37,7 +39,7 @@ std::vector<uint8_t> picture(int64_t height, int64_t width, uint64_t seed) {
   for (int64_t y = 0; y < height; ++y) {
     for (int64_t x = 0; x < width; ++x) {
       // Texture: strong in some regions, flat in others.
-      const float texture = 6.0F + 14.0F * (cols[static_cast<size_t>(x)] * rows[static_cast<size_t>(height + y)] > 0 ? 1.0F : 0.2F);
+      const float texture = kTexture * (cols[static_cast<size_t>(x)] * rows[static_cast<size_t>(height + y)] > 0 ? 1.0F : 0.3F);
       for (int c = 0; c < 3; ++c) {
         float v = 128;
         for (int w = c * kWaves; w < (c + 1) * kWaves; ++w) {

@@ -21,6 +21,7 @@
 #include <colo/data/image_folder.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/hybrid_adam.h>
 
