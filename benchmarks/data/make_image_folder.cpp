@@ -24,7 +24,7 @@ uint64_t mix(uint64_t x) {
 std::vector<uint8_t> picture(int64_t height, int64_t width, uint64_t seed) {
   constexpr int kWaves = 5;
   // Noise amplitude of textured regions, chosen so that the JPEGs are as large as ImageNet's.
-  constexpr float kTexture = 64.0F;
+  constexpr float kTexture = 140.0F;
   std::vector<float> rows(static_cast<size_t>(kWaves * 3 * height)), cols(static_cast<size_t>(kWaves * 3 * width));
   uint64_t s = seed;
   auto uniform = [&] { return static_cast<double>((s = mix(s)) >> 11) * 0x1.0p-53; };
