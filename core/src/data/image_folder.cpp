@@ -24,28 +24,27 @@ constexpr uint64_t kFlipStream = 0x666c6970ULL;
 constexpr size_t kSkipLogLines = 10;
 
 std::string validate(const ImageFolderOptions& o) {
-  std::vector<std::string> errors;
-  if (o.image_size() < 1) errors.push_back(fmt::format("image_size must be positive, got {}", o.image_size()));
+  std::string errors;
+  auto add = [&errors](const std::string& error) { errors += (errors.empty() ? "" : "; ") + error; };
+  if (o.image_size() < 1) add(fmt::format("image_size must be positive, got {}", o.image_size()));
   if (!(o.crop_fraction() > 0 && o.crop_fraction() <= 1)) {
-    errors.push_back(fmt::format("crop_fraction must be in (0, 1], got {}", o.crop_fraction()));
+    add(fmt::format("crop_fraction must be in (0, 1], got {}", o.crop_fraction()));
   }
   const auto& c = o.random_resized_crop();
   if (!(c.min_scale > 0 && c.min_scale <= c.max_scale && c.max_scale <= 1)) {
-    errors.push_back(fmt::format("random_resized_crop scale must satisfy 0 < min <= max <= 1, got [{}, {}]",
-                                 c.min_scale, c.max_scale));
+    add(fmt::format("random_resized_crop scale must satisfy 0 < min <= max <= 1, got [{}, {}]", c.min_scale,
+                    c.max_scale));
   }
   if (!(c.min_ratio > 0 && c.min_ratio <= c.max_ratio)) {
-    errors.push_back(fmt::format("random_resized_crop ratio must satisfy 0 < min <= max, got [{}, {}]", c.min_ratio,
-                                 c.max_ratio));
+    add(fmt::format("random_resized_crop ratio must satisfy 0 < min <= max, got [{}, {}]", c.min_ratio,
+                    c.max_ratio));
   }
   const auto& n = o.normalization();
   if (n.mean.size() != 3 || n.std.size() != 3 ||
       !std::all_of(n.std.begin(), n.std.end(), [](double s) { return s > 0; })) {
-    errors.push_back("normalization needs 3 means and 3 positive stds (RGB)");
+    add("normalization needs 3 means and 3 positive stds (RGB)");
   }
-  std::string text;
-  for (const auto& e : errors) text += (text.empty() ? "" : "; ") + e;
-  return text;
+  return errors;
 }
 
 }  // namespace
