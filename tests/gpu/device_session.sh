@@ -321,10 +321,13 @@ import glob, json, sys
 runs = {k: [json.load(open(f)) for f in sorted(glob.glob(f"{sys.argv[1]}/if_{k}_*.json"))] for k in ("synthetic", "folder")}
 mean = {k: sum(r["images_per_s"] for r in v) / len(v) for k, v in runs.items() if v}
 if len(mean) == 2:
-    loader = runs["folder"][-1]["loader"]
+    loader = runs["folder"][-1].get("loader") or {}
     print(f"image-folder: synthetic {mean['synthetic']:.1f} img/s, folder {mean['folder']:.1f} img/s, "
-          f"ratio {mean['folder'] / mean['synthetic']:.3f} (target >= 0.95); loader {loader['images_per_cpu_s']:.0f} "
-          f"images per CPU-second, {loader['workers']} workers, steps waited {loader['wait_s']:.2f} s")
+          f"ratio {mean['folder'] / mean['synthetic']:.3f} (target >= 0.95); loader "
+          f"{loader.get('images_per_cpu_s') or 0:.0f} images per CPU-second, {loader.get('workers')} workers, "
+          f"steps waited {loader.get('wait_s') or 0:.2f} s")
+else:
+    print(f"image-folder: runs missing ({ {k: len(v) for k, v in runs.items()} }); see the logs")
 PY
       ;;
     per-gpu)
