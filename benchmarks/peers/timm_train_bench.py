@@ -98,6 +98,14 @@ def parse_args(argv=None):
     p.add_argument("--optimizer-impl", choices=["auto", "fused", "foreach"], default="auto",
                    help="AdamW implementation; auto = fused on CUDA, foreach on the CPU")
     p.add_argument("--fsdp-reshard-after-forward", choices=["true", "false"], default="true")
+    p.add_argument("--fsdp-cpu-offload", choices=["off", "pinned", "pageable"], default="off",
+                   help="fsdp2: CPUOffloadPolicy(pin_memory=True|False): parameters, gradients and optimizer state "
+                        "in host memory, the optimizer step on the CPU")
+    p.add_argument("--grad-checkpointing", action="store_true",
+                   help="timm's set_grad_checkpointing(): each block's activations recomputed in backward")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="the step's batch in N micro-batches, gradient sync only on the last (no_sync / "
+                        "set_requires_gradient_sync)")
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--lr", type=float, default=1e-4)
@@ -241,11 +249,17 @@ def main(argv=None):
     compute_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     torch.manual_seed(0)
     model = build_model(args)
+    if args.grad_checkpointing:
+        model.set_grad_checkpointing(True)
     num_params = sum(p.numel() for p in model.parameters())
+    if args.batch_size % args.grad_accum != 0:
+        raise SystemExit(f"--grad-accum {args.grad_accum} must divide --batch-size {args.batch_size}")
+    offload = args.mode == "fsdp2" and args.fsdp_cpu_offload != "off"
     pure = args.param_dtype == "bf16"
     if pure:
         model = model.to(torch.bfloat16)
-    model = model.to(device)
+    if not offload:  # CPU offload shards the model from host memory: its parameters never live on the GPU whole
+        model = model.to(device)
 
     recipe = "fp32" if args.precision == "fp32" else ("pure-bf16" if pure else "autocast")
     if args.mode == "compile":
@@ -257,8 +271,9 @@ def main(argv=None):
         if args.compile:
             model = torch.compile(model, mode=args.compile_mode)
     elif args.mode == "fsdp2":
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+        placement = (CPUOffloadPolicy(pin_memory=args.fsdp_cpu_offload == "pinned") if offload else OffloadPolicy())
         mp = MixedPrecisionPolicy()
         if args.precision != "fp32" and not pure:
             mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
@@ -268,12 +283,12 @@ def main(argv=None):
             if args.compile:
                 block = torch.compile(block, mode=args.compile_mode)
                 model.blocks[i] = block
-            fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+            fully_shard(block, mp_policy=mp, reshard_after_forward=reshard, offload_policy=placement)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard, offload_policy=placement)
 
     impl = args.optimizer_impl
     if impl == "auto":
-        impl = "fused" if use_cuda else "foreach"
+        impl = "fused" if use_cuda and not offload else "foreach"
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                                   **{impl: True})
     autocast_on = recipe == "autocast"
@@ -287,16 +302,31 @@ def main(argv=None):
         images = images.to(torch.bfloat16)
     labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen).to(device)
 
+    micro_images, micro_labels = images.chunk(args.grad_accum), labels.chunk(args.grad_accum)
+
+    def sync_gradients(on):
+        if args.mode == "fsdp2":
+            model.set_requires_gradient_sync(on)
+            return contextlib.nullcontext()
+        if args.mode == "ddp" and not on:
+            return model.no_sync()
+        return contextlib.nullcontext()
+
     def train_step():
         ctx = torch.autocast(device.type, dtype=compute_dtype) if autocast_on else contextlib.nullcontext()
-        with ctx:
-            loss = F.cross_entropy(model(images).float(), labels)
+        total = 0.0
+        for m in range(args.grad_accum):
+            last = m + 1 == args.grad_accum
+            with sync_gradients(last):
+                with ctx:
+                    loss = F.cross_entropy(model(micro_images[m]).float(), micro_labels[m]) / args.grad_accum
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            total = total + loss.detach()
+        loss = total
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
@@ -387,6 +417,9 @@ def main(argv=None):
             "options": {"mode": args.mode, "compile": args.mode == "compile" or args.compile,
                         "compile_mode": args.compile_mode, "precision_recipe": recipe,
                         "param_dtype": args.param_dtype, "optimizer": f"AdamW({impl})",
+                        "grad_accum": args.grad_accum, "grad_checkpointing": args.grad_checkpointing,
+                        "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20),
+                        **({"fsdp_cpu_offload": args.fsdp_cpu_offload} if args.mode == "fsdp2" else {}),
                         **({"fsdp_reshard_after_forward": args.fsdp_reshard_after_forward}
                            if args.mode == "fsdp2" else {})},
             "precision": args.precision,

@@ -22,10 +22,13 @@
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/nn/model_summary.h>
 #include <colo/nn/vision_transformer.h>
+#include <colo/zero/device_memory.h>
 #include <colo/optim/hybrid_adam.h>
 
 #include <ATen/Context.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -55,6 +58,8 @@ namespace po = boost::program_options;
 namespace colo::bench {
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 struct Options {
   std::string plugin;
   PluginOptions plugin_options;
@@ -82,6 +87,7 @@ struct Options {
   // Train from an image folder (torchvision's layout) instead of one synthetic batch.
   std::string image_folder;
   int64_t workers = 0;  // loader threads; 0: the cores of this rank less one
+  bool activation_checkpointing = false;
 };
 
 std::string shell_quote(const std::string& arg) {
@@ -146,6 +152,8 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("grad-accum", po::value(&o.grad_accum)->default_value(1),
        "plain (non-pipelined) plugins: split each step's batch into this many micro-batches, all but the last "
        "under booster.no_sync (the loop a pipeline with as many microbatches replaces)")
+      ("activation-checkpointing", po::bool_switch(&o.activation_checkpointing),
+       "recompute each layer's activations in backward (LayerStack::set_activation_checkpointing)")
       ("no-sync", po::bool_switch(&o.no_sync),
        "diagnostic: every step under booster.no_sync (no gradient communication), to measure what data "
        "parallelism costs besides communicating")
@@ -317,7 +325,21 @@ int run(const Options& o) {
   Booster booster(plugin);
 
   torch::manual_seed(0);  // the same initial model on every rank, as a real run would have
+  // What the plugin plans to hold (Booster::plan_memory), printed beside what the run measures.
+  MemoryPlan plan;
+  {
+    MemoryPlanInputs inputs;
+    inputs.model = nn::summarize_vision_transformer(config);
+    inputs.world_size(world_size)
+        .global_batch_size(global_batch)
+        .accumulation_steps(o.grad_accum)
+        .activation_checkpointing(o.activation_checkpointing)
+        .device_is_gpu(device.is_cuda());
+    if (const auto capacity = zero::device_capacity_bytes(device)) inputs.device_memory_bytes(*capacity);
+    plan = Booster::plan_memory(o.plugin, o.plugin_options, inputs);
+  }
   auto model = nn::make_vision_transformer(config);
+  if (o.activation_checkpointing) model->set_activation_checkpointing(true);
   model->to(device);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
@@ -468,6 +490,11 @@ int run(const Options& o) {
   const double peak_mem =
       reduce_over_ranks(world, peak_memory_bytes(device), dist::ReduceOp::kMax) / (1024.0 * 1024.0 * 1024.0);
   const double final_loss = loss.defined() ? loss.detach().to(torch::kFloat).cpu().item<double>() : std::nan("");
+  // The process's peak resident host memory (getrusage: KiB on Linux), max over ranks.
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss =
+      reduce_over_ranks(world, static_cast<double>(usage.ru_maxrss) * 1024.0, dist::ReduceOp::kMax) / kGiB;
 
   // Measured after training, on a warm device, and after the memory peak was read.
   std::optional<MatmulPeak> matmul;
@@ -526,6 +553,12 @@ int run(const Options& o) {
                                  {"rank0_tflops", matmul->tflops}}
                 : nlohmann::json(nullptr)},
         {"peak_mem_gib", peak_mem},
+        {"peak_host_rss_gib", peak_rss},
+        {"activation_checkpointing", o.activation_checkpointing},
+        {"planned",
+         {{"device_gib", static_cast<double>(plan.ranks.front().device_bytes()) / kGiB},
+          {"host_gib", static_cast<double>(plan.ranks.front().host_bytes()) / kGiB},
+          {"table", plan.to_string()}}},
         {"peak_mem_method", peak_memory_method(device) + ", max over ranks"},
         {"step_time_ms",
          {{"mean", mean_ms},
@@ -559,6 +592,10 @@ int run(const Options& o) {
                  o.image_folder, loader->dataset().size(), workers, loader_json["images_per_cpu_s"].is_null() ? 0.0 : loader_json["images_per_cpu_s"].get<double>(),
                  loader_json["wait_s"].get<double>());
     }
+    fmt::print("  planned (Booster::plan_memory, rank 0): device {:.2f} GiB, host {:.2f} GiB | measured peak host RSS "
+               "{:.2f} GiB\n",
+               static_cast<double>(plan.ranks.front().device_bytes()) / kGiB,
+               static_cast<double>(plan.ranks.front().host_bytes()) / kGiB, peak_rss);
     if (!o.json_path.empty()) {
       std::ofstream out(o.json_path);
       if (!out) throw std::runtime_error(fmt::format("cannot write --json {}", o.json_path));

@@ -1,4 +1,5 @@
 #include <colo/booster/booster.h>
+#include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/safetensors.h>
@@ -33,6 +34,11 @@ std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
 }
 
 }  // namespace
+
+MemoryPlan Booster::plan_memory(const std::string& plugin, const PluginOptions& options,
+                                const MemoryPlanInputs& inputs) {
+  return PluginRegistry::global().plan_memory(plugin, options, inputs);
+}
 
 Booster::Booster(std::shared_ptr<Plugin> plugin)
     : plugin_(require_plugin(std::move(plugin))) {}

@@ -31,9 +31,6 @@ namespace colo {
 namespace {
 
 constexpr const char* kWho = "gemini";
-constexpr int64_t kStateTensors = 4;  // master, gradient, exp_avg, exp_avg_sq
-
-int64_t state_bytes(const zero::ShardedAdam& adam) { return kStateTensors * adam.master().numel() * 4; }
 
 }  // namespace
 
@@ -74,6 +71,35 @@ std::vector<std::string> GeminiOptimizerOptions::violations() const {
 
 void GeminiOptimizer::check_optimizer(const torch::optim::Optimizer& optimizer) {
   detail::check_adam_like(optimizer, kWho);
+}
+
+GeminiChunking GeminiOptimizer::chunking(const std::vector<int64_t>& numels, const std::vector<std::string>& names,
+                                         const GeminiOptimizerOptions& options, bool on_gpu) {
+  const auto compute = amp::PrecisionPolicy(options.precision()).compute_dtype();
+  const int64_t element_size = static_cast<int64_t>(c10::elementSize(compute));
+  std::optional<int64_t> capacity;
+  if (options.chunk_size_mb()) {
+    capacity = std::max<int64_t>(1, static_cast<int64_t>(*options.chunk_size_mb() * 1024.0 * 1024.0) / element_size);
+  }
+  auto plan = zero::plan_chunks(numels, names, capacity, element_size);
+  GeminiChunking out;
+  out.capacity = plan.capacity;
+  out.searched = plan.searched;
+  out.chunks = std::move(plan.chunks);
+  for (const auto& members : out.chunks) {
+    int64_t n = 0;
+    for (auto i : members) n += numels[i];
+    out.chunk_numels.push_back(n);
+  }
+  if (options.placement_policy() == GeminiPlacementPolicy::kStatic) {
+    out.placement = zero::static_placement(out.chunk_numels, options.shard_param_frac(), options.offload_param_frac(),
+                                           options.offload_optim_frac());
+  } else {
+    // Auto: every chunk sharded, its parameter shard on the device; the optimizer state waits in
+    // host memory until the first step has measured what else the device holds.
+    out.placement.assign(out.chunks.size(), zero::ChunkPlacement{true, false, on_gpu});
+  }
+  return out;
 }
 
 GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
@@ -139,30 +165,16 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
   // 2. Chunks and placement.
   std::vector<int64_t> numels;
   for (const auto& p : params_) numels.push_back(p.numel());
-  const int64_t element_size = static_cast<int64_t>(c10::elementSize(compute));
-  std::optional<int64_t> capacity;
-  if (options_.chunk_size_mb()) {
-    capacity = std::max<int64_t>(1, static_cast<int64_t>(*options_.chunk_size_mb() * 1024.0 * 1024.0) / element_size);
+  auto chunking = GeminiOptimizer::chunking(numels, names_, options_, device_.is_cuda());
+  chunk_capacity_ = chunking.capacity;
+  chunk_capacity_searched_ = chunking.searched;
+  chunk_members_ = std::move(chunking.chunks);
+  chunk_of_.assign(params_.size(), 0);
+  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
+    for (auto i : chunk_members_[c]) chunk_of_[i] = c;
   }
-  auto plan = zero::plan_chunks(numels, names_, capacity, element_size);
-  chunk_capacity_ = plan.capacity;
-  chunk_capacity_searched_ = plan.searched;
-  chunk_members_ = std::move(plan.chunks);
-  std::vector<int64_t> chunk_numels;
-  for (const auto& members : chunk_members_) {
-    int64_t n = 0;
-    for (auto i : members) n += numels[i];
-    chunk_numels.push_back(n);
-  }
-  if (options_.placement_policy() == GeminiPlacementPolicy::kStatic) {
-    placement_ = zero::static_placement(chunk_numels, options_.shard_param_frac(), options_.offload_param_frac(),
-                                        options_.offload_optim_frac());
-  } else {
-    // Auto: every chunk sharded, its parameter shard on the device; the optimizer state waits in
-    // host memory until the first step has measured what else the device holds.
-    placement_.assign(chunk_members_.size(), zero::ChunkPlacement{true, false, device_.is_cuda()});
-    settled_ = false;
-  }
+  placement_ = std::move(chunking.placement);
+  settled_ = options_.placement_policy() == GeminiPlacementPolicy::kStatic;
 
   // 3. Optimizer state per chunk.
   const int rank = group_->rank();
@@ -180,7 +192,11 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
     std::iota(all.begin(), all.end(), std::size_t{0});
     auto layout = std::make_shared<zero::ShardLayout>(member_numels, std::vector<std::vector<std::size_t>>{all},
                                                       group_->size());
-    auto adam = std::make_shared<zero::ShardedAdam>(layout, rank, member_groups, state_options(placement_[c].optim_on_host));
+    // Auto placement moves the state at the first step: Adam's moments (half of it) are made
+    // there, where they stay, not here.
+    auto adam = std::make_shared<zero::ShardedAdam>(
+        layout, rank, member_groups, state_options(placement_[c].optim_on_host),
+        settled_ ? zero::ShardedAdam::Moments::kNow : zero::ShardedAdam::Moments::kAtFirstStep);
     auto master = adam->master();
     layout->copy_to_shard(rank, member_values, master);
     layouts_.push_back(std::move(layout));
@@ -234,11 +250,26 @@ torch::TensorOptions GeminiOptimizer::state_options(bool on_host) const {
 const zero::ChunkPlacement& GeminiOptimizer::placement(std::size_t c) const { return placement_.at(c); }
 
 void GeminiOptimizer::backward(const torch::Tensor& loss) {
-  if (scaler_) {
-    scaler_->scale_loss(loss).backward();
-  } else {
-    loss.backward();
+  try {
+    if (scaler_) {
+      scaler_->scale_loss(loss).backward();
+    } else {
+      loss.backward();
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    throw out_of_memory("backward", device_, e);
   }
+}
+
+zero::AllocationError GeminiOptimizer::out_of_memory(const std::string& pass, const torch::Device& device,
+                                                     const c10::Error& e) {
+  const std::string cause = e.what_without_backtrace();
+  return zero::AllocationError(fmt::format(
+      "gemini: the {} pass ran out of {} memory: {}. What helps: a smaller batch per pass (with gradient "
+      "accumulation for the same step), activation checkpointing (LayerStack::set_activation_checkpointing; "
+      "train_vit --activation-checkpointing), max_prefetch=0, a smaller chunk_size_mb, or more optimizer state in "
+      "host memory (placement_policy=auto with a lower steady_cuda_cap_ratio, or a higher offload_optim_frac)",
+      pass, device.str(), cause.substr(0, cause.find('\n'))));
 }
 
 void GeminiOptimizer::prepare_for_backward() { reducer_->prepare_for_backward(); }
@@ -256,12 +287,17 @@ void GeminiOptimizer::move_optimizer_state(std::size_t c, bool to_host) {
   auto& old = *adam_[c];
   std::vector<std::size_t> member_groups;
   for (auto i : chunk_members_[c]) member_groups.push_back(group_of_param_[i]);
-  auto moved = std::make_shared<zero::ShardedAdam>(layouts_[c], group_->rank(), member_groups, state_options(to_host));
+  const auto moments =
+      old.exp_avg().defined() ? zero::ShardedAdam::Moments::kNow : zero::ShardedAdam::Moments::kAtFirstStep;
+  auto moved =
+      std::make_shared<zero::ShardedAdam>(layouts_[c], group_->rank(), member_groups, state_options(to_host), moments);
   torch::NoGradGuard no_grad;
   const_cast<torch::Tensor&>(moved->master()).copy_(old.master());
   const_cast<torch::Tensor&>(moved->grad()).copy_(old.grad());
-  const_cast<torch::Tensor&>(moved->exp_avg()).copy_(old.exp_avg());
-  const_cast<torch::Tensor&>(moved->exp_avg_sq()).copy_(old.exp_avg_sq());
+  if (old.exp_avg().defined()) {
+    const_cast<torch::Tensor&>(moved->exp_avg()).copy_(old.exp_avg());
+    const_cast<torch::Tensor&>(moved->exp_avg_sq()).copy_(old.exp_avg_sq());
+  }
   moved->set_step_count(old.step_count());
   adam_[c] = std::move(moved);
   placement_[c].optim_on_host = to_host;
@@ -285,7 +321,7 @@ void GeminiOptimizer::settle_auto_placement() {
     budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - params - working;
   }
   for (std::size_t c = 0; c < adam_.size(); ++c) {
-    const int64_t bytes = state_bytes(*adam_[c]);
+    const int64_t bytes = adam_[c]->full_bytes();
     const bool fits = bytes <= budget;
     if (fits) budget -= bytes;
     if (placement_[c].optim_on_host == fits) move_optimizer_state(c, /*to_host=*/!fits);
@@ -319,10 +355,17 @@ bool GeminiOptimizer::step() {
   }
   if (scaler_ && !scaler_->update(found_inf)) return false;
   const auto groups = detail::adam_hyperparameters(*optimizer_);
-  for (std::size_t c = 0; c < adam_.size(); ++c) {
-    adam_[c]->step(groups);
-    chunks_->update_from_master(c, adam_[c]->master());
+  // The chunks whose state is on the device first: their fused kernels are queued and run while
+  // the CPU steps the host chunks, each of whose updated working values travels to the device
+  // (a pinned staging buffer, a copy stream) while the CPU steps the next.
+  for (const bool on_host : {false, true}) {
+    for (std::size_t c = 0; c < adam_.size(); ++c) {
+      if (adam_[c]->master().device().is_cpu() != on_host) continue;
+      adam_[c]->step(groups);
+      chunks_->update_from_master(c, adam_[c]->master());
+    }
   }
+  chunks_->finish_updates();
   return true;
 }
 
@@ -339,7 +382,7 @@ void GeminiOptimizer::zero_grad() {
 int64_t GeminiOptimizer::optimizer_state_device_bytes() const {
   int64_t bytes = 0;
   for (const auto& adam : adam_) {
-    if (adam->master().device() == device_) bytes += state_bytes(*adam);
+    if (adam->master().device() == device_) bytes += adam->held_bytes();
   }
   return bytes;
 }
@@ -347,91 +390,205 @@ int64_t GeminiOptimizer::optimizer_state_device_bytes() const {
 int64_t GeminiOptimizer::optimizer_state_host_bytes() const {
   int64_t bytes = 0;
   for (const auto& adam : adam_) {
-    if (adam->master().device() != device_) bytes += state_bytes(*adam);
+    if (adam->master().device() != device_) bytes += adam->held_bytes();
   }
   return bytes;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> GeminiOptimizer::full_masters() const {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (std::size_t c = 0; c < adam_.size(); ++c) {
-    const auto full = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->master());
-    for (std::size_t k = 0; k < full.size(); ++k) {
-      const auto i = chunk_members_[c][k];
-      out.emplace_back(names_[i], full[k].view(params_[i].sizes()));
-    }
+CheckpointSetReader CheckpointSetReader::over(const checkpoint::NamedTensors& tensors) {
+  CheckpointSetReader reader;
+  auto by_name = std::make_shared<std::map<std::string, torch::Tensor>>();
+  for (const auto& [name, tensor] : tensors) {
+    reader.entries.push_back({name, tensor.scalar_type(), tensor.sizes().vec()});
+    by_name->emplace(name, tensor);
   }
+  reader.read = [by_name](const std::set<std::string>& names) {
+    checkpoint::NamedTensors out;
+    for (const auto& name : names) {
+      auto it = by_name->find(name);
+      if (it != by_name->end()) out.emplace_back(name, it->second);
+    }
+    return out;
+  };
+  return reader;
+}
+
+std::vector<torch::Tensor> GeminiOptimizer::gather_chunk(std::size_t c, ChunkState which) const {
+  const auto& adam = *adam_.at(c);
+  const auto& shard = which == ChunkState::kMaster ? adam.master()
+                      : which == ChunkState::kExpAvg ? adam.exp_avg()
+                                                     : adam.exp_avg_sq();
+  if (!shard.defined()) throw std::logic_error("GeminiOptimizer::gather_chunk: Adam's moments are not allocated yet");
+  auto full = zero::gather_full_tensors(*layouts_[c], *group_, shard);
+  for (std::size_t k = 0; k < full.size(); ++k) full[k] = full[k].view(params_[chunk_members_[c][k]].sizes());
+  return full;
+}
+
+torch::Tensor GeminiOptimizer::ChunkStream::get(std::size_t i) {
+  const auto c = optimizer_.chunk_of(i);
+  if (c != held_chunk_) {
+    held_ = optimizer_.gather_chunk(c, which_);
+    held_chunk_ = c;
+  }
+  const auto& members = optimizer_.chunk_members_[c];
+  const auto k = static_cast<std::size_t>(std::find(members.begin(), members.end(), i) - members.begin());
+  auto value = held_.at(k);
+  if (k + 1 == members.size()) {  // the chunk's last parameter: nothing more is asked of it
+    held_.clear();
+    held_chunk_ = static_cast<std::size_t>(-1);
+  }
+  return value;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GeminiOptimizer::full_masters() const {
+  ChunkStream masters(*this, ChunkState::kMaster);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) out.emplace_back(names_[i], masters.get(i));
   return out;
 }
 
-void GeminiOptimizer::load_masters(const std::map<std::string, torch::Tensor>& values) {
+void GeminiOptimizer::load_chunk(std::size_t c, const std::vector<torch::Tensor>& masters,
+                                 const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq) {
   torch::NoGradGuard no_grad;
   const int rank = group_->rank();
-  for (std::size_t c = 0; c < adam_.size(); ++c) {
-    std::vector<torch::Tensor> full;
-    for (auto i : chunk_members_[c]) full.push_back(values.at(names_[i]).reshape(-1).to(torch::kFloat));
+  const auto flat = [](const std::vector<torch::Tensor>& values) {
+    std::vector<torch::Tensor> out;
+    for (const auto& v : values) out.push_back(v.reshape(-1).to(torch::kFloat));
+    return out;
+  };
+  if (!masters.empty()) {
+    const auto full = flat(masters);
     auto master = adam_[c]->master();
     layouts_[c]->copy_to_shard(rank, full, master);
     chunks_->load_values(c, full);
   }
+  if (!exp_avg.empty()) {
+    adam_[c]->allocate_moments();
+    auto m = adam_[c]->exp_avg();
+    auto v = adam_[c]->exp_avg_sq();
+    layouts_[c]->copy_to_shard(rank, flat(exp_avg), m);
+    layouts_[c]->copy_to_shard(rank, flat(exp_avg_sq), v);
+  }
+}
+
+void GeminiOptimizer::load_masters(const std::map<std::string, torch::Tensor>& values) {
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    std::vector<torch::Tensor> full;
+    for (auto i : chunk_members_[c]) full.push_back(values.at(names_[i]));
+    load_chunk(c, full);
+  }
+}
+
+std::vector<checkpoint::PendingTensor> GeminiOptimizer::pending_full_state() const {
+  std::vector<checkpoint::PendingTensor> pending;
+  const int64_t steps = adam_.empty() ? 0 : adam_.front()->step_count();
+  if (steps > 0) {
+    auto exp_avg = std::make_shared<ChunkStream>(*this, ChunkState::kExpAvg);
+    auto exp_avg_sq = std::make_shared<ChunkStream>(*this, ChunkState::kExpAvgSq);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const auto shape = params_[i].sizes().vec();
+      pending.push_back({names_[i] + ".step", torch::kFloat, {},
+                         [steps] { return torch::full({}, static_cast<double>(steps), torch::kFloat); }});
+      pending.push_back({names_[i] + ".exp_avg", torch::kFloat, shape, [exp_avg, i] { return exp_avg->get(i); }});
+      pending.push_back(
+          {names_[i] + ".exp_avg_sq", torch::kFloat, shape, [exp_avg_sq, i] { return exp_avg_sq->get(i); }});
+    }
+  }
+  if (policy_.uses_master_weights()) {
+    std::unordered_map<std::string, std::size_t> chunked;
+    for (std::size_t i = 0; i < names_.size(); ++i) chunked.emplace(names_[i], i);
+    auto masters = std::make_shared<ChunkStream>(*this, ChunkState::kMaster);
+    for (std::size_t m = 0; m < model_names_.size(); ++m) {
+      const auto it = chunked.find(model_names_[m]);
+      const auto shape = model_params_[m].sizes().vec();
+      if (it != chunked.end()) {
+        pending.push_back({"master." + model_names_[m], torch::kFloat, shape,
+                           [masters, i = it->second] { return masters->get(i); }});
+      } else {
+        pending.push_back({"master." + model_names_[m], torch::kFloat, shape,
+                           [p = model_params_[m]] { return p.detach().to(torch::kFloat); }});
+      }
+    }
+  }
+  return pending;
+}
+
+std::map<std::string, double> GeminiOptimizer::full_state_scalars() const {
+  return detail::optimizer_scalars(*optimizer_, scaler_.get());
 }
 
 OptimizerWrapper::FullState GeminiOptimizer::full_state() const {
   FullState state;
-  const int64_t steps = adam_.empty() ? 0 : adam_.front()->step_count();
-  if (steps > 0) {
-    for (std::size_t c = 0; c < adam_.size(); ++c) {
-      const auto exp_avg = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->exp_avg());
-      const auto exp_avg_sq = zero::gather_full_tensors(*layouts_[c], *group_, adam_[c]->exp_avg_sq());
-      for (std::size_t k = 0; k < exp_avg.size(); ++k) {
-        const auto i = chunk_members_[c][k];
-        state.tensors.emplace_back(names_[i] + ".step", torch::full({}, static_cast<double>(steps), torch::kFloat));
-        state.tensors.emplace_back(names_[i] + ".exp_avg", exp_avg[k].view(params_[i].sizes()));
-        state.tensors.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq[k].view(params_[i].sizes()));
-      }
-    }
-  }
-  if (policy_.uses_master_weights()) {
-    std::unordered_map<std::string, torch::Tensor> masters;
-    for (auto& [name, value] : full_masters()) masters.emplace(name, value);
-    for (std::size_t i = 0; i < model_names_.size(); ++i) {
-      auto it = masters.find(model_names_[i]);
-      state.tensors.emplace_back("master." + model_names_[i],
-                                 it != masters.end() ? it->second : model_params_[i].detach().to(torch::kFloat));
-    }
-  }
-  state.scalars = detail::optimizer_scalars(*optimizer_, scaler_.get());
+  for (const auto& entry : pending_full_state()) state.tensors.emplace_back(entry.name, entry.values());
+  state.scalars = full_state_scalars();
   return state;
 }
 
 void GeminiOptimizer::load_full_state(const FullState& state) {
-  const auto checked = detail::check_sharded_adam_state(state, names_, params_, model_names_, model_params_,
-                                                        policy_.uses_master_weights(), *optimizer_, scaler_.get(), kWho);
-  torch::NoGradGuard no_grad;
-  const int rank = group_->rank();
-  for (std::size_t c = 0; c < adam_.size(); ++c) {
-    auto m = adam_[c]->exp_avg();
-    auto v = adam_[c]->exp_avg_sq();
-    if (!checked.step) {
-      m.zero_();
-      v.zero_();
-      adam_[c]->set_step_count(0);
-      continue;
-    }
-    std::vector<torch::Tensor> exp_avg, exp_avg_sq;
-    for (auto i : chunk_members_[c]) {
-      exp_avg.push_back(checked.exp_avg[i].reshape(-1));
-      exp_avg_sq.push_back(checked.exp_avg_sq[i].reshape(-1));
-    }
-    layouts_[c]->copy_to_shard(rank, exp_avg, m);
-    layouts_[c]->copy_to_shard(rank, exp_avg_sq, v);
-    adam_[c]->set_step_count(*checked.step);
+  load_full_state(CheckpointSetReader::over(state.tensors), state.scalars);
+}
+
+void GeminiOptimizer::load_full_state(const CheckpointSetReader& reader, const std::map<std::string, double>& scalars) {
+  // 1. Everything checked from the entries' shapes (the step counts' values too) before any change.
+  std::set<std::string> step_names;
+  for (const auto& e : reader.entries) {
+    if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".step") == 0) step_names.insert(e.name);
   }
-  if (policy_.uses_master_weights() && !checked.masters.empty()) {
-    load_masters(checked.masters);
+  std::map<std::string, torch::Tensor> step_values;
+  for (auto& [name, value] : reader.read(step_names)) step_values.emplace(name, value);
+  FullState shadow;
+  shadow.scalars = scalars;
+  for (const auto& e : reader.entries) {
+    auto it = step_values.find(e.name);
+    shadow.tensors.emplace_back(
+        e.name, it != step_values.end() ? it->second
+                                        : torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(torch::kMeta)));
+  }
+  const auto checked = detail::check_sharded_adam_state(shadow, names_, params_, model_names_, model_params_,
+                                                        policy_.uses_master_weights(), *optimizer_, scaler_.get(), kWho);
+  // 2. Chunk by chunk: read its entries, scatter them into its shards.
+  torch::NoGradGuard no_grad;
+  const bool masters = policy_.uses_master_weights() && !checked.masters.empty();
+  for (std::size_t c = 0; c < adam_.size(); ++c) {
+    std::set<std::string> wanted;
+    for (auto i : chunk_members_[c]) {
+      if (checked.step) {
+        wanted.insert(names_[i] + ".exp_avg");
+        wanted.insert(names_[i] + ".exp_avg_sq");
+      }
+      if (masters) wanted.insert("master." + names_[i]);
+    }
+    std::map<std::string, torch::Tensor> values;
+    for (auto& [name, value] : reader.read(wanted)) values.emplace(name, value);
+    std::vector<torch::Tensor> master_values, exp_avg, exp_avg_sq;
+    for (auto i : chunk_members_[c]) {
+      if (masters) master_values.push_back(values.at("master." + names_[i]));
+      if (checked.step) {
+        exp_avg.push_back(values.at(names_[i] + ".exp_avg"));
+        exp_avg_sq.push_back(values.at(names_[i] + ".exp_avg_sq"));
+      }
+    }
+    load_chunk(c, master_values, exp_avg, exp_avg_sq);
+    if (checked.step) {
+      adam_[c]->set_step_count(*checked.step);
+    } else {
+      if (adam_[c]->exp_avg().defined()) {
+        adam_[c]->exp_avg().zero_();
+        adam_[c]->exp_avg_sq().zero_();
+      }
+      adam_[c]->set_step_count(0);
+    }
+  }
+  if (masters) {
     std::unordered_set<std::string> chunked(names_.begin(), names_.end());
+    std::set<std::string> others;
+    for (const auto& name : model_names_) {
+      if (!chunked.count(name)) others.insert("master." + name);
+    }
+    std::map<std::string, torch::Tensor> values;
+    for (auto& [name, value] : reader.read(others)) values.emplace(name, value);
     for (std::size_t i = 0; i < model_names_.size(); ++i) {
-      if (!chunked.count(model_names_[i])) model_params_[i].copy_(checked.masters.at(model_names_[i]));
+      if (!chunked.count(model_names_[i])) model_params_[i].copy_(values.at("master." + model_names_[i]));
     }
   }
   detail::apply_optimizer_scalars(checked.scalars, *optimizer_, scaler_.get());

@@ -1,3 +1,4 @@
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin_registry.h>
 
 #include <colo/booster/plugin_info.h>
@@ -309,6 +310,21 @@ PluginContext PluginRegistry::default_context() {
     default_context_ = std::move(context);
   }
   return *default_context_;
+}
+
+MemoryPlan PluginRegistry::plan_memory(const std::string& name_or_path, const PluginOptions& options,
+                                       const MemoryPlanInputs& inputs) const {
+  const PluginInfo* info = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    info = &load_locked(name_or_path);
+  }
+  if (!info->plan_memory) {
+    throw PluginError(fmt::format("plugin '{}' makes no memory plan (its class has no static plan_memory; see "
+                                  "colo/booster/plugin_info.h)",
+                                  info->name));
+  }
+  return info->plan_memory(options, inputs);
 }
 
 std::shared_ptr<Plugin> PluginRegistry::create(const std::string& name_or_path, const PluginOptions& options) {

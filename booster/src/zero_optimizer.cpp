@@ -142,7 +142,10 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fp32_values;
   fp32_values.reserve(params_.size());
-  for (const auto& p : params_) fp32_values.push_back(p.detach().to(torch::kFloat, false, /*copy=*/true));
+  // The exact fp32 values until they are in the master shard: the tensors themselves (casting
+  // the parameters below re-points them at new storage; these keep the old), never a copy of the
+  // whole model (which a 6.45B-parameter model's GPU does not have room for).
+  for (const auto& p : params_) fp32_values.push_back(p.scalar_type() == torch::kFloat ? p.detach() : p.detach().to(torch::kFloat));
   const auto compute = policy_.compute_dtype();
   for (auto& p : model_params_) {
     if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));

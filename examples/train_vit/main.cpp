@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "compute_threads.h"
+#include "dry_run.h"
 #include "evaluate.h"
 #include "metrics_log.h"
 #include "nonfinite_loss_guard.h"
@@ -258,6 +259,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
   if (pretrained && pretrained->hugging_face) config.norm_eps(1e-12);
   const int64_t workers = loader_workers(o, env);
+  if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;
   try {
@@ -286,6 +288,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                                                .in_channels(config.in_channels())
                                                .num_classes(config.num_classes()))
                    : colo::nn::make_vision_transformer(config);
+  if (o.activation_checkpointing) model->set_activation_checkpointing(true);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
   colo::nn::FineTuneReport fine_tune;

@@ -88,6 +88,14 @@ po::options_description make_description(TrainOptions& o) {
        "fp32 | bf16 | fp16 (passed to the plugin as precision=...)")
       ("threads", po::value(&o.threads)->default_value(o.threads)->value_name("N"),
        "LibTorch (and OpenBLAS) threads per rank; 0: this machine's cores divided by the ranks on this node")
+      ("dry-run", po::bool_switch(&o.dry_run),
+       "print what the plugin would hold on each rank (parameters, gradients, optimizer state, activations; on the "
+       "device or in host memory) for this model, batch and world, and exit: nothing is allocated or launched")
+      ("world-size", po::value(&o.plan_world_size)->default_value(o.plan_world_size)->value_name("N"),
+       "with --dry-run: the number of ranks to plan for (0: the launcher's)")
+      ("gpu-memory-gib", po::value(&o.gpu_memory_gib)->default_value(o.gpu_memory_gib)->value_name("X"),
+       "with --dry-run: plan for GPUs of X GiB each (gemini's auto placement plans against it); 0: this machine's "
+       "GPU, or CPU ranks where there is none")
       ("seed", po::value(&o.seed)->default_value(o.seed)->value_name("N"),
        "seeds the model's initialisation, the shuffle and the augmentation");
 
@@ -110,7 +118,10 @@ po::options_description make_description(TrainOptions& o) {
        "start from pretrained weights: a timm or Hugging Face ViTForImageClassification safetensors file, or a "
        "directory with model.safetensors or a sharded set (model.safetensors.index.json); another number of classes "
        "re-initialises the head, another image size resamples the position embeddings (as timm does); the "
-       "architecture flags must otherwise match the checkpoint's (e.g. --model base)");
+       "architecture flags must otherwise match the checkpoint's (e.g. --model base)")
+      ("activation-checkpointing", po::bool_switch(&o.activation_checkpointing),
+       "recompute each layer's activations in backward instead of keeping them: less memory, one more forward "
+       "pass per step (exact: the same numbers)");
 
   po::options_description data("Data", kHelpWidth, kHelpWidth / 2);
   data.add_options()
@@ -288,6 +299,11 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
         "sub-directory of images per class");
   }
   if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
+  at_least("world-size", o.plan_world_size, 0, "must be >= 0 (0: the launcher's)");
+  if (!(o.gpu_memory_gib >= 0)) problems.push_back(fmt::format("--gpu-memory-gib {}: must be >= 0", o.gpu_memory_gib));
+  if (!o.dry_run && (o.plan_world_size > 0 || o.gpu_memory_gib > 0)) {
+    problems.emplace_back("--world-size and --gpu-memory-gib describe a plan: use them with --dry-run");
+  }
   if (o.grad_accum >= 1 && o.batch_size >= 1 && o.batch_size % o.grad_accum != 0) {
     problems.push_back(
         fmt::format("--batch-size {} is not divisible by --grad-accum {}: the global batch is split "

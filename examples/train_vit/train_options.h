@@ -40,6 +40,9 @@ struct TrainOptions {
   std::optional<int64_t> num_heads;
   std::optional<double> mlp_ratio;
   double drop_path = 0.0;
+  // Recompute each layer's activations in backward instead of keeping them (LayerStack::
+  // set_activation_checkpointing): less memory for one more forward pass.
+  bool activation_checkpointing = false;
 
   std::string dataset = "fashion-mnist";
   std::string data_dir;  // empty: the library's default directory for the data set
@@ -76,6 +79,14 @@ struct TrainOptions {
   int64_t max_nonfinite_steps = 10;
   int64_t eval_batch_size = 500;
   int threads = 0;  // 0: this machine's cores / ranks on this node
+
+  // --dry-run: print the plugin's memory plan for each rank (Booster::plan_memory) and exit, without
+  // creating the model's state, a process group or a data loader. plan_world_size: the world to
+  // plan for (0: the launcher's); gpu_memory_gib: plan for GPUs of that size (0: this machine's
+  // GPU if it has one, else CPU ranks).
+  bool dry_run = false;
+  int plan_world_size = 0;
+  double gpu_memory_gib = 0.0;
 };
 
 // Parses the arguments after argv[0]. Throws UsageError listing every problem found (unknown

@@ -1,5 +1,6 @@
 #include "gemini_model.h"
 
+#include <colo/zero/allocate.h>
 #include <colo/zero/chunked_parameters.h>
 #include <colo/zero/shard_layout.h>
 
@@ -22,13 +23,17 @@ GeminiModel::GeminiModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr
         largest_chunk_bytes_, layout.padded_bucket_numel(0) * static_cast<int64_t>(c10::elementSize(chunks.working_dtype())));
   }
   last_forward_layer_.assign(chunks.num_chunks(), 0);
+  first_forward_layer_.assign(chunks.num_chunks(), module_->size());
   for (std::size_t k = 0; k < module_->size(); ++k) {
     std::set<std::size_t> used;
     for (const auto& p : module_->layer(k)->parameters()) {
       auto it = chunk_of.find(p.unsafeGetTensorImpl());
       if (it != chunk_of.end()) used.insert(it->second);
     }
-    for (auto c : used) last_forward_layer_[c] = k;
+    for (auto c : used) {
+      last_forward_layer_[c] = k;
+      first_forward_layer_[c] = std::min(first_forward_layer_[c], k);
+    }
     layer_chunks_.emplace_back(used.begin(), used.end());
   }
 }
@@ -68,11 +73,25 @@ void GeminiModel::prefetch_before(std::size_t layer) {
 
 void GeminiModel::on_backward_reaches(std::size_t layer) {
   auto& chunks = optimizer_->chunks();
+  // Backward is past every layer after `layer`: their input gradients, which are what needs the
+  // weights, are computed (weight gradients need only saved activations). Chunks used by no
+  // earlier layer go now, also under no_sync, where no reduce-scatter releases them.
+  for (std::size_t c = 0; c < chunks.num_chunks(); ++c) {
+    if (first_forward_layer_[c] > layer && chunks.placement(c).sharded) chunks.release(c);
+  }
   for (auto c : layer_chunks_[layer]) chunks.fetch(c);
   prefetch_before(layer);
 }
 
 torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
+  try {
+    return run_layers(input);
+  } catch (const c10::OutOfMemoryError& e) {
+    throw GeminiOptimizer::out_of_memory("forward", optimizer_->chunks().device(), e);
+  }
+}
+
+torch::Tensor GeminiModel::run_layers(const torch::Tensor& input) {
   auto& chunks = optimizer_->chunks();
   const bool grad = torch::GradMode::is_enabled();
   if (grad) {
@@ -85,7 +104,7 @@ torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
   for (std::size_t k = 0; k < n; ++k) {
     for (auto c : layer_chunks_[k]) chunks.fetch(c);
     prefetch_after(k);
-    h = module_->layer(k)->forward(h);
+    h = module_->layer(k)->run(h);
     if (grad && h.requires_grad()) {
       h.register_hook([this, k](const torch::Tensor&) { on_backward_reaches(k); });
     }
@@ -98,30 +117,72 @@ torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
   return h.is_floating_point() ? h.to(torch::kFloat) : h;
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> GeminiModel::full_state() const {
-  std::unordered_map<std::string, torch::Tensor> masters;
-  for (auto& [name, value] : optimizer_->full_masters()) masters.emplace(name, value);
-  std::vector<std::pair<std::string, torch::Tensor>> state;
-  // Chunked parameters may be released: only their masters are read.
+std::vector<checkpoint::PendingTensor> GeminiModel::pending_full_state() const {
+  std::unordered_map<std::string, std::size_t> chunked;
+  for (std::size_t i = 0; i < optimizer_->param_names().size(); ++i) chunked.emplace(optimizer_->param_names()[i], i);
+  // Chunked parameters may be released: their masters are read, one chunk at a time.
+  auto masters = std::make_shared<GeminiOptimizer::ChunkStream>(*optimizer_, GeminiOptimizer::ChunkState::kMaster);
+  std::vector<checkpoint::PendingTensor> pending;
   for (const auto& item : module_->canonical_named_parameters()) {
-    auto it = masters.find(item.key());
-    state.emplace_back(item.key(), it != masters.end() ? it->second : item.value().detach());
+    const auto it = chunked.find(item.key());
+    if (it != chunked.end()) {
+      pending.push_back({item.key(), torch::kFloat, item.value().sizes().vec(), [masters, i = it->second] {
+                           return masters->get(i);
+                         }});
+    } else {
+      pending.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec(),
+                         [p = item.value()] { return p.detach(); }});
+    }
   }
-  for (const auto& item : module_->canonical_named_buffers()) state.emplace_back(item.key(), item.value().detach());
+  for (const auto& item : module_->canonical_named_buffers()) {
+    pending.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec(),
+                       [b = item.value()] { return b.detach(); }});
+  }
+  return pending;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GeminiModel::full_state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& entry : pending_full_state()) state.emplace_back(entry.name, entry.values());
   return state;
 }
 
 void GeminiModel::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
-  check_full_state(state);
-  std::map<std::string, torch::Tensor> given(state.begin(), state.end());
-  std::unordered_set<std::string> chunked(optimizer_->param_names().begin(), optimizer_->param_names().end());
-  torch::NoGradGuard no_grad;
-  for (const auto& item : module_->canonical_named_parameters()) {
-    if (!chunked.count(item.key())) item.value().copy_(given.at(item.key()));
+  load_full_state(CheckpointSetReader::over(state));
+}
+
+void GeminiModel::load_full_state(const CheckpointSetReader& reader) {
+  // Checked from the entries' shapes first: nothing changes on an error.
+  std::vector<std::pair<std::string, torch::Tensor>> shadow;
+  for (const auto& e : reader.entries) {
+    shadow.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(torch::kMeta)));
   }
-  for (const auto& item : module_->canonical_named_buffers()) item.value().copy_(given.at(item.key()));
-  // The masters take the saved values themselves, the working shards their rounding.
-  optimizer_->load_masters(given);
+  check_full_state(shadow);
+  torch::NoGradGuard no_grad;
+  const auto& names = optimizer_->param_names();
+  std::unordered_set<std::string> chunked(names.begin(), names.end());
+  // What is not chunked (buffers, frozen parameters) is small: read at once.
+  std::set<std::string> others;
+  for (const auto& item : module_->canonical_named_parameters()) {
+    if (!chunked.count(item.key())) others.insert(item.key());
+  }
+  for (const auto& item : module_->canonical_named_buffers()) others.insert(item.key());
+  std::map<std::string, torch::Tensor> values;
+  for (auto& [name, value] : reader.read(others)) values.emplace(name, value);
+  for (const auto& item : module_->canonical_named_parameters()) {
+    if (!chunked.count(item.key())) item.value().copy_(values.at(item.key()));
+  }
+  for (const auto& item : module_->canonical_named_buffers()) item.value().copy_(values.at(item.key()));
+  // The masters take the saved values themselves, the working shards their rounding: chunk by chunk.
+  for (std::size_t c = 0; c < optimizer_->num_chunks(); ++c) {
+    std::set<std::string> wanted;
+    for (auto i : optimizer_->chunks().chunk_params(c)) wanted.insert(names[i]);
+    std::map<std::string, torch::Tensor> chunk;
+    for (auto& [name, value] : reader.read(wanted)) chunk.emplace(name, value);
+    std::vector<torch::Tensor> full;
+    for (auto i : optimizer_->chunks().chunk_params(c)) full.push_back(chunk.at(names[i]));
+    optimizer_->load_chunk(c, full);
+  }
 }
 
 }  // namespace colo::plugins

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 
+#include "gemini_checkpoint_io.h"
 #include "gemini_model.h"
 
 namespace colo::plugins {
@@ -17,6 +18,11 @@ GeminiPlugin::GeminiPlugin(const PluginOptions& options, const PluginContext& co
   if (!context_.world) throw std::invalid_argument("gemini needs the job's world process group in its PluginContext");
   context_.mesh =
       std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
+}
+
+CheckpointIO& GeminiPlugin::checkpoint_io() {
+  if (!checkpoint_io_) checkpoint_io_ = std::make_unique<GeminiCheckpointIO>(context_.world);
+  return *checkpoint_io_;
 }
 
 Boosted GeminiPlugin::boost(BoostInputs inputs) {

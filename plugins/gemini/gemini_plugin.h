@@ -1,7 +1,9 @@
 #pragma once
 
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 
+#include <memory>
 #include <string>
 
 #include "gemini_options.h"
@@ -28,9 +30,15 @@ class GeminiPlugin : public Plugin {
   const GeminiOptions& options() const { return options_; }
 
   Boosted boost(BoostInputs inputs) override;
+  // Chunk by chunk (GeminiCheckpointIO): never a second full copy of the model or its state.
+  CheckpointIO& checkpoint_io() override;
+
+  // What gemini would hold on each rank (see Booster::plan_memory); gemini_memory_plan.cpp.
+  static MemoryPlan plan_memory(const PluginOptions& options, const MemoryPlanInputs& inputs);
 
  private:
   GeminiOptions options_;
+  std::unique_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace colo::plugins

@@ -34,21 +34,14 @@ std::shared_ptr<dist::ProcessGroupMesh> make_mesh(const PluginContext& context, 
   }
 }
 
-// The virtual stages' layer ranges for `model`.
-std::vector<pipeline::LayerRange> partition(const nn::LayerStack& model, const HybridParallelOptions& o,
-                                            int num_stages) {
-  const int layers = static_cast<int>(model.size());
+}  // namespace
+
+std::vector<pipeline::LayerRange> HybridParallelPlugin::partition(const std::vector<double>& layer_params,
+                                                                  const HybridParallelOptions& o, int num_stages) {
+  const int layers = static_cast<int>(layer_params.size());
   pipeline::PartitionOptions options;
   options.method(o.partition()).glue_last(layers > 1 ? 1 : 0);  // the head goes with the last block
-  if (o.partition() == pipeline::PartitionMethod::kBalanced) {
-    std::vector<double> costs;
-    for (const auto& layer : model.layers()) {
-      double count = 0;
-      for (const auto& p : layer->parameters()) count += static_cast<double>(p.numel());
-      costs.push_back(count);
-    }
-    options.layer_costs(costs);
-  }
+  if (o.partition() == pipeline::PartitionMethod::kBalanced) options.layer_costs(layer_params);
   if (o.partition() == pipeline::PartitionMethod::kExplicit) options.layers_per_stage(o.layers_per_stage());
   try {
     return pipeline::partition_layers(layers, num_stages, options);
@@ -57,6 +50,18 @@ std::vector<pipeline::LayerRange> partition(const nn::LayerStack& model, const H
         "hybrid_parallel: the model's {} layers cannot be cut into pp_size {} x num_model_chunks {} = {} stages: {}",
         layers, o.pp_size(), o.num_model_chunks(), num_stages, e.what()));
   }
+}
+
+namespace {
+
+std::vector<double> layer_params(const nn::LayerStack& model) {
+  std::vector<double> counts;
+  for (const auto& layer : model.layers()) {
+    double count = 0;
+    for (const auto& p : layer->parameters()) count += static_cast<double>(p.numel());
+    counts.push_back(count);
+  }
+  return counts;
 }
 
 }  // namespace
@@ -105,7 +110,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
 
   // 1. This rank's stages.
-  const auto ranges = partition(*inputs.model, options_, stages.num_stages());
+  const auto ranges = partition(layer_params(*inputs.model), options_, stages.num_stages());
   std::vector<std::shared_ptr<nn::LayerStack>> chunks;
   auto stack = std::make_shared<nn::LayerStack>();
   for (int c = 0; c < stages.chunks(); ++c) {

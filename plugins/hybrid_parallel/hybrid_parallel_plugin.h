@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/staged_checkpoint_io.h>
 
@@ -43,6 +44,14 @@ class HybridParallelPlugin : public Plugin {
                                   const Criterion& criterion, OptimizerWrapper& optimizer,
                                   const PipelineOptions& options) override;
   CheckpointIO& checkpoint_io() override { return *checkpoint_io_; }
+
+  // What hybrid_parallel would hold on each rank of the mesh (see Booster::plan_memory):
+  // hybrid_parallel_memory_plan.cpp.
+  static MemoryPlan plan_memory(const PluginOptions& options, const MemoryPlanInputs& inputs);
+  // The virtual stages' layer ranges for layers of `layer_params` parameters each (the costs of
+  // the balanced partition).
+  static std::vector<pipeline::LayerRange> partition(const std::vector<double>& layer_params,
+                                                     const HybridParallelOptions& options, int num_stages);
 
  private:
   // Microbatches for a batch of `batch` samples; throws std::invalid_argument when the batch does

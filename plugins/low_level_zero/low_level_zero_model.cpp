@@ -35,7 +35,7 @@ torch::Tensor LowLevelZeroModel::forward(const torch::Tensor& input) {
   } else {
     for (std::size_t k = 0; k < module_->size(); ++k) {
       for (auto b : layer_buckets_[k]) gather.wait(b);
-      h = module_->layer(k)->forward(h);
+      h = module_->layer(k)->run(h);
     }
     gather.wait_all();
   }

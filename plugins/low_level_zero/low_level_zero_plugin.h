@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
 #include <colo/booster/zero_optimizer.h>
@@ -44,6 +45,9 @@ class LowLevelZeroPlugin : public Plugin {
   const LowLevelZeroOptions& options() const { return options_; }
 
   Boosted boost(BoostInputs inputs) override;
+
+  // What low_level_zero would hold on each rank (see Booster::plan_memory); low_level_zero_memory_plan.cpp.
+  static MemoryPlan plan_memory(const PluginOptions& options, const MemoryPlanInputs& inputs);
 
  private:
   LowLevelZeroOptions options_;

@@ -2,6 +2,7 @@
 
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/precision.h>
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
 
@@ -47,6 +48,9 @@ class TorchDdpPlugin : public Plugin {
   const TorchDdpOptions& options() const { return options_; }
 
   Boosted boost(BoostInputs inputs) override;
+
+  // What torch_ddp would hold on each rank (see Booster::plan_memory); torch_ddp_memory_plan.cpp.
+  static MemoryPlan plan_memory(const PluginOptions& options, const MemoryPlanInputs& inputs);
 
  private:
   TorchDdpOptions options_;

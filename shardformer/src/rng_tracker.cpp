@@ -46,4 +46,19 @@ void RngTracker::exit() {
   inside_ = false;
 }
 
+std::vector<torch::Tensor> RngTracker::save_state() const {
+  if (inside_) throw std::logic_error("RngTracker::save_state: inside the region (save it outside)");
+  if (cuda_state_.defined()) return {cpu_state_.clone(), cuda_state_.clone()};
+  return {cpu_state_.clone()};
+}
+
+void RngTracker::restore_state(const std::vector<torch::Tensor>& state) {
+  if (inside_) throw std::logic_error("RngTracker::restore_state: inside the region (restore it outside)");
+  if (state.size() != (cuda_state_.defined() ? 2u : 1u)) {
+    throw std::invalid_argument("RngTracker::restore_state: expected the tensors of save_state");
+  }
+  cpu_state_ = state[0].clone();
+  if (state.size() == 2) cuda_state_ = state[1].clone();
+}
+
 }  // namespace colo::shardformer

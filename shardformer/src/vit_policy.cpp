@@ -2,6 +2,7 @@
 #include <colo/nn/classifier_head.h>
 #include <colo/nn/encoder_block.h>
 #include <colo/nn/layer_stack.h>
+#include <colo/nn/model_summary.h>
 #include <colo/nn/patch_embedding.h>
 #include <colo/shardformer/parallel_linear.h>
 #include <colo/shardformer/sequence_mappings.h>
@@ -38,6 +39,35 @@ int64_t tokens_of(const nn::LayerStack& model) {
 }
 
 }  // namespace
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What shard() splits: the column-parallel layers' weights and biases, the row-parallel ones' weights.
+const char* const kSplit[] = {".attn.qkv.weight", ".attn.qkv.bias", ".attn.proj.weight",
+                              ".mlp.fc1.weight",  ".mlp.fc1.bias",  ".mlp.fc2.weight"};
+
+}  // namespace
+
+bool VitPolicy::knows(const nn::ModelSummary& model) const {
+  for (const auto& layer : model.layers) {
+    for (const auto& p : layer.parameters) {
+      if (p.name.rfind("blocks.", 0) == 0 && ends_with(p.name, ".attn.qkv.weight")) return true;
+    }
+  }
+  return false;
+}
+
+int64_t VitPolicy::rank_numel(const std::string& name, int64_t numel, int64_t tp_size) const {
+  if (name.rfind("blocks.", 0) != 0) return numel;
+  for (const char* suffix : kSplit) {
+    if (ends_with(name, suffix)) return numel / tp_size;
+  }
+  return numel;
+}
 
 bool VitPolicy::matches(const nn::LayerStack& model) const {
   for (const auto& layer : model.layers()) {

@@ -266,6 +266,97 @@ TEST(Gemini, CheckpointsRoundTripWithTorchDdpAndLowLevelZeroAcrossWorldSizes) {
   remove_shared_directory(dir);
 }
 
+// Gradient accumulation: under no_sync no reduce-scatter releases chunks, so backward releases
+// each chunk as soon as no earlier layer needs it; after backward only the first layer's chunks
+// are gathered, and during it never more than two layers' chunks (the one running and the one
+// just passed) plus the prefetched ones.
+TEST(Gemini, BackwardUnderNoSyncReleasesChunksAsItGoes) {
+  auto plugin = gemini_plugin({{"precision", "bf16"}, {"chunk_size_mb", "0.02"}, {"max_prefetch", "1"}});
+  Booster booster(plugin);
+  auto model = deep_vit();
+  auto b = booster.boost(model, gemini_adamw(*model), cross_entropy);
+  auto& optimizer = gemini_of(b);
+  auto& chunks = optimizer.chunks();
+  std::map<const void*, std::size_t> chunk_of;
+  int64_t largest = 0;
+  for (std::size_t c = 0; c < chunks.num_chunks(); ++c) {
+    for (auto i : chunks.chunk_params(c)) chunk_of[optimizer.params()[i].unsafeGetTensorImpl()] = c;
+    largest = std::max<int64_t>(largest, 2 * chunks.layout(c).padded_bucket_numel(0));
+  }
+  std::set<std::size_t> first_layer;
+  std::size_t widest = 0;
+  for (std::size_t k = 0; k < model->size(); ++k) {
+    std::set<std::size_t> used;
+    for (const auto& p : model->layer(k)->parameters()) used.insert(chunk_of.at(p.unsafeGetTensorImpl()));
+    if (k == 0) first_layer = used;
+    widest = std::max(widest, used.size());
+  }
+  int64_t first_layer_bytes = 0;
+  for (auto c : first_layer) first_layer_bytes += 2 * chunks.layout(c).padded_bucket_numel(0);
+  ASSERT_GT(chunks.num_chunks(), 2 * widest + 1) << "the model must be deeper than the window";
+
+  const auto data = make_batches(2, kGeminiPerRankBatch * world()->size());
+  b.optimizer->zero_grad();
+  {
+    auto guard = booster.no_sync(*b.model, *b.optimizer);
+    auto loss = b.criterion(b.model->forward(shard(data.images[0])), shard(data.labels[0]));
+    chunks.reset_peak();
+    booster.backward(loss, *b.optimizer);
+    EXPECT_EQ(chunks.gathered_bytes(), first_layer_bytes);
+    EXPECT_LE(chunks.peak_gathered_bytes(), static_cast<int64_t>(2 * widest + 1) * largest);
+  }
+  // The synchronised pass reduces the sum and trains on.
+  auto loss = b.criterion(b.model->forward(shard(data.images[1])), shard(data.labels[1]));
+  booster.backward(loss, *b.optimizer);
+  EXPECT_EQ(chunks.gathered_bytes(), 0);
+  EXPECT_TRUE(b.optimizer->step());
+}
+
+// Saved in several files (SaveOptions::shard) chunk by chunk, the set loads under low_level_zero
+// and back under gemini with the same values.
+TEST(Gemini, ShardedCheckpointFilesLoadUnderOtherPlugins) {
+  const auto dir = shared_directory("gemini_sharded_ckpt");
+  const auto data = make_batches(1, kGeminiPerRankBatch * world()->size());
+  auto plugin = gemini_plugin({{"precision", "bf16"}, {"chunk_size_mb", "0.02"}, {"offload_optim_frac", "0.5"}});
+  Booster booster(plugin);
+  auto model = make_vit();
+  auto b = booster.boost(model, gemini_adamw(*model), cross_entropy);
+  gemini_step(b, data.images[0], data.labels[0], *world());
+  SaveOptions sharded;
+  sharded.shard = true;
+  sharded.max_shard_mb = 0.02;
+  booster.save_model(*b.model, dir, sharded);
+  booster.save_optimizer(*b.optimizer, dir, sharded);
+  EXPECT_TRUE(checkpoint::has_safetensors_set(dir, "model"));
+  EXPECT_GT(checkpoint::list_safetensors_set(dir, "model").size(), 0u);
+  const auto saved_model = named_state(b.model->full_state());
+  const auto saved_optimizer = named_state(b.optimizer->full_state().tensors);
+
+  auto zero = PluginRegistry::global().create("low_level_zero", {{"precision", "bf16"}}, PluginContext{world(), device()});
+  Booster zero_booster(zero);
+  auto zero_model = make_vit(/*seed=*/99);
+  auto zb = zero_booster.boost(zero_model, gemini_adamw(*zero_model), cross_entropy);
+  zero_booster.load_model(*zb.model, dir);
+  zero_booster.load_optimizer(*zb.optimizer, dir);
+  for (const auto& [name, tensor] : zb.model->full_state()) {
+    EXPECT_TRUE(torch::equal(tensor.cpu(), saved_model.at(name).cpu())) << name;
+  }
+  for (const auto& [name, tensor] : zb.optimizer->full_state().tensors) {
+    EXPECT_TRUE(torch::equal(tensor.cpu(), saved_optimizer.at(name).cpu())) << name;
+  }
+  auto again = gemini_plugin({{"precision", "bf16"}, {"chunk_size_mb", "0.05"}});
+  Booster again_booster(again);
+  auto again_model = make_vit(/*seed=*/5);
+  auto ab = again_booster.boost(again_model, gemini_adamw(*again_model), cross_entropy);
+  again_booster.load_model(*ab.model, dir);
+  again_booster.load_optimizer(*ab.optimizer, dir);
+  for (const auto& [name, tensor] : ab.optimizer->full_state().tensors) {
+    EXPECT_TRUE(torch::equal(tensor.cpu(), saved_optimizer.at(name).cpu())) << name;
+  }
+  world()->barrier().wait();
+  remove_shared_directory(dir);
+}
+
 TEST(Gemini, RejectsWhatItCannotDoWithMessagesThatSayWhatToChange) {
   const auto expect_error = [](const PluginOptions& options, std::vector<std::string> needles) {
     try {

@@ -83,14 +83,16 @@ struct Row {
   double max_grad_norm = 0.0;
   double eps = 1e-3;
   bool bf16 = false;
+  bool checkpointing = false;  // activation checkpointing on every layer
 
   std::string label() const {
     std::string options_text;
     for (const auto& [k, v] : options) options_text += fmt::format(" {}={}", k, v);
-    return fmt::format("{} dp={} pp={} tp={}{}{}{}{}{}", plugin, layout.dp, layout.pp, layout.tp, options_text,
+    return fmt::format("{} dp={} pp={} tp={}{}{}{}{}{}{}", plugin, layout.dp, layout.pp, layout.tp, options_text,
                        accumulation > 1 ? fmt::format(" accumulation={}", accumulation) : "",
                        max_grad_norm > 0 ? fmt::format(" clip={}", max_grad_norm) : "",
-                       eps != 1e-3 ? fmt::format(" eps={:g}", eps) : "", bf16 ? " bf16" : "");
+                       eps != 1e-3 ? fmt::format(" eps={:g}", eps) : "", bf16 ? " bf16" : "",
+                       checkpointing ? " activation-checkpointing" : "");
   }
 };
 
@@ -167,6 +169,7 @@ Run train(const Row& row, const std::shared_ptr<dist::ProcessGroup>& group) {
   auto plugin = PluginRegistry::global().create(row.plugin, options, PluginContext{group, device()});
   Booster booster(plugin);
   auto model = make_deep_vit();
+  if (row.checkpointing) model->set_activation_checkpointing(true);
   const double passes = row.accumulation;
   Criterion criterion = [passes](const torch::Tensor& out, const torch::Tensor& y) {
     return cross_entropy(out, y) / passes;
@@ -357,6 +360,21 @@ std::vector<Row> rows() {
   r.push_back({"gemini", {}, {2, 1, 1}, 1, 1, 0.05});
   r.push_back({"gemini", {{"offload_optim_frac", "0.5"}}, {4, 1, 1}, 1, 2, 0.05});
   r.push_back({"gemini", {{"placement_policy", "auto"}}, {1, 1, 1}, 1, 3});
+  // Activation checkpointing (the reference keeps every activation): exact in fp32 under every
+  // plugin and schedule, with no_sync accumulation, gemini's gather before backward, tensor and
+  // sequence parallelism (the recomputation repeats the layer's collectives).
+  const auto checkpointed = [&r](Row row) {
+    row.checkpointing = true;
+    r.push_back(row);
+  };
+  checkpointed({"torch_ddp", {}, {2, 1, 1}, 1, 2});
+  checkpointed({"low_level_zero", {{"stage", "2"}}, {2, 1, 1}, 1, 1, 0.05});
+  checkpointed({"gemini", {{"chunk_size_mb", "0.03"}}, {2, 1, 1}, 1, 2});
+  checkpointed({"gemini", {{"offload_optim_frac", "0.5"}, {"offload_param_frac", "0.5"}}, {4, 1, 1}});
+  for (const char* style : {"1f1b", "zero_bubble"}) checkpointed({"hybrid_parallel", pipeline(2, 4, style), {1, 2, 1}, 4});
+  checkpointed({"hybrid_parallel", pipeline(2, 4, "interleaved", {{"num_model_chunks", "2"}, {"zero_stage", "1"}}),
+                {2, 2, 1}, 4});
+  checkpointed({"hybrid_parallel", {{"tp_size", "2"}, {"enable_sequence_parallelism", "true"}}, {1, 1, 2}});
   Row gemini_bf16{"gemini", {}, {2, 1, 1}};
   gemini_bf16.bf16 = true;
   r.push_back(gemini_bf16);

@@ -8,7 +8,7 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b build-imagefolder image-folder.
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 set -uo pipefail
@@ -239,41 +239,70 @@ for stage in "$@"; do
       done
       ;;
     build-gemini)
-      # Only what the gemini stages run (a full build takes most of a call).
+      # Only what the gemini stages run (a full build takes most of a call), then the GPU tests of
+      # the host<->device staging gemini and low_level_zero's offload use.
       {
-        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=ON &&
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
           cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_gemini \
-            colo_plugin_low_level_zero colo_plugin_torch_ddp
+            colo_plugin_low_level_zero colo_plugin_torch_ddp colo_gpu_kernel_tests
       } >"$LOGS/build.log" 2>&1
       note "build-gemini rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      timeout 120 build-gpu/bin/colo_gpu_kernel_tests --gtest_filter='PinnedStaging*:CopyStream*' >"$LOGS/staging_tests.log" 2>&1
+      note "PinnedStaging/CopyStream GPU tests rc=$?: $(grep -E '^\[  (PASSED|FAILED)' "$LOGS/staging_tests.log" | tr '\n' ' ')"
       ;;
     gemini-large)
-      # Issue 22 on one GPU: ViT-L/16 bf16 batch 128, low_level_zero stage 2 against gemini (auto and
-      # static ZeRO-3, nothing offloaded): auto must offload nothing that fits and stay within 5 %.
+      # Issue 22 on one GPU: ViT-L/16 bf16 batch 128, low_level_zero stage 2 against gemini auto
+      # (which must keep everything that fits on the device), alternating, COLO_GEMINI_ROUNDS rounds.
       common=(--model large --batch-size 128 --precision bf16 --warmup-steps 5 --steps "${COLO_GEMINI_STEPS:-20}"
         --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
-      for run in "lowzero2:low_level_zero:stage=2" "gemini_auto:gemini:placement_policy=auto" \
-        "gemini_static:gemini:placement_policy=static"; do
-        IFS=: read -r tag plugin opt <<<"$run"
-        timeout 200 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin "$plugin" \
-          --plugin-opt "$opt" "${common[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
-        note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null)"
-        tail -3 "$LOGS/$tag.log" >>"$LOGS/summary.txt"
+      for ((round = 1; round <= ${COLO_GEMINI_ROUNDS:-2}; round++)); do
+        for run in "lowzero2:low_level_zero:stage=2" "gemini_auto:gemini:placement_policy=auto"; do
+          IFS=: read -r tag plugin opt <<<"$run"
+          tag=${tag}_$round
+          timeout 200 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin "$plugin" \
+            --plugin-opt "$opt" "${common[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+          note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -h 'planned' "$LOGS/$tag.log")"
+          grep -v '^\s' "$LOGS/$tag.log" | tail -3 >>"$LOGS/summary.txt"
+        done
       done
       ;;
     gemini-6b)
       # The seed's 6.45B-parameter ViT (hidden 4096, depth 32, 64 heads, MLP ratio 4, 224², patch 16),
-      # bf16, one GPU: gemini auto (COLO_6B_BATCH, default 16), then low_level_zero cpu_offload.
-      # COLO_6B_EXTRA adds benchmark options (--grad-accum N: the step's batch in N micro-batches).
+      # bf16, one GPU. COLO_6B_RUNS: space-separated PLUGIN:OPT,OPT...:ARG,ARG... entries (benchmark
+      # options in the third field, e.g. --activation-checkpointing,--grad-accum=16); COLO_6B_BATCH is
+      # the step's batch (split by --grad-accum).
       big=(--model large --embed-dim 4096 --depth 32 --num-heads 64 --mlp-ratio 4 --precision bf16
-        --batch-size "${COLO_6B_BATCH:-16}" --warmup-steps 2 --steps "${COLO_6B_STEPS:-5}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}" ${COLO_6B_EXTRA:-})
-      for run in ${COLO_6B_RUNS:-gemini:placement_policy=auto low_level_zero:cpu_offload=true}; do
-        plugin=${run%%:*} opt=${run#*:} tag=6b_${plugin}
+        --batch-size "${COLO_6B_BATCH:-256}" --warmup-steps "${COLO_6B_WARMUP:-1}" --steps "${COLO_6B_STEPS:-3}"
+        --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
+      n=0
+      for run in ${COLO_6B_RUNS:-gemini:placement_policy=auto:--activation-checkpointing,--grad-accum=16}; do
+        IFS=: read -r plugin opts extras <<<"$run"
+        n=$((n + 1)) tag=6b_${plugin}_$n
+        plugin_opts=() extra=()
+        IFS=, read -ra pairs <<<"$opts"
+        for pair in "${pairs[@]}"; do plugin_opts+=(--plugin-opt "$pair"); done
+        IFS=, read -ra extra <<<"$extras"
         /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
-          --plugin "$plugin" --plugin-opt "$opt" "${big[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
-        note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log")"
-        grep -v '^\s' "$LOGS/$tag.log" | tail -4 >>"$LOGS/summary.txt"
+          --plugin "$plugin" "${plugin_opts[@]}" "${big[@]}" "${extra[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "$tag ($run) rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -h 'planned' "$LOGS/$tag.log") host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log")"
+        grep -v '^\s' "$LOGS/$tag.log" | grep -v 'Maximum resident' | tail -4 >>"$LOGS/summary.txt"
+        cp "$LOGS/$tag.json" "$OUT/" 2>/dev/null
+      done
+      ;;
+    peer-6b)
+      # PyTorch's answer on the same model and GPU: FSDP2 with CPUOffloadPolicy (COLO_PEER_6B_OFFLOAD:
+      # pageable = pin_memory=False, pinned), timm blocks with gradient checkpointing, the same batch
+      # and accumulation as gemini-6b.
+      for offload in ${COLO_PEER_6B_OFFLOAD:-pageable}; do
+        tag=6b_fsdp2_$offload
+        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+          benchmarks/peers/timm_train_bench.py --mode fsdp2 --model large --embed-dim 4096 --depth 32 --num-heads 64 \
+          --mlp-ratio 4 --precision bf16 --batch-size "${COLO_6B_BATCH:-256}" --grad-accum "${COLO_PEER_6B_ACCUM:-16}" \
+          --grad-checkpointing --fsdp-cpu-offload "$offload" --warmup-steps "${COLO_6B_WARMUP:-1}" \
+          --steps "${COLO_6B_STEPS:-3}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log") $(grep -o 'Exit status.*\|Command terminated by signal.*' "$LOGS/$tag.log" | head -2 | tr '\n' ' ')"
+        grep -v '^\s' "$LOGS/$tag.log" | grep -iv 'warn' | tail -4 >>"$LOGS/summary.txt"
       done
       ;;
     build-imagefolder)

@@ -14,7 +14,7 @@ std::unique_ptr<colo::Plugin> never_called(const colo::PluginOptions&, const col
 
 const colo::PluginInfo* info() {
   static const colo::PluginInfo value{colo::kPluginApiVersion + 1000, TORCH_VERSION, "test_future_api", "1.0",
-                                      &never_called};
+                                      &never_called, nullptr};
   return &value;
 }
 

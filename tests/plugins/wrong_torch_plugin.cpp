@@ -13,7 +13,7 @@ std::unique_ptr<colo::Plugin> never_called(const colo::PluginOptions&, const col
 }
 
 const colo::PluginInfo* info() {
-  static const colo::PluginInfo value{colo::kPluginApiVersion, "0.0.0-fake", "test_wrong_torch", "1.0", &never_called};
+  static const colo::PluginInfo value{colo::kPluginApiVersion, "0.0.0-fake", "test_wrong_torch", "1.0", &never_called, nullptr};
   return &value;
 }
 

@@ -7,6 +7,8 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/hybrid_adam.h>
+#include <colo/zero/allocate.h>
+#include <colo/zero/pinned_staging.h>
 #include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
 #include <colo/zero/sharded_adam.h>
@@ -197,6 +199,45 @@ TEST(ZeroShardedAdam, MatchesTorchAdamWPerGroup) {
 }
 TEST(ZeroShardedAdam, MatchesTorchAdamPerGroup) {
   check_sharded_adam<torch::optim::Adam, torch::optim::AdamOptions>(false);
+}
+
+// Memory that cannot be had: the error names what was being allocated, how much, where, and the
+// option that helps (PyTorch's own names none of them).
+TEST(ZeroAllocate, ARefusedAllocationSaysWhatHowMuchAndWhatHelps) {
+  const int64_t huge = int64_t{1} << 45;  // 128 TiB of fp32
+  try {
+    allocate(huge, torch::TensorOptions().dtype(torch::kFloat), "the widgets of chunk 3", "Use fewer widgets");
+    ADD_FAILURE() << "expected an AllocationError";
+  } catch (const AllocationError& e) {
+    const std::string message = e.what();
+    for (const char* needle : {"could not allocate 128.00 TiB", "host memory", "the widgets of chunk 3", "Use fewer widgets"}) {
+      EXPECT_NE(message.find(needle), std::string::npos) << needle << " not in: " << message;
+    }
+  }
+  // A ZeRO shard too large for the host: the first of its four tensors says which it is.
+  auto layout = std::make_shared<ShardLayout>(std::vector<int64_t>{huge}, Buckets{{0}}, 1);
+  try {
+    ShardedAdam adam(layout, 0, {0}, torch::TensorOptions());
+    ADD_FAILURE() << "expected an AllocationError";
+  } catch (const AllocationError& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 master weights of this rank's ZeRO shard"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data-parallel ranks"), std::string::npos) << e.what();
+  }
+}
+
+// On a CPU device nothing is staged: downloads hand the tensor itself over at once, uploads land
+// in the destination (the GPU path is tests/gpu/pinned_staging_test.cpp).
+TEST(ZeroPinnedStaging, OnACpuDevicePassesValuesStraightThrough) {
+  PinnedStaging staging(torch::kCPU, PinnedStagingOptions().slot_bytes(64).slots(1));
+  const auto values = torch::arange(8, torch::kFloat);
+  torch::Tensor seen;
+  staging.download(values, [&seen](const torch::Tensor& host) { seen = host; });
+  EXPECT_TRUE(seen.is_same(values));
+  auto destination = torch::zeros({8}, torch::kBFloat16);
+  staging.upload(destination, [&values](const torch::Tensor& host) { host.copy_(values); });
+  staging.finish();
+  EXPECT_TRUE(torch::equal(destination.to(torch::kFloat), values));
+  EXPECT_EQ(staging.staging_bytes(), 0);
 }
 
 TEST(ZeroShardedAdam, RejectsTooFewGroups) {

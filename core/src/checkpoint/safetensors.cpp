@@ -192,7 +192,17 @@ std::string safetensors_dtype_name(torch::ScalarType dtype) {
                         " cannot be stored in safetensors by colo (supported: " + supported_dtype_list() + ")");
 }
 
-SafetensorsFile read_safetensors(const std::string& path, const std::function<bool(const std::string& name)>& wanted) {
+namespace {
+
+// A file's validated header, the stream positioned after it.
+struct ParsedHeader {
+  std::ifstream in;
+  std::uint64_t data_start = 0;
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+ParsedHeader parse_header(const std::string& path) {
   // stat, not std::filesystem: see atomic_file.cpp.
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -201,7 +211,9 @@ SafetensorsFile read_safetensors(const std::string& path, const std::function<bo
   if (!S_ISREG(info.st_mode)) throw CheckpointError(path + ": not a regular file");
   const auto file_size = static_cast<std::uint64_t>(info.st_size);
 
-  std::ifstream in(path, std::ios::binary);
+  ParsedHeader parsed;
+  auto& in = parsed.in;
+  in.open(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": cannot open for reading: " + std::strerror(errno));
   if (file_size < 8) {
     throw CheckpointError(path + ": file is " + std::to_string(file_size) +
@@ -227,21 +239,37 @@ SafetensorsFile read_safetensors(const std::string& path, const std::function<bo
   }
   if (!header.is_object()) throw CheckpointError(path + ": header is not a JSON object; the file is corrupt");
 
-  const std::uint64_t data_start = 8 + header_size;
-  HeaderParser parser(path, file_size - data_start);
-  SafetensorsFile result;
-  std::vector<Entry> entries;
+  parsed.data_start = 8 + header_size;
+  HeaderParser parser(path, file_size - parsed.data_start);
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {
-      result.metadata = parser.parse_metadata(value);
+      parsed.metadata = parser.parse_metadata(value);
     } else {
-      entries.push_back(parser.parse_entry(key, value));
+      parsed.entries.push_back(parser.parse_entry(key, value));
     }
   }
   std::vector<const Entry*> pointers;
-  for (const auto& e : entries) pointers.push_back(&e);
+  for (const auto& e : parsed.entries) pointers.push_back(&e);
   parser.check_no_overlap(std::move(pointers));
+  return parsed;
+}
 
+}  // namespace
+
+std::vector<TensorInfo> read_safetensors_header(const std::string& path) {
+  const auto parsed = parse_header(path);
+  std::vector<TensorInfo> infos;
+  for (const auto& e : parsed.entries) infos.push_back({e.name, e.dtype->type, e.shape});
+  return infos;
+}
+
+SafetensorsFile read_safetensors(const std::string& path, const std::function<bool(const std::string& name)>& wanted) {
+  auto parsed = parse_header(path);
+  auto& in = parsed.in;
+  const auto data_start = parsed.data_start;
+  const auto& entries = parsed.entries;
+  SafetensorsFile result;
+  result.metadata = std::move(parsed.metadata);
   result.tensors.reserve(entries.size());
   for (const auto& e : entries) {
     if (wanted && !wanted(e.name)) continue;

@@ -14,7 +14,31 @@ namespace colo::checkpoint {
 
 namespace {
 
-int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t nbytes(const PendingTensor& t) {
+  int64_t numel = 1;
+  for (auto d : t.shape) numel *= d;
+  return numel * static_cast<int64_t>(c10::elementSize(t.dtype));
+}
+
+// The index's name → file map, validated.
+std::map<std::string, std::string> read_weight_map(const std::string& index_file) {
+  nlohmann::json index;
+  try {
+    std::ifstream in(index_file);
+    index = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: not a valid JSON index ({})", index_file, e.what()));
+  }
+  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw CheckpointError(fmt::format("{}: the index has no \"weight_map\" object", index_file));
+  }
+  std::map<std::string, std::string> map;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) throw CheckpointError(fmt::format("{}: weight_map['{}'] is not a file name", index_file, name));
+    map.emplace(name, file.get<std::string>());
+  }
+  return map;
+}
 
 std::string index_path(const std::string& dir, const std::string& base) {
   return files::join(dir, base + ".safetensors.index.json");
@@ -49,18 +73,29 @@ void remove_stale_shards(const std::string& dir, const std::string& base, const 
 
 void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
                           int64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+  std::vector<PendingTensor> pending;
+  pending.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) throw CheckpointError(fmt::format("{}: tensor '{}' is undefined", dir, name));
+    pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [t = tensor] { return t.detach(); }});
+  }
+  save_safetensors_set(dir, base, pending, max_shard_bytes, metadata);
+}
+
+void save_safetensors_set(const std::string& dir, const std::string& base, const std::vector<PendingTensor>& tensors,
+                          int64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
   files::create_directories(dir);
   // Greedy packing in the given order keeps a layer's tensors together in one shard.
-  std::vector<NamedTensors> shards(1);
-  int64_t current = 0;
+  std::vector<std::vector<PendingTensor>> shards(1);
+  std::vector<int64_t> shard_bytes(1, 0);
   for (const auto& entry : tensors) {
-    const int64_t size = nbytes(entry.second);
-    if (max_shard_bytes > 0 && current > 0 && current + size > max_shard_bytes) {
+    const int64_t size = nbytes(entry);
+    if (max_shard_bytes > 0 && shard_bytes.back() > 0 && shard_bytes.back() + size > max_shard_bytes) {
       shards.emplace_back();
-      current = 0;
+      shard_bytes.push_back(0);
     }
     shards.back().push_back(entry);
-    current += size;
+    shard_bytes.back() += size;
   }
   if (shards.size() == 1) {
     write_safetensors(files::join(dir, base + ".safetensors"), shards[0], metadata);
@@ -73,12 +108,32 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = safetensors_part_name(base, static_cast<int>(i), static_cast<int>(shards.size()));
     write_safetensors(files::join(dir, file), shards[i], metadata);
-    for (const auto& [name, tensor] : shards[i]) {
-      weight_map[name] = file;
-      total += nbytes(tensor);
-    }
+    for (const auto& tensor : shards[i]) weight_map[tensor.name] = file;
+    total += shard_bytes[i];
   }
   write_safetensors_index(dir, base, weight_map, total);
+}
+
+std::vector<TensorInfo> list_safetensors_set(const std::string& dir, const std::string& base) {
+  const std::string index_file = index_path(dir, base);
+  if (!files::exists(index_file)) {
+    const auto single = files::join(dir, base + ".safetensors");
+    if (!files::exists(single)) {
+      throw CheckpointError(fmt::format("{}: no {}.safetensors or {}.safetensors.index.json; is this a colo "
+                                        "checkpoint directory?",
+                                        dir, base, base));
+    }
+    return read_safetensors_header(single);
+  }
+  std::set<std::string> files_named;
+  for (const auto& [name, file] : read_weight_map(index_file)) files_named.insert(file);
+  std::vector<TensorInfo> infos;
+  for (const auto& file : files_named) {
+    const auto path = files::join(dir, file);
+    if (!files::exists(path)) throw CheckpointError(fmt::format("{}: names {} but the file is missing", index_file, file));
+    for (auto& info : read_safetensors_header(path)) infos.push_back(std::move(info));
+  }
+  return infos;
 }
 
 std::string safetensors_part_name(const std::string& base, int part, int parts) {
@@ -117,21 +172,10 @@ NamedTensors load_safetensors_set(const std::string& dir, const std::string& bas
     require_finite(tensors, single);
     return tensors;
   }
-  nlohmann::json index;
-  try {
-    std::ifstream in(index_file);
-    index = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("{}: not a valid JSON index ({})", index_file, e.what()));
-  }
-  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw CheckpointError(fmt::format("{}: the index has no \"weight_map\" object", index_file));
-  }
   std::map<std::string, std::set<std::string>> names_by_file;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string()) throw CheckpointError(fmt::format("{}: weight_map['{}'] is not a file name", index_file, name));
+  for (const auto& [name, file] : read_weight_map(index_file)) {
     if (wanted && !wanted(name)) continue;
-    names_by_file[file.get<std::string>()].insert(name);
+    names_by_file[file].insert(name);
   }
   NamedTensors result;
   for (const auto& [file, names] : names_by_file) {

@@ -47,4 +47,27 @@ std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<torch::Te
   return buckets;
 }
 
+std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<int64_t>& numels, int64_t element_size,
+                                                     int64_t bucket_cap_bytes) {
+  if (bucket_cap_bytes <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "assign_buckets: the bucket capacity must be > 0 bytes, got {}; raise bucket_cap_mb", bucket_cap_bytes));
+  }
+  // One dtype and device: one open bucket, closed in the order of the walk.
+  std::vector<std::vector<std::size_t>> buckets;
+  std::vector<std::size_t> open;
+  int64_t bytes = 0;
+  for (std::size_t k = numels.size(); k-- > 0;) {
+    open.push_back(k);
+    bytes += numels[k] * element_size;
+    if (bytes >= bucket_cap_bytes) {
+      buckets.push_back(std::move(open));
+      open.clear();
+      bytes = 0;
+    }
+  }
+  if (!open.empty()) buckets.push_back(std::move(open));
+  return buckets;
+}
+
 }  // namespace colo::ddp

@@ -1,3 +1,4 @@
+#include <colo/compat/backward_callbacks.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/ddp/grad_bucket_scheduler.h>
 #include <fmt/format.h>

@@ -10,7 +10,8 @@
 
 namespace colo::nn {
 
-ClassifierHead::ClassifierHead(const ViTConfig& config) {
+ClassifierHead::ClassifierHead(const ViTConfig& config)
+    : embed_dim_(config.embed_dim()), num_classes_(config.num_classes()) {
   config.validate();
   norm_ = register_module("norm",
                           torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.embed_dim()}).eps(config.norm_eps())));
@@ -27,6 +28,14 @@ torch::Tensor ClassifierHead::forward(const torch::Tensor& input) {
   // timm normalises every token, then pools the class token; LayerNorm acts on each token
   // alone, so normalising only the class token gives the same logits for less work.
   return head_->forward(layer_norm(x.select(1, 0), *norm_));
+}
+
+// Only the class token is normalised: the norm keeps its input and the classifier its input (D each).
+ActivationFootprint ClassifierHead::activation_footprint() const {
+  ActivationFootprint f;
+  f.kept = 2 * embed_dim_;
+  f.output = num_classes_;
+  return f;
 }
 
 }  // namespace colo::nn

@@ -11,7 +11,11 @@
 namespace colo::nn {
 
 EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
-    : index_(index), drop_path_(config.drop_path_rate_of_block(index)) {
+    : index_(index),
+      drop_path_(config.drop_path_rate_of_block(index)),
+      tokens_(config.num_tokens()),
+      embed_dim_(config.embed_dim()),
+      hidden_dim_(config.mlp_hidden_dim()) {
   config.validate();
   if (index < 0 || index >= config.depth()) {
     throw std::invalid_argument(
@@ -23,6 +27,21 @@ EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
   attn_ = register_module("attn", std::make_shared<Attention>(config));
   norm2_ = register_module("norm2", torch::nn::LayerNorm(norm_options));
   mlp_ = register_module("mlp", std::make_shared<Mlp>(config));
+}
+
+// Kept for backward, per sample (T tokens, width D, hidden width H = mlp_ratio·D): the block's
+// input and norm1's output (2TD), q, k and v and the attention output (4TD, fused attention keeps
+// only a T-long log-sum-exp per head beside them), proj's input (TD), norm2's input and output
+// (2TD), fc1's output and GELU's output (2TH). Tensor parallelism splits the heads and the
+// hidden units: q, k, v, the attention output, proj's input and the 2TH. (Dropout masks and
+// unfused attention's T×T probabilities are not counted: see docs/memory_planning.md.)
+ActivationFootprint EncoderBlock::activation_footprint() const {
+  const int64_t td = tokens_ * embed_dim_;
+  ActivationFootprint f;
+  f.kept_tensor_parallel = 5 * td + 2 * tokens_ * hidden_dim_;
+  f.kept = 4 * td + f.kept_tensor_parallel;
+  f.output = td;
+  return f;
 }
 
 std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }

@@ -50,8 +50,12 @@ void LayerStack::replace_layer(std::size_t i, std::shared_ptr<Layer> layer) {
 
 torch::Tensor LayerStack::forward(const torch::Tensor& x) {
   torch::Tensor h = x;
-  for (const auto& layer : layers_) h = layer->forward(h);
+  for (const auto& layer : layers_) h = layer->run(h);
   return h;
+}
+
+void LayerStack::set_activation_checkpointing(bool enabled) {
+  for (const auto& layer : layers_) layer->set_activation_checkpointing(enabled);
 }
 
 const std::shared_ptr<Layer>& LayerStack::layer(std::size_t i) const {

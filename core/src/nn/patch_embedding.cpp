@@ -40,4 +40,13 @@ torch::Tensor PatchEmbedding::forward(const torch::Tensor& x) {
   return output_mapping_ ? output_mapping_(tokens) : tokens;
 }
 
+// The convolution keeps its input (the images, for its weight gradient); the class token's
+// concatenation and the position embedding's addition keep nothing.
+ActivationFootprint PatchEmbedding::activation_footprint() const {
+  ActivationFootprint f;
+  f.kept = config_.in_channels() * config_.image_size() * config_.image_size();
+  f.output = config_.num_tokens() * config_.embed_dim();
+  return f;
+}
+
 }  // namespace colo::nn

@@ -6,6 +6,8 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/drop_path.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shard_spec.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/activation_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_stack.cpp
   ${CMAKE_CURRENT_LIST_DIR}/patch_embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
@@ -13,5 +15,6 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/encoder_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/classifier_head.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vision_transformer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_summary.cpp
   ${CMAKE_CURRENT_LIST_DIR}/resnet.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pretrained.cpp)

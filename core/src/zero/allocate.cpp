@@ -9,6 +9,7 @@ namespace colo::zero {
 
 std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.2f} TiB", b / (1024.0 * 1024.0 * 1024.0 * 1024.0));
   if (b >= 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024.0 * 1024.0));
   if (b >= 1024.0 * 1024.0) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
   if (b >= 1024.0) return fmt::format("{:.2f} KiB", b / 1024.0);

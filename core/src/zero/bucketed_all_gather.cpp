@@ -1,9 +1,11 @@
 #include <colo/zero/bucketed_all_gather.h>
 #include <colo/zero/allocate.h>
+#include <colo/zero/pinned_staging.h>
 #include <colo/zero/shard_layout.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace colo::zero {
@@ -41,27 +43,30 @@ BucketedAllGather::BucketedAllGather(std::vector<torch::Tensor> params, std::sha
   pending_.assign(layout_->num_buckets(), false);
 }
 
+BucketedAllGather::~BucketedAllGather() = default;
+
 void BucketedAllGather::launch(const torch::Tensor& master_shard) {
   wait_all();
   torch::NoGradGuard no_grad;
   if (master_shard.device() == working_shard_.device()) {
     working_shard_.copy_(master_shard);
   } else {
-    // Offload: round on the CPU (half the bytes to move for bf16) into one pinned buffer per
-    // bucket (never one block for the whole shard), then copy each to the device asynchronously.
-    if (host_buckets_.empty()) {
-      for (std::size_t b = 0; b < layout_->num_buckets(); ++b) {
-        host_buckets_.push_back(allocate(layout_->chunk_numel(b),
-                                         master_shard.options().dtype(working_dtype_).pinned_memory(working_shard_.is_cuda()),
-                                         fmt::format("the pinned host copy of gather bucket {}", b),
-                                         "Use more data-parallel ranks, or gemini with offload_param_frac"));
-      }
+    // Offload: round on the CPU (half the bytes to move for bf16) into a pinned staging buffer
+    // from a small pool, copied to the device on a copy stream while the CPU rounds the next
+    // bucket (never a pinned copy of the whole shard).
+    if (!uploads_) {
+      int64_t largest = 0;
+      for (std::size_t b = 0; b < layout_->num_buckets(); ++b) largest = std::max(largest, layout_->chunk_numel(b));
+      uploads_ = std::make_unique<PinnedStaging>(
+          working_shard_.device(),
+          PinnedStagingOptions().slot_bytes(largest * static_cast<int64_t>(c10::elementSize(working_dtype_))).slots(4));
     }
     for (std::size_t b = 0; b < layout_->num_buckets(); ++b) {
-      auto& host = host_buckets_[b];
-      host.copy_(master_shard.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)));
-      working_shard_.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)).copy_(host, /*non_blocking=*/true);
+      const auto source = master_shard.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b));
+      uploads_->upload(working_shard_.narrow(0, layout_->chunk_offset(b), layout_->chunk_numel(b)),
+                       [&source](const torch::Tensor& host) { host.copy_(source); });
     }
+    uploads_->finish();  // the gathers below read the working shard on the current stream
   }
   const bool as_bytes = group_->backend() == dist::Backend::kGloo;
   for (std::size_t b = layout_->num_buckets(); b-- > 0;) {

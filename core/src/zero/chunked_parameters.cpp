@@ -1,10 +1,12 @@
 #include <c10/core/StorageImpl.h>
 #include <colo/zero/allocate.h>
 #include <colo/zero/chunked_parameters.h>
+#include <colo/zero/pinned_staging.h>
 #include <colo/zero/shard_layout.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace colo::zero {
@@ -181,12 +183,34 @@ void ChunkedParameters::update_from_master(std::size_t c, const torch::Tensor& m
   auto& chunk = chunks_.at(c);
   torch::NoGradGuard no_grad;
   if (chunk.placement.sharded) {
-    if (!chunk.shard_shared) chunk.shard.copy_(master, /*non_blocking=*/true);
+    if (chunk.shard_shared) return;
+    if (master.device() == chunk.shard.device()) {
+      chunk.shard.copy_(master);
+      return;
+    }
+    // A host master of a device shard: rounded to the working dtype by the CPU into a pinned
+    // staging buffer, copied on the copy stream while the CPU steps the next chunk.
+    if (!uploads_) {
+      int64_t largest = 0;
+      for (const auto& other : chunks_) largest = std::max(largest, other.layout->chunk_numel(0));
+      uploads_ = std::make_unique<PinnedStaging>(
+          device_, PinnedStagingOptions()
+                       .slot_bytes(largest * static_cast<int64_t>(c10::elementSize(options_.working_dtype())))
+                       .slots(options_.staging_slots())
+                       .pin_memory(options_.pin_memory()));
+    }
+    uploads_->upload(chunk.shard, [&master](const torch::Tensor& host) { host.copy_(master); });
     return;
   }
   wait(chunk);
   start_gather(c, master);
 }
+
+void ChunkedParameters::finish_updates() {
+  if (uploads_) uploads_->finish();
+}
+
+int64_t ChunkedParameters::staging_bytes() const { return uploads_ ? uploads_->staging_bytes() : 0; }
 
 void ChunkedParameters::load_values(std::size_t c, const std::vector<torch::Tensor>& full) {
   auto& chunk = chunks_.at(c);

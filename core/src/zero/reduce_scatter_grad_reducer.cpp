@@ -1,3 +1,4 @@
+#include <colo/zero/pinned_staging.h>
 #include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
 #include <fmt/format.h>
@@ -82,6 +83,8 @@ ReduceScatterGradReducer::ReduceScatterGradReducer(std::vector<std::pair<std::st
     assignment.push_back(members);
   }
   pin_memory_ = options.pin_memory();
+  staging_slots_ = options.staging_slots();
+  fresh_.assign(destinations_.size(), false);
   ddp::GradBucketCallbacks callbacks;
   callbacks.grad_ready = [this](std::size_t i) { take_gradient(i); };
   callbacks.launch = [this](std::size_t b) { launch(b); };
@@ -107,8 +110,18 @@ void ReduceScatterGradReducer::set_destination(std::size_t bucket, torch::Tensor
 
 void ReduceScatterGradReducer::zero_grad() {
   torch::NoGradGuard no_grad;
-  for (auto& d : destinations_) d.zero_();
+  // The destinations are overwritten by the next pass instead of zeroed now (a full pass over
+  // what may be gigabytes of host memory); finalize() zeroes those no pass reached.
+  std::fill(fresh_.begin(), fresh_.end(), true);
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+}
+
+void ReduceScatterGradReducer::finalize() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t b = 0; b < destinations_.size(); ++b) {
+    if (fresh_[b]) destinations_[b].zero_();
+    fresh_[b] = false;
+  }
 }
 
 void ReduceScatterGradReducer::take_gradient(std::size_t i) {
@@ -123,8 +136,6 @@ void ReduceScatterGradReducer::launch(std::size_t b) {
   auto& bucket = buckets_[b];
   const auto numel = layout_->bucket_numel(b);
   const auto padded = layout_->padded_bucket_numel(b);
-  // The output lives from launch to the end of the pass only: between passes no bucket holds memory.
-  bucket.output = torch::empty({layout_->chunk_numel(b)}, travel_options_);
   auto input = torch::empty({padded}, travel_options_);
   auto body = input.narrow(0, 0, numel);
   bool same_dtype = true;
@@ -137,12 +148,57 @@ void ReduceScatterGradReducer::launch(std::size_t b) {
   if (padded > numel) input.narrow(0, numel, padded - numel).zero_();
   for (auto& g : bucket.grads) g = torch::Tensor();
   if (group_->size() == 1) {
-    bucket.output.copy_(input);
-    if (after_launch_) after_launch_(b);
+    bucket.output = input;  // the whole bucket is this rank's chunk
+  } else {
+    // The output lives from launch to the bucket's completion only.
+    bucket.output = torch::empty({layout_->chunk_numel(b)}, travel_options_);
+    bucket.work = group_->reduce_scatter(bucket.output, input, dist::ReduceOp::kAvg);
+  }
+  in_flight_.push_back(b);
+  if (after_launch_) after_launch_(b);
+  // Complete the buckets launched a few before this one: by now their collectives are done (or
+  // nearly), and their outputs should not pile up until the end of backward.
+  const std::size_t lag = group_->size() == 1 ? 0 : kCompletionLag;
+  while (in_flight_.size() > lag) {
+    const auto oldest = in_flight_.front();
+    in_flight_.pop_front();
+    complete(oldest);
+  }
+}
+
+// Bucket b's chunk of the reduction goes into its destination: added on the device, or, for a
+// host destination of GPU gradients, copied to host memory on a copy stream through a pinned
+// staging buffer and added there by the staging's worker thread while backward goes on.
+void ReduceScatterGradReducer::complete(std::size_t b) {
+  auto& bucket = buckets_[b];
+  bucket.work.wait();
+  bucket.work = dist::Work();
+  auto chunk = travel_dtype_ == communication_dtype_ ? bucket.output : bucket.output.to(communication_dtype_);
+  bucket.output = torch::Tensor();
+  auto destination = destinations_[b];
+  const bool fresh = fresh_[b];
+  fresh_[b] = false;
+  const auto add = [destination, fresh](const torch::Tensor& values) {
+    if (fresh) {
+      destination.copy_(values);
+    } else {
+      destination.add_(values);
+    }
+  };
+  if (destination.device() == chunk.device()) {
+    add(chunk);
     return;
   }
-  bucket.work = group_->reduce_scatter(bucket.output, input, dist::ReduceOp::kAvg);
-  if (after_launch_) after_launch_(b);
+  if (!staging_) {
+    int64_t largest = 0;
+    for (std::size_t k = 0; k < layout_->num_buckets(); ++k) largest = std::max(largest, layout_->chunk_numel(k));
+    staging_ = std::make_unique<PinnedStaging>(
+        chunk.device(), PinnedStagingOptions()
+                            .slot_bytes(largest * static_cast<int64_t>(c10::elementSize(communication_dtype_)))
+                            .slots(staging_slots_)
+                            .pin_memory(pin_memory_));
+  }
+  staging_->download(chunk, add);
 }
 
 void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& missing) {
@@ -150,7 +206,7 @@ void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& m
   try {
     if (!missing.empty()) {
       // Complete what was launched so that no collective is left half-matched, then fail.
-      for (std::size_t b = 0; b < scheduler_->launched(); ++b) buckets_[b].work.wait();
+      for (auto b : in_flight_) buckets_[b].work.wait();
       std::vector<std::string> names;
       for (auto i : missing) names.push_back(names_[i]);
       throw std::runtime_error(fmt::format(
@@ -161,39 +217,29 @@ void ReduceScatterGradReducer::finish_backward(const std::vector<std::size_t>& m
           group_->describe(), missing.size(), fmt::join(names, ", ")));
     }
     scheduler_->launch_remaining();
-    const auto reduced = [this](std::size_t b) {
-      buckets_[b].work.wait();
-      const auto& output = buckets_[b].output;
-      return travel_dtype_ == communication_dtype_ ? output : output.to(communication_dtype_);
-    };
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      auto& destination = destinations_[b];
-      const auto chunk = reduced(b);
-      if (destination.device() == chunk.device()) {
-        destination.add_(chunk);
-      } else {
-        if (!host_staging_.defined() || host_staging_.numel() < chunk.numel()) {
-          host_staging_ = torch::empty({chunk.numel()}, torch::TensorOptions(torch::kCPU)
-                                                            .dtype(communication_dtype_)
-                                                            .pinned_memory(pin_memory_ && chunk.is_cuda()));
-        }
-        auto staging = host_staging_.narrow(0, 0, chunk.numel());
-        staging.copy_(chunk, /*non_blocking=*/true);
-        if (staging.is_pinned()) torch::cuda::synchronize();
-        destination.add_(staging);
-      }
+    while (!in_flight_.empty()) {
+      const auto b = in_flight_.front();
+      in_flight_.pop_front();
+      complete(b);
     }
+    if (staging_) staging_->finish();
   } catch (...) {
     for (auto& bucket : buckets_) {
       bucket.work = dist::Work();
+      bucket.output = torch::Tensor();
       for (auto& g : bucket.grads) g = torch::Tensor();
+    }
+    in_flight_.clear();
+    if (staging_) {
+      try {
+        staging_->finish();
+      } catch (...) {  // the first failure is the one reported
+      }
     }
     throw;
   }
-  for (auto& bucket : buckets_) {
-    bucket.work = dist::Work();
-    bucket.output = torch::Tensor();
-  }
 }
+
+int64_t ReduceScatterGradReducer::staging_bytes() const { return staging_ ? staging_->staging_bytes() : 0; }
 
 }  // namespace colo::zero

@@ -14,7 +14,8 @@
 namespace colo::zero {
 
 ShardedAdam::ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank,
-                         const std::vector<std::size_t>& group_of_param, torch::TensorOptions options)
+                         const std::vector<std::size_t>& group_of_param, torch::TensorOptions options,
+                         Moments moments)
     : layout_(std::move(layout)), rank_(rank) {
   if (!layout_) throw std::invalid_argument("ShardedAdam: the layout is null");
   if (group_of_param.size() != layout_->num_params()) {
@@ -38,17 +39,33 @@ ShardedAdam::ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank,
   if (runs_.empty() && shard > 0) runs_.push_back({0, shard, 0});
   if (!runs_.empty()) runs_.back().numel = shard - runs_.back().offset;
 
-  options = options.dtype(torch::kFloat);
+  options_ = options.dtype(torch::kFloat);
   // Four allocations of the shard's size; a refusal names which and what would help.
-  const std::string hint =
-      options.device().is_cuda()
-          ? "Use more data-parallel ranks, cpu_offload=true (low_level_zero), or gemini with offload_optim_frac / "
-            "placement_policy=auto"
-          : "Use more data-parallel ranks or a machine with more host memory";
-  master_ = allocate(shard, options, "the fp32 master weights of this rank's ZeRO shard", hint).zero_();
-  grad_ = allocate(shard, options, "the fp32 gradient shard of this rank's ZeRO shard", hint).zero_();
-  exp_avg_ = allocate(shard, options, "Adam's first moment (exp_avg) of this rank's ZeRO shard", hint).zero_();
-  exp_avg_sq_ = allocate(shard, options, "Adam's second moment (exp_avg_sq) of this rank's ZeRO shard", hint).zero_();
+  master_ = allocate(shard, options_, "the fp32 master weights of this rank's ZeRO shard", hint()).zero_();
+  grad_ = allocate(shard, options_, "the fp32 gradient shard of this rank's ZeRO shard", hint()).zero_();
+  if (moments == Moments::kNow) allocate_moments();
+}
+
+std::string ShardedAdam::hint() const {
+  return options_.device().is_cuda()
+             ? "Use more data-parallel ranks, cpu_offload=true (low_level_zero), or gemini with offload_optim_frac / "
+               "placement_policy=auto"
+             : "Use more data-parallel ranks or a machine with more host memory";
+}
+
+void ShardedAdam::allocate_moments() {
+  if (exp_avg_.defined()) return;
+  const int64_t shard = layout_->shard_numel();
+  exp_avg_ = allocate(shard, options_, "Adam's first moment (exp_avg) of this rank's ZeRO shard", hint()).zero_();
+  exp_avg_sq_ = allocate(shard, options_, "Adam's second moment (exp_avg_sq) of this rank's ZeRO shard", hint()).zero_();
+}
+
+int64_t ShardedAdam::held_bytes() const {
+  int64_t bytes = 0;
+  for (const auto* t : {&master_, &grad_, &exp_avg_, &exp_avg_sq_}) {
+    if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  return bytes;
 }
 
 void ShardedAdam::set_step_count(int64_t steps) {
@@ -61,6 +78,7 @@ void ShardedAdam::step(const std::vector<optim::HybridAdamOptions>& groups) {
     throw std::invalid_argument(fmt::format("ShardedAdam::step: hyper-parameters for {} groups, the optimizer has {}",
                                             groups.size(), num_groups_));
   }
+  allocate_moments();
   torch::NoGradGuard no_grad;
   const int64_t step = ++step_count_;
   const bool on_cpu = master_.device().is_cpu();

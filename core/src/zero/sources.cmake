@@ -1,5 +1,6 @@
 list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/allocate.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pinned_staging.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chunk_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/chunked_parameters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_memory.cpp

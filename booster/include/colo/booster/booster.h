@@ -2,6 +2,7 @@
 
 #include <colo/booster/boosted.h>
 #include <colo/booster/checkpoint_io.h>
+#include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/training_state.h>
 
@@ -21,6 +22,14 @@ namespace colo {
 class Booster {
  public:
   explicit Booster(std::shared_ptr<Plugin> plugin);
+
+  // Know before you launch: what plugin `plugin` (a name or a .so path) with `options` would hold
+  // on each rank of a world of inputs.world_size() for the model inputs.model describes (see
+  // nn::summarize, nn::summarize_vision_transformer) — parameters, gradients, optimizer state,
+  // activations (estimated), on the device or in host memory — without creating the plugin, a
+  // process group or the model's state. train_vit --dry-run prints it.
+  static MemoryPlan plan_memory(const std::string& plugin, const PluginOptions& options,
+                                const MemoryPlanInputs& inputs);
 
   Plugin& plugin() { return *plugin_; }
 

@@ -3,6 +3,7 @@
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/optimizer_wrapper.h>
+#include <colo/checkpoint/safetensors.h>
 #include <colo/nn/layer_stack.h>
 #include <torch/arg.h>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,7 @@ namespace colo::dist {
 class ProcessGroup;
 }
 namespace colo::zero {
+class AllocationError;
 class ChunkedParameters;
 class ReduceScatterGradReducer;
 class ShardLayout;
@@ -65,6 +68,25 @@ struct GeminiOptimizerOptions {
   TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
 };
 
+// How gemini cuts parameters into chunks and where each chunk's state starts (auto placement
+// moves optimizer state at the first step): shared by GeminiOptimizer and the memory plan.
+struct GeminiChunking {
+  int64_t capacity = 0;     // elements a chunk may hold
+  bool searched = false;    // chosen by zero::plan_chunks' search
+  std::vector<std::vector<std::size_t>> chunks;  // parameter indices per chunk, forward order
+  std::vector<int64_t> chunk_numels;
+  std::vector<zero::ChunkPlacement> placement;
+};
+
+// A checkpoint set read piece by piece: what it holds (from the headers alone) and the values of
+// the tensors asked for. Over files (GeminiCheckpointIO) or over tensors in memory.
+struct CheckpointSetReader {
+  std::vector<checkpoint::TensorInfo> entries;
+  std::function<checkpoint::NamedTensors(const std::set<std::string>& names)> read;
+
+  static CheckpointSetReader over(const checkpoint::NamedTensors& tensors);
+};
+
 // ZeRO stage 3 with chunks (Colossal-AI's Gemini) over a data-parallel group: the OptimizerWrapper
 // of the gemini plugin, and the owner of the chunked parameters its model wrapper gathers.
 //
@@ -94,6 +116,10 @@ class GeminiOptimizer : public OptimizerWrapper {
  public:
   // Throws std::invalid_argument, listing the optimizers gemini can shard, unless it is one.
   static void check_optimizer(const torch::optim::Optimizer& optimizer);
+  // The chunks of parameters of `numels` elements (forward order) and their initial placement;
+  // `on_gpu`: the device is a GPU (auto placement keeps parameter shards there).
+  static GeminiChunking chunking(const std::vector<int64_t>& numels, const std::vector<std::string>& names,
+                                 const GeminiOptimizerOptions& options, bool on_gpu);
 
   // The model must be on its device, with the same values on every rank of `group`. Throws
   // std::invalid_argument for an optimizer gemini cannot shard (listing those it can), invalid
@@ -116,11 +142,51 @@ class GeminiOptimizer : public OptimizerWrapper {
   FullState full_state() const override;
   void load_full_state(const FullState& state) override;
 
+  // Which of a chunk's fp32 shards.
+  enum class ChunkState { kMaster, kExpAvg, kExpAvgSq };
+  // Chunk c's parameters' full values of one shard state, in the chunk's order, shaped as the
+  // parameters. Collective over the group.
+  std::vector<torch::Tensor> gather_chunk(std::size_t c, ChunkState which) const;
+  std::size_t num_chunks() const { return chunk_members_.size(); }
+  // Chunked parameter i's chunk, and its place in it.
+  std::size_t chunk_of(std::size_t i) const { return chunk_of_.at(i); }
+
+  // Values of chunked parameters' state made one chunk at a time: get(i), for chunked parameters
+  // asked for in their order, gathers i's chunk when it is not the one held and forgets a chunk
+  // once its last parameter was taken, so that at most one chunk is ever whole. Collective: every
+  // rank asks for the same parameters in the same order.
+  class ChunkStream {
+   public:
+    ChunkStream(const GeminiOptimizer& optimizer, ChunkState which) : optimizer_(optimizer), which_(which) {}
+    torch::Tensor get(std::size_t i);
+
+   private:
+    const GeminiOptimizer& optimizer_;
+    ChunkState which_;
+    std::size_t held_chunk_ = static_cast<std::size_t>(-1);
+    std::vector<torch::Tensor> held_;
+  };
+
+  // full_state()'s entries, in its order, each made when written (checkpoint::PendingTensor):
+  // chunked state is gathered one chunk at a time, so saving never holds the whole state.
+  // Collective: every rank must make every entry's values, in order.
+  std::vector<checkpoint::PendingTensor> pending_full_state() const;
+  // The plain numbers of full_state() (learning rates, loss scaler).
+  std::map<std::string, double> full_state_scalars() const;
+  // load_full_state from a set read chunk by chunk: everything is checked from the entries'
+  // shapes first (nothing changes on an error), then each chunk's entries are read and scattered
+  // into its shards. Local.
+  void load_full_state(const CheckpointSetReader& tensors, const std::map<std::string, double>& scalars);
+
   // The fp32 master of every chunked parameter, full shape, canonical names, gathered chunk by
   // chunk. Collective over the group.
   std::vector<std::pair<std::string, torch::Tensor>> full_masters() const;
+  // Writes chunk c's full values (one tensor per parameter, in the chunk's order) into its
+  // masters and working parameters, and, unless empty, into Adam's moments. Local.
+  void load_chunk(std::size_t c, const std::vector<torch::Tensor>& masters, const std::vector<torch::Tensor>& exp_avg = {},
+                  const std::vector<torch::Tensor>& exp_avg_sq = {});
   // Writes `values` (one full tensor per chunked parameter by canonical name) into the masters
-  // and the working parameters. Local.
+  // and the working parameters, chunk by chunk. Local.
   void load_masters(const std::map<std::string, torch::Tensor>& values);
 
   const GeminiOptimizerOptions& options() const { return options_; }
@@ -143,6 +209,8 @@ class GeminiOptimizer : public OptimizerWrapper {
   // Auto placement: call at the start of the first forward; the first step then measures the
   // device's peak since.
   void begin_warmup();
+  // A pass that ran out of device memory, as an error that says what helps.
+  static zero::AllocationError out_of_memory(const std::string& pass, const torch::Device& device, const c10::Error& e);
 
  private:
   void settle_auto_placement();
@@ -162,6 +230,7 @@ class GeminiOptimizer : public OptimizerWrapper {
   std::vector<torch::Tensor> model_params_;
   std::vector<torch::Tensor> unsharded_;
   std::vector<std::vector<std::size_t>> chunk_members_;
+  std::vector<std::size_t> chunk_of_;  // per chunked parameter
   std::vector<std::shared_ptr<const zero::ShardLayout>> layouts_;
   std::vector<zero::ChunkPlacement> placement_;
   std::vector<std::shared_ptr<zero::ShardedAdam>> adam_;

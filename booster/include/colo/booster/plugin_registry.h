@@ -12,6 +12,8 @@
 
 namespace colo {
 
+struct MemoryPlan;
+struct MemoryPlanInputs;
 struct PluginInfo;
 
 // A plugin could not be found or loaded. The message says which, where colo looked, and what to
@@ -42,6 +44,12 @@ class PluginRegistry {
   std::shared_ptr<Plugin> create(const std::string& name_or_path, const PluginOptions& options = {});
   std::shared_ptr<Plugin> create(const std::string& name_or_path, const PluginOptions& options,
                                  const PluginContext& context);
+
+  // The plugin's memory plan for `inputs` (a model and a world size), without creating the plugin
+  // or any process group: see MemoryPlan. Throws PluginError when the plugin makes none, and the
+  // plugin's std::invalid_argument for invalid options.
+  MemoryPlan plan_memory(const std::string& name_or_path, const PluginOptions& options,
+                         const MemoryPlanInputs& inputs) const;
 
   // The world group from the launcher's environment (created on first use, once per process)
   // and this rank's device.

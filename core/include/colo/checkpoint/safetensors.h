@@ -60,6 +60,17 @@ struct PendingTensor {
 void write_safetensors(const std::string& path, const std::vector<PendingTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// What a file holds of one tensor, without its values.
+struct TensorInfo {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+// The tensors a safetensors file holds, in header order, read and validated as read_safetensors
+// does but without reading any values (a checkpoint loaded piece by piece is checked first).
+std::vector<TensorInfo> read_safetensors_header(const std::string& path);
+
 // The safetensors name of a dtype ("F32", "BF16", ...); throws CheckpointError for dtypes the
 // format (as colo supports it) cannot hold.
 std::string safetensors_dtype_name(torch::ScalarType dtype);

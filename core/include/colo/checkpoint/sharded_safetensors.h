@@ -19,6 +19,13 @@ namespace colo::checkpoint {
 // set is complete.
 void save_safetensors_set(const std::string& dir, const std::string& base, const NamedTensors& tensors,
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
+// The same for tensors made one at a time (write_safetensors' PendingTensor), in the given order:
+// a set larger than memory (gemini's, gathered chunk by chunk) is written without ever being whole.
+void save_safetensors_set(const std::string& dir, const std::string& base, const std::vector<PendingTensor>& tensors,
+                          int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
+
+// Every tensor of a set (either layout) with its dtype and shape, read from the headers alone.
+std::vector<TensorInfo> list_safetensors_set(const std::string& dir, const std::string& base);
 
 // Reads a set written by save_safetensors_set (or by Hugging Face tools, or in parts). Throws
 // CheckpointError naming the directory and what is missing or inconsistent, or naming the file

@@ -312,10 +312,4 @@ inline void remove_grad_accumulated_hook(const GradAccumulatedHook& hook) {
   if (hook.accumulator) hook.accumulator->del_post_hook(hook.key);
 }
 
-// Queues `fn` to run once the backward pass being executed has finished (after every gradient
-// has been accumulated). Only valid from inside that pass (e.g. from an autograd hook).
-inline void queue_end_of_backward_callback(std::function<void()> fn) {
-  torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
-}
-
 }  // namespace colo::compat

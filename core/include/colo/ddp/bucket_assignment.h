@@ -22,5 +22,9 @@ namespace colo::ddp {
 // Throws std::invalid_argument for a non-positive cap or an undefined tensor.
 std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<torch::Tensor>& params,
                                                      int64_t bucket_cap_bytes);
+// The same for parameters of one dtype and device, given by their element counts (memory plans,
+// which have no tensors).
+std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<int64_t>& numels, int64_t element_size,
+                                                     int64_t bucket_cap_bytes);
 
 }  // namespace colo::ddp

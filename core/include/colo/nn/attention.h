@@ -17,7 +17,7 @@ namespace colo::nn {
 // heads is read from qkv's output width (3 × heads × head_dim), so after sharding each rank
 // attends over its own heads with no change here, provided the policy keeps [q; k; v] per
 // rank.
-class Attention : public torch::nn::Module {
+class Attention : public torch::nn::Module, public UsesRegionRng {
  public:
   explicit Attention(const ViTConfig& config);
 
@@ -31,6 +31,7 @@ class Attention : public torch::nn::Module {
   // The stream the attention-probability dropout draws from (this rank's heads, once sharded),
   // and, when `outputs_too`, the output dropout (this rank's tokens, under sequence parallelism).
   void set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too);
+  RegionRng* region_rng() const override { return sharded_rng_.get(); }
 
  private:
   int64_t head_dim_;

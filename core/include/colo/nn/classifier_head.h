@@ -18,6 +18,7 @@ class ClassifierHead : public Layer {
   explicit ClassifierHead(const ViTConfig& config);
 
   torch::Tensor forward(const torch::Tensor& x) override;
+  ActivationFootprint activation_footprint() const override;
 
   const torch::nn::LayerNorm& norm() const { return norm_; }
   const Linear& head() const { return head_; }
@@ -32,6 +33,8 @@ class ClassifierHead : public Layer {
   std::function<torch::Tensor(const torch::Tensor&)> input_mapping_;
   torch::nn::LayerNorm norm_{nullptr};
   Linear head_{nullptr};
+  int64_t embed_dim_;
+  int64_t num_classes_;
 };
 
 }  // namespace colo::nn

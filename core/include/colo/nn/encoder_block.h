@@ -22,6 +22,7 @@ class EncoderBlock : public Layer {
   EncoderBlock(const ViTConfig& config, int64_t index);
 
   torch::Tensor forward(const torch::Tensor& x) override;
+  ActivationFootprint activation_footprint() const override;
   std::string canonical_prefix() const override;
 
   int64_t index() const { return index_; }
@@ -39,6 +40,7 @@ class EncoderBlock : public Layer {
  private:
   int64_t index_;
   double drop_path_;
+  int64_t tokens_, embed_dim_, hidden_dim_;
   torch::nn::LayerNorm norm1_{nullptr};
   std::shared_ptr<Attention> attn_;
   torch::nn::LayerNorm norm2_{nullptr};

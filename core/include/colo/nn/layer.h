@@ -9,6 +9,14 @@
 
 namespace colo::nn {
 
+// What a layer's forward pass leaves for its backward pass, per sample, in elements of the
+// compute dtype: for planning memory (Booster::plan_memory), never for allocating it.
+struct ActivationFootprint {
+  int64_t kept = -1;                 // activations backward needs; -1: the layer does not say
+  int64_t kept_tensor_parallel = 0;  // the part of `kept` tensor parallelism splits over its ranks
+  int64_t output = -1;               // the layer's output (the next layer's input)
+};
+
 // One element of a LayerStack: a module that maps one tensor to one tensor (images → tokens,
 // tokens → tokens, tokens → logits). LibTorch modules have no virtual forward; this interface
 // gives the distributed strategies one, so that they can run, slice, wrap and re-shard layers
@@ -16,6 +24,20 @@ namespace colo::nn {
 class Layer : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+
+  // forward(x), or its activation-checkpointed form when that is on for this layer (see
+  // activation_checkpoint.h): what every driver of a LayerStack (its own forward, the plugins'
+  // model wrappers, the pipeline) calls.
+  torch::Tensor run(const torch::Tensor& x);
+
+  // Activation checkpointing (off by default): the layer keeps only its input during forward
+  // and recomputes the rest in backward, trading one more forward pass of the layer for its
+  // activations' memory. LayerStack::set_activation_checkpointing sets it for a whole model.
+  void set_activation_checkpointing(bool enabled) { activation_checkpointing_ = enabled; }
+  bool activation_checkpointing() const { return activation_checkpointing_; }
+
+  // See ActivationFootprint; the default says nothing (the plan reports the layer as unknown).
+  virtual ActivationFootprint activation_footprint() const { return {}; }
 
   // Prepended to this layer's local parameter and buffer names to give the model's canonical
   // names (timm's, for the ViT): an encoder block's "norm1.weight" becomes
@@ -31,6 +53,7 @@ class Layer : public torch::nn::Module {
 
  private:
   std::map<std::string, ShardSpec> shard_specs_;
+  bool activation_checkpointing_ = false;
 };
 
 }  // namespace colo::nn

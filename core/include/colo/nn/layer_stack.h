@@ -25,8 +25,15 @@ class LayerStack : public torch::nn::Module {
   // Swaps layer i for another (a wrapper, say) under the same child name.
   void replace_layer(std::size_t i, std::shared_ptr<Layer> layer);
 
-  // Runs the layers in order.
+  // Runs the layers in order (Layer::run: checkpointed where that is on).
   virtual torch::Tensor forward(const torch::Tensor& x);
+
+  // Activation checkpointing for every layer that transforms hidden states with a gradient to
+  // pass on (every layer but one whose input needs no gradient, which simply runs: the first).
+  // For the ViT: each encoder block recomputes its activations in backward; with it on, a block
+  // keeps only its input ([B, T, D]) between forward and backward. Works under every plugin
+  // (they all run layers through Layer::run), exact in fp32.
+  void set_activation_checkpointing(bool enabled);
 
   std::size_t size() const { return layers_.size(); }
   bool empty() const { return layers_.empty(); }

@@ -13,7 +13,7 @@ namespace colo::nn {
 // fc1 and fc2 are held through torch::nn::AnyModule and registered under those names so that a
 // tensor-parallel policy can swap them (replace_fc1 / replace_fc2) for a column- and a
 // row-parallel linear; any module with `Tensor forward(const Tensor&)` fits.
-class Mlp : public torch::nn::Module {
+class Mlp : public torch::nn::Module, public UsesRegionRng {
  public:
   explicit Mlp(const ViTConfig& config);
 
@@ -26,6 +26,7 @@ class Mlp : public torch::nn::Module {
   // The stream the hidden dropout draws from (this rank's hidden units, once sharded), and, when
   // `outputs_too`, the output dropout (this rank's tokens, under sequence parallelism).
   void set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too);
+  RegionRng* region_rng() const override { return sharded_rng_.get(); }
 
  private:
   double drop_;

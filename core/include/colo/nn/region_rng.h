@@ -1,5 +1,9 @@
 #pragma once
 
+#include <torch/types.h>
+
+#include <vector>
+
 namespace colo::nn {
 
 // The random-number stream of one region of a layer. Tensor parallelism needs two: dropout on what
@@ -15,6 +19,10 @@ class RegionRng {
   // Makes this region's stream the one random functions draw from, and back.
   virtual void enter() = 0;
   virtual void exit() = 0;
+  // The stream's position, and back to it (outside the region): activation checkpointing replays
+  // a layer's forward pass with the masks it drew the first time.
+  virtual std::vector<torch::Tensor> save_state() const = 0;
+  virtual void restore_state(const std::vector<torch::Tensor>& state) = 0;
 
   // Enters `rng` (nothing when null) for its lifetime.
   class Scope {
@@ -31,6 +39,14 @@ class RegionRng {
    private:
     RegionRng* rng_;
   };
+};
+
+// A module that draws from a region's stream of its own (Attention and Mlp, once sharded), so
+// that whoever replays its forward pass can find the stream.
+class UsesRegionRng {
+ public:
+  virtual ~UsesRegionRng() = default;
+  virtual RegionRng* region_rng() const = 0;
 };
 
 }  // namespace colo::nn

@@ -9,6 +9,7 @@
 
 namespace colo::zero {
 
+class PinnedStaging;
 class ShardLayout;
 
 // After a ZeRO step each rank holds the updated fp32 masters of its shard only; this brings them
@@ -32,6 +33,9 @@ class BucketedAllGather {
   // gradient accumulator when it changes the dtype.
   BucketedAllGather(std::vector<torch::Tensor> params, std::shared_ptr<const ShardLayout> layout,
                     std::shared_ptr<dist::ProcessGroup> group, c10::ScalarType working_dtype);
+  ~BucketedAllGather();
+  BucketedAllGather(const BucketedAllGather&) = delete;
+  BucketedAllGather& operator=(const BucketedAllGather&) = delete;
 
   // Starts gathering every rank's `master_shard` (fp32, this rank's shard, on the device or the
   // CPU) into the working weights. Waits for a gather still in flight first.
@@ -51,7 +55,7 @@ class BucketedAllGather {
   int rank_;
   std::vector<torch::Tensor> buffers_;  // per bucket, padded_bucket_numel elements
   torch::Tensor working_shard_;         // this rank's shard in the compute dtype, on the device
-  std::vector<torch::Tensor> host_buckets_;  // per bucket, its chunk rounded in pinned CPU memory (offload)
+  std::unique_ptr<PinnedStaging> uploads_;  // offload: rounded master buckets on their way to the device
   std::vector<dist::Work> works_;
   std::vector<bool> pending_;
   bool in_flight_ = false;

@@ -12,6 +12,7 @@
 
 namespace colo::zero {
 
+class PinnedStaging;
 class ShardLayout;
 
 struct ChunkedParametersOptions {
@@ -21,6 +22,9 @@ struct ChunkedParametersOptions {
   // copies to the GPU run asynchronously. Each shard is its own allocation: never one pinned
   // block for the whole model.
   TORCH_ARG(bool, pin_memory) = true;
+  // Updated working values of device shards whose masters are in host memory reach the device
+  // through a zero::PinnedStaging pool of this many chunk-sized buffers.
+  TORCH_ARG(int64_t, staging_slots) = 4;
 };
 
 // gemini's working parameters (ZeRO-3): the parameters of each chunk are VIEWS into one padded
@@ -71,9 +75,14 @@ class ChunkedParameters {
   bool readable(std::size_t c) const;
 
   // After the optimizer updated chunk c's fp32 master shard (this rank's, `master`, anywhere):
-  // the working shard takes its rounding; a replicated chunk starts the all-gather into its full
-  // buffer (fetch waits for it). Call with the chunk released or replicated.
+  // the working shard takes its rounding (from a host master: asynchronously, through pinned
+  // staging); a replicated chunk starts the all-gather into its full buffer (fetch waits for
+  // it). Call with the chunk released or replicated, then finish_updates() after the last.
   void update_from_master(std::size_t c, const torch::Tensor& master);
+  // The device's current stream waits for every update in flight (before the next forward).
+  void finish_updates();
+  // Host memory of the update staging pool, allocated as updates needed it.
+  int64_t staging_bytes() const;
   // The working shard of chunk c is `master` itself (fp32 training, both on the same side):
   // no second copy is kept. Call before any gather.
   void share_shard(std::size_t c, const torch::Tensor& master);
@@ -114,6 +123,7 @@ class ChunkedParameters {
   torch::Device device_{torch::kCPU};
   int rank_ = 0;
   std::vector<Chunk> chunks_;
+  std::unique_ptr<PinnedStaging> uploads_;
   int64_t gathered_bytes_ = 0;
   int64_t peak_gathered_bytes_ = 0;
 };

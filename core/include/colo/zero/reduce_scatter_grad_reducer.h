@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 namespace colo::zero {
 
+class PinnedStaging;
 class ShardLayout;
 
 struct ReduceScatterGradReducerOptions {
@@ -30,9 +32,11 @@ struct ReduceScatterGradReducerOptions {
   // gradient of the bucket has been taken, so nothing of backward needs its parameters any more
   // (gemini releases the bucket's gathered chunk here).
   TORCH_ARG(std::function<void(std::size_t bucket)>, after_launch) = nullptr;
-  // Host destinations receive their chunks through a pinned staging buffer of one bucket's size
-  // (when the gradients are on a GPU), reused bucket after bucket.
+  // Host destinations of GPU gradients receive their chunks through a zero::PinnedStaging pool
+  // of staging_slots buffers of one bucket's size (pinned unless pin_memory is off), copied on a
+  // copy stream and added by a worker thread while backward goes on.
   TORCH_ARG(bool, pin_memory) = true;
+  TORCH_ARG(int64_t, staging_slots) = 4;
 };
 
 // ZeRO stage 2 gradients: during backward each bucket of gradients is reduce-scattered (AVERAGE
@@ -44,8 +48,11 @@ struct ReduceScatterGradReducerOptions {
 //   bucket complete: one cat of its gradients into a flat buffer laid out as the layout says
 //       (padded), launched as an asynchronous reduce-scatter and released by this class at
 //       once (the backend keeps it alive while it needs it)
-//   end of backward: wait, then add each rank's chunk into its destination (a host destination,
-//       under offload: through one bucket-sized pinned staging buffer, bucket after bucket)
+//   two buckets later (at once in a world of one): its chunk is added into its destination —
+//       on the device, or, for a host destination (offload), copied through a pinned staging
+//       pool on a copy stream and added by the pool's worker thread
+//   end of backward: the remaining buckets likewise; the host additions are waited for
+// After zero_grad() the next pass overwrites the destinations instead of adding to them.
 //
 // So param.grad is undefined after a synchronised backward pass. Under no_sync gradients
 // accumulate in param.grad as usual (full size, in the compute dtype), and the next synchronised
@@ -66,8 +73,9 @@ class ReduceScatterGradReducer : public GradReducer {
                            std::vector<torch::Tensor> bucket_grads, ReduceScatterGradReducerOptions options = {});
   ~ReduceScatterGradReducer() override;
 
-  // Nothing to do: every synchronised pass has added its chunks already.
-  void finalize() override {}
+  // Zeroes the destinations no pass reached since zero_grad() (the passes themselves completed
+  // every chunk before backward returned).
+  void finalize() override;
   void zero_grad() override;
   void set_sync(bool enabled) override { scheduler_->set_sync(enabled); }
   bool sync_enabled() const override { return scheduler_->sync_enabled(); }
@@ -76,6 +84,8 @@ class ReduceScatterGradReducer : public GradReducer {
   int64_t synchronized_passes() const override { return scheduler_->synchronized_passes(); }
 
   c10::ScalarType communication_dtype() const { return communication_dtype_; }
+  // Host memory of the staging pool (pinned under offload), allocated as transfers needed it.
+  int64_t staging_bytes() const;
   // Bucket b's chunks go to `grad` from now on (gemini's auto placement moving a chunk's state
   // between the device and host memory). Not during a backward pass.
   void set_destination(std::size_t bucket, torch::Tensor grad);
@@ -90,7 +100,10 @@ class ReduceScatterGradReducer : public GradReducer {
   void check_destination(std::size_t bucket, const torch::Tensor& grad) const;
   void take_gradient(std::size_t i);
   void launch(std::size_t b);
+  void complete(std::size_t b);
   void finish_backward(const std::vector<std::size_t>& missing);
+
+  static constexpr std::size_t kCompletionLag = 2;
 
   std::shared_ptr<dist::ProcessGroup> group_;
   std::shared_ptr<const ShardLayout> layout_;
@@ -104,7 +117,10 @@ class ReduceScatterGradReducer : public GradReducer {
   std::vector<Bucket> buckets_;
   std::function<void(std::size_t)> after_launch_;
   bool pin_memory_ = true;
-  torch::Tensor host_staging_;  // one bucket's chunk, pinned, for host destinations of GPU gradients
+  int64_t staging_slots_ = 4;
+  std::vector<bool> fresh_;            // per bucket: nothing added since zero_grad(); overwrite
+  std::deque<std::size_t> in_flight_;  // launched, not yet completed, in launch order
+  std::unique_ptr<PinnedStaging> staging_;
   // Last: destroyed first, so that its hooks are gone before what they use.
   std::unique_ptr<ddp::GradBucketScheduler> scheduler_;
 };

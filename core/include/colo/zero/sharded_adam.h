@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace colo::optim {
@@ -33,11 +34,16 @@ class ShardLayout;
 //                                      (LibTorch >= 2.1); multi-tensor ops otherwise
 class ShardedAdam {
  public:
+  // When Adam's moments are allocated: with the rest, or at the first step (or
+  // allocate_moments()), so that state which may still move (gemini's auto placement) does not
+  // take its largest part where it will not stay.
+  enum class Moments { kNow, kAtFirstStep };
+
   // `group_of_param[p]`: the parameter group of the layout's parameter p (groups 0, 1, …).
   // `options`: device and memory of the four tensors (the compute device, or CPU memory,
   // pinned when the compute device is a GPU, for offload); their dtype is always fp32.
   ShardedAdam(std::shared_ptr<const ShardLayout> layout, int rank, const std::vector<std::size_t>& group_of_param,
-              torch::TensorOptions options);
+              torch::TensorOptions options, Moments moments = Moments::kNow);
 
   const ShardLayout& layout() const { return *layout_; }
   int rank() const { return rank_; }
@@ -45,8 +51,14 @@ class ShardedAdam {
 
   const torch::Tensor& master() const { return master_; }
   const torch::Tensor& grad() const { return grad_; }
+  // Undefined until allocated (Moments::kAtFirstStep).
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  // Allocates the moments (zeros) unless they are; step() does it first.
+  void allocate_moments();
+  // Bytes of the four tensors allocated now, and once all are (16 per shard element).
+  int64_t held_bytes() const;
+  int64_t full_bytes() const { return 16 * static_cast<int64_t>(master_.numel()); }
 
   // Updates applied so far (0 before the first). Settable for checkpoints (>= 0).
   int64_t step_count() const { return step_count_; }
@@ -67,7 +79,10 @@ class ShardedAdam {
   std::shared_ptr<const ShardLayout> layout_;
   int rank_;
   std::size_t num_groups_ = 0;
+  std::string hint() const;
+
   std::vector<Run> runs_;
+  torch::TensorOptions options_;
   torch::Tensor master_, grad_, exp_avg_, exp_avg_sq_;
   int64_t step_count_ = 0;
 };

@@ -11,6 +11,7 @@ class ProcessGroup;
 namespace colo::nn {
 class LayerStack;
 class RegionRng;
+struct ModelSummary;
 }  // namespace colo::nn
 
 namespace colo::shardformer {
@@ -40,6 +41,12 @@ class Policy {
                                             bool sequence_parallel) const = 0;
   // Shards the model in place for this rank (problems() is empty).
   virtual void shard(nn::LayerStack& model, const ShardContext& context) const = 0;
+
+  // For memory plans (Booster::plan_memory), which have no model: whether the policy knows the
+  // model a summary describes, and how many elements of parameter `name` (canonical, `numel`
+  // elements) one rank holds once sharded over tp_size ranks. The defaults know no model.
+  virtual bool knows(const nn::ModelSummary& /*model*/) const { return false; }
+  virtual int64_t rank_numel(const std::string& /*name*/, int64_t numel, int64_t /*tp_size*/) const { return numel; }
 };
 
 }  // namespace colo::shardformer

@@ -24,6 +24,8 @@ class RngTracker : public nn::RegionRng {
 
   void enter() override;
   void exit() override;
+  std::vector<torch::Tensor> save_state() const override;
+  void restore_state(const std::vector<torch::Tensor>& state) override;
 
  private:
   c10::Device device_;

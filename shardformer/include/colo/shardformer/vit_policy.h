@@ -24,6 +24,10 @@ class VitPolicy : public Policy {
   std::vector<std::string> problems(const nn::LayerStack& model, int64_t tp_size,
                                     bool sequence_parallel) const override;
   void shard(nn::LayerStack& model, const ShardContext& context) const override;
+  // A summary with encoder blocks' attn.qkv weights; qkv, proj's weight, fc1 and fc2's weight
+  // split over tp, the rest whole.
+  bool knows(const nn::ModelSummary& model) const override;
+  int64_t rank_numel(const std::string& name, int64_t numel, int64_t tp_size) const override;
 };
 
 }  // namespace colo::shardformer

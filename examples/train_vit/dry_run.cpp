@@ -1,0 +1,58 @@
+#include "dry_run.h"
+
+#include <colo/booster/booster.h>
+#include <colo/booster/plugin_registry.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/model_summary.h>
+#include <colo/nn/resnet.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <cstdio>
+
+namespace train_vit {
+
+int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, const colo::dist::Environment& env) {
+  colo::MemoryPlanInputs inputs;
+  if (is_resnet(o.model)) {
+    // Small enough to build: its summary is the model's own.
+    auto model = colo::nn::make_resnet(
+        colo::nn::ResNetConfig::preset(o.model).in_channels(config.in_channels()).num_classes(config.num_classes()));
+    inputs.model = colo::nn::summarize(*model);
+  } else {
+    inputs.model = colo::nn::summarize_vision_transformer(config);
+  }
+  const int world = o.plan_world_size > 0 ? o.plan_world_size : std::max(1, env.world_size);
+  inputs.world_size(world)
+      .global_batch_size(o.batch_size)
+      .accumulation_steps(o.grad_accum)
+      .activation_checkpointing(o.activation_checkpointing)
+      .optimizer_states(o.optimizer == "adamw" ? 2 : 1);
+  if (o.gpu_memory_gib > 0) {
+    inputs.device_is_gpu(true).device_memory_bytes(static_cast<int64_t>(o.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0));
+  } else if (torch::cuda::is_available()) {
+    inputs.device_is_gpu(true);
+  } else {
+    inputs.device_is_gpu(false);
+  }
+  colo::MemoryPlan plan;
+  try {
+    plan = colo::Booster::plan_memory(o.plugin, o.plugin_options, inputs);
+  } catch (const colo::PluginError& e) {
+    throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--plugin {} cannot plan this run: {}", o.plugin, e.what()));
+  }
+  if (env.rank != 0) return 0;
+  fmt::print("train_vit --dry-run: {} on {} {} rank{}, global batch {} in {} pass{} per step{}\n", o.model, world,
+             inputs.device_is_gpu() ? "GPU" : "CPU", world == 1 ? "" : "s", o.batch_size, o.grad_accum,
+             o.grad_accum == 1 ? "" : "es", o.activation_checkpointing ? ", activation checkpointing" : "");
+  fmt::print("model: {:.2f} M parameters ({:.2f} M trainable), {} layers; nothing was allocated\n",
+             static_cast<double>(inputs.model.num_parameters()) / 1e6,
+             static_cast<double>(inputs.model.num_trainable()) / 1e6, inputs.model.layers.size());
+  fmt::print("{}", plan.to_string());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace train_vit

@@ -1,0 +1,73 @@
+#include "gemini_checkpoint_io.h"
+
+#include <colo/booster/gemini_optimizer.h>
+#include <colo/checkpoint/sharded_safetensors.h>
+#include <colo/compat/files.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gemini_model.h"
+
+namespace colo::plugins {
+namespace {
+
+int64_t max_shard_bytes(const SaveOptions& options) {
+  if (!options.shard) return 0;
+  if (!(options.max_shard_mb > 0)) {
+    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
+}
+
+// Every rank makes every entry in order (the gathers are collectives); the writer writes them.
+void save_pending(bool writer, const std::string& dir, const std::string& base,
+                  const std::vector<checkpoint::PendingTensor>& pending, const SaveOptions& options) {
+  if (writer) {
+    checkpoint::save_safetensors_set(dir, base, pending, max_shard_bytes(options), {{"format", "colo"}});
+  } else {
+    for (const auto& entry : pending) entry.values();
+  }
+}
+
+CheckpointSetReader set_reader(const std::string& dir, const std::string& base) {
+  CheckpointSetReader reader;
+  reader.entries = checkpoint::list_safetensors_set(dir, base);
+  reader.read = [dir, base](const std::set<std::string>& names) {
+    if (names.empty()) return checkpoint::NamedTensors{};
+    return checkpoint::load_safetensors_set(dir, base, [&names](const std::string& name) { return names.count(name) > 0; });
+  };
+  return reader;
+}
+
+}  // namespace
+
+void GeminiCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
+  auto* gemini = dynamic_cast<GeminiModel*>(&model);
+  if (!gemini) return CheckpointIO::save_model(model, dir, options);
+  save_pending(is_writer(), dir, "model", gemini->pending_full_state(), options);
+  barrier();
+}
+
+void GeminiCheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
+  auto* gemini = dynamic_cast<GeminiModel*>(&model);
+  if (!gemini) return CheckpointIO::load_model(model, dir);
+  gemini->load_full_state(set_reader(dir, "model"));
+}
+
+void GeminiCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,
+                                        const SaveOptions& options) {
+  auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
+  if (!gemini) return CheckpointIO::save_optimizer(optimizer, dir, options);
+  save_pending(is_writer(), dir, "optimizer", gemini->pending_full_state(), options);
+  if (is_writer()) write_number_map(files::join(dir, "optimizer.json"), gemini->full_state_scalars());
+  barrier();
+}
+
+void GeminiCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
+  auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
+  if (!gemini) return CheckpointIO::load_optimizer(optimizer, dir);
+  gemini->load_full_state(set_reader(dir, "optimizer"), read_number_map(files::join(dir, "optimizer.json")));
+}
+
+}  // namespace colo::plugins

@@ -1,0 +1,149 @@
+// HybridParallelPlugin::plan_memory: per pipeline stage, the layers the partition gives it, each
+// parameter at the share tensor parallelism leaves (the policy's rank_numel), the data-parallel
+// engine of zero_stage over them, and the activations of the microbatches the schedule keeps in
+// flight on that stage (pipeline::simulate).
+#include <colo/booster/memory_plan.h>
+#include <colo/pipeline/schedule.h>
+#include <colo/pipeline/simulator.h>
+#include <colo/pipeline/stage_manager.h>
+#include <colo/shardformer/policy.h>
+#include <colo/shardformer/policy_registry.h>
+#include <colo/shardformer/vit_policy.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "hybrid_parallel_plugin.h"
+
+namespace colo::plugins {
+namespace {
+
+// "0,4,8" for up to a few ranks, "0,4,...,28 (8 ranks)" beyond.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  const std::size_t shown = ranks.size() <= 6 ? ranks.size() : 3;
+  for (std::size_t i = 0; i < shown; ++i) text += fmt::format("{}{}", i ? "," : "", ranks[i]);
+  if (shown < ranks.size()) text += fmt::format(",...,{} ({} ranks)", ranks.back(), ranks.size());
+  return text;
+}
+
+}  // namespace
+
+MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
+  const auto o = HybridParallelOptions::parse(given);
+  const int world = in.world_size();
+  const int tp = o.tp_size(), pp = o.pp_size(), chunks = o.num_model_chunks();
+  if (world < 1 || world % (tp * pp) != 0) {
+    throw std::invalid_argument(fmt::format(
+        "hybrid_parallel memory plan: tp_size {} x pp_size {} does not divide the world size {}", tp, pp, world));
+  }
+  const int dp = world / (tp * pp);
+  MemoryPlan plan;
+  plan.plugin = "hybrid_parallel";
+  plan.options = memory_planning::options_text(given);
+  plan.world_size = world;
+
+  // What one rank holds of each parameter under tensor parallelism.
+  std::function<int64_t(const std::string&, int64_t)> tp_share;
+  if (tp > 1) {
+    // As ShardFormer looks them up: the program's own first, colo's ViT policy last.
+    auto policies = shardformer::PolicyRegistry::global().policies();
+    policies.push_back(std::make_shared<shardformer::VitPolicy>());
+    for (const auto& policy : policies) {
+      if (!policy->knows(in.model)) continue;
+      tp_share = [policy, tp](const std::string& name, int64_t numel) { return policy->rank_numel(name, numel, tp); };
+      plan.notes.push_back(fmt::format("tensor parallelism by the '{}' policy", policy->name()));
+      break;
+    }
+    if (!tp_share) {
+      throw std::invalid_argument(
+          "hybrid_parallel memory plan: no shardformer policy knows this model, so tp_size > 1 cannot be planned "
+          "(a policy's knows()/rank_numel() describe its split)");
+    }
+  }
+  std::vector<double> costs;
+  for (const auto& layer : in.model.layers) {
+    double count = 0;
+    for (const auto& p : layer.parameters) count += static_cast<double>(tp_share ? tp_share(p.name, p.numel) : p.numel);
+    costs.push_back(count);
+  }
+  const auto ranges = partition(costs, o, pp * chunks);
+
+  // Microbatches: what execute_pipeline cuts the per-rank batch into.
+  const int64_t share = MemoryPlan::samples_per_pass(in, dp);
+  int64_t microbatches = 1, samples = share;
+  if (o.num_microbatches() > 0) {
+    microbatches = o.num_microbatches();
+    samples = (share + microbatches - 1) / microbatches;
+  } else if (o.microbatch_size() > 0) {
+    samples = o.microbatch_size();
+    microbatches = std::max<int64_t>(1, share / samples);
+  }
+  std::vector<int> held(pp, 1);
+  if (o.pipelined()) {
+    const auto schedule = pipeline::make_schedule(
+        o.pp_style(), pipeline::ScheduleShape(pp, static_cast<int>(microbatches)).chunks(chunks));
+    const auto simulated = pipeline::simulate(schedule);
+    for (int r = 0; r < pp; ++r) held[r] = std::max(1, simulated.ranks[r].peak_unfinished);
+  }
+
+  const auto compute = amp::to_dtype(o.precision());
+  std::vector<std::string> unknown;
+  for (int r = 0; r < pp; ++r) {
+    const pipeline::StageManager stages(pp, r, chunks);
+    std::vector<int64_t> trainable;
+    int64_t frozen = 0, activations = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const auto& range = ranges[stages.stage(c)];
+      auto params = memory_planning::rank_parameters(in.model, range.begin, range.end, tp_share);
+      trainable.insert(trainable.end(), params.trainable.begin(), params.trainable.end());
+      frozen += params.frozen;
+      activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, compute,
+                                                       in.activation_checkpointing(), tp, o.sequence_parallel(),
+                                                       r == 0 && c == 0 ? &unknown : nullptr);
+    }
+    // A microbatch in flight holds one chunk's activations: held counts chunks' worth.
+    activations = activations * held[r] / chunks;
+    RankMemory rank;
+    std::vector<int> ranks;
+    for (int d = 0; d < dp; ++d) {
+      for (int t = 0; t < tp; ++t) ranks.push_back((d * pp + r) * tp + t);  // the mesh's order: tp innermost
+    }
+    rank.ranks = rank_list(ranks);
+    rank.position = fmt::format("pp {} of {}; dp {} x tp {} alike", r, pp, dp, tp);
+    if (o.zero_stage() == 0) {
+      memory_planning::ReplicatedEngine engine;
+      engine.precision = o.precision();
+      engine.bucket_cap_mb = o.bucket_cap_mb();
+      engine.communication_dtype = o.communication_dtype();
+      engine.optimizer_states = in.optimizer_states();
+      rank.parts = memory_planning::replicated_engine_parts(trainable, frozen, engine);
+    } else {
+      memory_planning::ZeroEngine engine;
+      engine.stage = o.zero_stage();
+      engine.precision = o.precision();
+      engine.bucket_cap_mb = o.bucket_cap_mb();
+      engine.cpu_offload = o.cpu_offload();
+      engine.communication_dtype = o.communication_dtype();
+      engine.dp = dp;
+      engine.optimizer_states = in.optimizer_states();
+      engine.device_is_gpu = in.device_is_gpu();
+      rank.parts = memory_planning::zero_engine_parts(trainable, frozen, engine);
+    }
+    rank.parts.push_back({fmt::format("activations ({} microbatch{} of {} in flight{})", held[r],
+                                      held[r] == 1 ? "" : "es", samples,
+                                      in.activation_checkpointing() ? ", checkpointed" : ""),
+                          activations, false, true});
+    plan.ranks.push_back(std::move(rank));
+  }
+  plan.notes.push_back(fmt::format("mesh dp {} x pp {} x tp {}; {} microbatch{} of {} sample{} per step", dp, pp, tp,
+                                   microbatches, microbatches == 1 ? "" : "es", samples, samples == 1 ? "" : "s"));
+  if (!unknown.empty()) {
+    plan.notes.push_back(fmt::format("no activation footprint for {} layer(s) (counted as 0), e.g. {}", unknown.size(),
+                                     unknown.front()));
+  }
+  return plan;
+}
+
+}  // namespace colo::plugins
