@@ -11,6 +11,18 @@ find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
+# colo::data::ImageFolder decodes JPEG with libjpeg-turbo through libjpeg's API (Debian's
+# libjpeg62-turbo-dev: its partial and DCT-scaled decoding, which the TurboJPEG API of Debian 12's
+# 2.1 lacks) and PNG with libpng (libpng-dev). Both are always built: CI tests them.
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
+# Debian keeps jconfig.h in the multiarch include directory, which the compiler searches by itself
+# for /usr but not for a copy unpacked elsewhere (the GPU machine's /opt/colo-deps).
+find_path(COLO_JPEG_CONFIG_DIR jconfig.h HINTS ${JPEG_INCLUDE_DIRS}
+  PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE} NO_DEFAULT_PATH)
+if(COLO_JPEG_CONFIG_DIR)
+  set_property(TARGET JPEG::JPEG APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${COLO_JPEG_CONFIG_DIR}")
+endif()
 
 # Does this libtorch carry CUDA (and so NCCL)? The wheel's TorchConfig exposes torch_cuda.
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)

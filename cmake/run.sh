@@ -14,10 +14,11 @@ build=${COLO_BUILD_DIR:-build}
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian packages for the CPU build (LibTorch 1.13 with Gloo, OpenBLAS: without it LibTorch
-# uses the reference BLAS, ~30x slower), the dataset, and the build tools.
+# uses the reference BLAS, ~30x slower), the dataset, and the build tools; libjpeg-turbo and
+# libpng decode ImageFolder's images, PLplot (with its cairo PNG driver) draws colo-plot's charts.
 apt_packages=(build-essential cmake ninja-build pkg-config libtorch-dev libgloo-dev libopenblas0-pthread
   libboost-dev libboost-program-options-dev libfmt-dev nlohmann-json3-dev zlib1g-dev libgtest-dev
-  libbenchmark-dev dataset-fashion-mnist python3)
+  libbenchmark-dev dataset-fashion-mnist python3 libjpeg62-turbo-dev libpng-dev libplplot-dev plplot-driver-cairo)
 
 install_apt() {
   local missing=()

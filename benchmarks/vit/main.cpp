@@ -4,7 +4,8 @@
 //       --batch-size 128 --precision bf16 --json results/colo_torch_ddp.json
 //
 // Each rank trains on one synthetic batch made once, on its device, before timing (no data
-// loading inside the timed loop). Reports images/s (global), model TFLOP/s per GPU, MFU against
+// loading inside the timed loop), or with --image-folder DIR on batches its DataLoader decodes
+// from JPEG/PNG files (RandomResizedCrop + flip, worker threads), to measure what loading costs. Reports images/s (global), model TFLOP/s per GPU, MFU against
 // a matmul peak measured in the same run, peak memory and step times; rank 0 writes the JSON
 // record that benchmarks/peers/combine_results.py tabulates next to the PyTorch + timm peers.
 #include "device_metrics.h"
@@ -16,8 +17,11 @@
 #include <colo/booster/plugin_options.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/compat/torch_compat.h>
+#include <colo/data/data_loader.h>
+#include <colo/data/image_folder.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/zero/device_memory.h>
@@ -39,8 +43,10 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifndef COLO_GIT_COMMIT
@@ -78,6 +84,9 @@ struct Options {
   bool no_sync = false;
   int64_t grad_accum = 1;
   int32_t gemm_sm_carveout = 0;
+  // Train from an image folder (torchvision's layout) instead of one synthetic batch.
+  std::string image_folder;
+  int64_t workers = 0;  // loader threads; 0: the cores of this rank less one
   bool activation_checkpointing = false;
 };
 
@@ -148,6 +157,11 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("no-sync", po::bool_switch(&o.no_sync),
        "diagnostic: every step under booster.no_sync (no gradient communication), to measure what data "
        "parallelism costs besides communicating")
+      ("image-folder", po::value(&o.image_folder),
+       "train on batches decoded from this image folder (DIR/<class>/*.jpg|png; RandomResizedCrop + flip, as "
+       "training does) instead of one synthetic batch kept on the device")
+      ("workers", po::value(&o.workers)->default_value(0),
+       "with --image-folder: loader threads per rank; 0: this rank's share of the cores less one")
       ("gemm-sm-carveout", po::value(&o.gemm_sm_carveout)->default_value(0),
        "diagnostic: SMs that cuBLAS leaves free during backward (for the NCCL kernels beside it; LibTorch >= 2.6)")
       ("commit", po::value(&o.commit)->default_value(commit_of_this_tree()),
@@ -347,18 +361,51 @@ int run(const Options& o) {
   const auto norm = dataset.default_normalization();
   const auto mean = torch::tensor(norm.mean, torch::dtype(torch::kFloat)).view({1, -1, 1, 1});
   const auto stdev = torch::tensor(norm.std, torch::dtype(torch::kFloat)).view({1, -1, 1, 1});
-  const auto images = ((batch.images - mean) / stdev).to(device);
-  const auto labels = batch.labels.to(device);
+  const auto synthetic_images = ((batch.images - mean) / stdev).to(device);
+  const auto synthetic_labels = batch.labels.to(device);
+
+  // With --image-folder, each step's batch comes from a loader (this rank's shard, a new epoch
+  // when one ends).
+  std::unique_ptr<data::DataLoader> loader;
+  int64_t workers = 0;
+  if (!o.image_folder.empty()) {
+    const auto folder = std::make_shared<data::ImageFolder>(o.image_folder, data::ImageFolderOptions(config.image_size()));
+    const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+    const int64_t local_ranks = std::max<int64_t>(1, std::atoll(std::getenv("LOCAL_WORLD_SIZE") ? std::getenv("LOCAL_WORLD_SIZE") : "1"));
+    workers = o.workers > 0 ? o.workers : std::max<int64_t>(1, cores / local_ranks - 1);
+    const int64_t dp_rank = b.mesh ? b.mesh->coordinate(dist::MeshAxis::kDp) : rank;
+    loader = std::make_unique<data::DataLoader>(folder, data::DataLoaderOptions(o.batch_size)
+                                                            .shuffle(true)
+                                                            .drop_last(true)
+                                                            .augment(true)
+                                                            .num_workers(workers)
+                                                            .prefetch(workers + 2)
+                                                            .num_replicas(dp)
+                                                            .rank(dp_rank)
+                                                            .device(device));
+  }
+  torch::Tensor images = synthetic_images, labels = synthetic_labels;
+  auto next_batch = [&] {
+    if (!loader) return;
+    auto next = loader->next();
+    if (!next) {
+      loader->set_epoch(loader->epoch() + 1);
+      next = loader->next();
+    }
+    images = next->images;
+    labels = next->labels;
+  };
 
   const bool pipelined = plugin->supports_pipeline();
   if (pipelined && o.grad_accum > 1) {
     throw std::invalid_argument("--grad-accum is for plain plugins; a pipelined one splits the batch itself "
                                 "(--plugin-opt num_microbatches=N)");
   }
-  const auto micro_images = images.chunk(o.grad_accum);
-  const auto micro_labels = labels.chunk(o.grad_accum);
   torch::Tensor loss;
   auto train_step = [&] {
+    next_batch();
+    const auto micro_images = images.chunk(o.grad_accum);
+    const auto micro_labels = labels.chunk(o.grad_accum);
     if (pipelined) {
       loss = booster.execute_pipeline(images, labels, *b.model, b.criterion, *b.optimizer, {}).loss;
     } else {
@@ -387,6 +434,7 @@ int run(const Options& o) {
   if (world) world->barrier().wait();
 
   StepTimer timer(device);
+  const data::DataLoaderStats loader_before = loader ? loader->stats() : data::DataLoaderStats();
   const auto begin = std::chrono::steady_clock::now();
   timer.start();
   for (int64_t i = 0; i < o.steps; ++i) {
@@ -396,6 +444,21 @@ int run(const Options& o) {
   synchronize(device);
   const double local_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   const auto step_ms = timer.step_times_ms();
+  // The loader's work over the timed steps: images per CPU-second of its threads (per core) and
+  // how long the steps waited for batches.
+  nlohmann::json loader_json = nullptr;
+  if (loader) {
+    const auto after = loader->stats();
+    const double cpu = after.worker_cpu_seconds - loader_before.worker_cpu_seconds;
+    const double images_made = static_cast<double>(after.images - loader_before.images);
+    loader_json = {{"image_folder", o.image_folder},
+                   {"images", loader->dataset().size()},
+                   {"workers", workers},
+                   {"images_per_cpu_s", cpu > 0 ? nlohmann::json(images_made / cpu) : nlohmann::json(nullptr)},
+                   {"images_decoded", images_made},
+                   {"worker_cpu_s", cpu},
+                   {"wait_s", after.wait_seconds - loader_before.wait_seconds}};
+  }
 
   if (!o.profile_path.empty()) {
     // After the timed steps, so that profiling overhead never enters the measurement.
@@ -512,6 +575,8 @@ int run(const Options& o) {
                            "in the run's precision (mean over ranks) unless --peak-tflops was given"},
         {"diagnostics", {{"no_sync", o.no_sync}, {"gemm_sm_carveout", o.gemm_sm_carveout}}},
         {"grad_accum", o.grad_accum},
+        {"data", loader ? "image_folder" : "synthetic"},
+        {"loader", loader_json},
         {"final_loss", std::isnan(final_loss) ? nlohmann::json(nullptr) : nlohmann::json(final_loss)},
     };
     fmt::print("colo_vit_bench: plugin {} | {} ViT (D={}, L={}, {}px) {} | world {} | global batch {}\n",
@@ -521,6 +586,12 @@ int run(const Options& o) {
                "step {:.1f} ms (p50 {:.1f}) | loss {:.4f}\n",
                images_per_s, tflops_per_gpu, 100.0 * mfu, peak_tflops, peak_mem, mean_ms, percentile(step_ms, 0.5),
                final_loss);
+    if (loader) {
+      fmt::print("  data: {} ({} images), {} loader threads: {:.0f} images per CPU-second of the loader, the steps "
+                 "waited {:.2f} s for batches\n",
+                 o.image_folder, loader->dataset().size(), workers, loader_json["images_per_cpu_s"].is_null() ? 0.0 : loader_json["images_per_cpu_s"].get<double>(),
+                 loader_json["wait_s"].get<double>());
+    }
     fmt::print("  planned (Booster::plan_memory, rank 0): device {:.2f} GiB, host {:.2f} GiB | measured peak host RSS "
                "{:.2f} GiB\n",
                static_cast<double>(plan.ranks.front().device_bytes()) / kGiB,

@@ -7,11 +7,14 @@
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/data/cifar10.h>
 #include <colo/data/data_loader.h>
+#include <colo/data/dataset_error.h>
 #include <colo/data/fashion_mnist.h>
+#include <colo/data/image_folder.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/nn/pretrained.h>
 #include <colo/nn/resnet.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/cosine_annealing_warmup_lr.h>
@@ -21,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -39,6 +43,7 @@
 #include <colo/compat/files.h>
 
 #include "state_directory.h"
+#include "throughput_window.h"
 #include "train_options.h"
 
 namespace {
@@ -78,8 +83,36 @@ struct Datasets {
   std::shared_ptr<const colo::data::Dataset> test;
 };
 
-Datasets load_datasets(const TrainOptions& o) {
+// The classes of DIR/train and DIR/val must be the same list: a label is an index into it.
+void check_same_classes(const colo::data::ImageFolder& train, const colo::data::ImageFolder& test) {
+  if (train.classes() == test.classes()) return;
+  auto only_in = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    std::string out;
+    int shown = 0;
+    for (const auto& name : a) {
+      if (std::find(b.begin(), b.end(), name) != b.end()) continue;
+      if (shown++ == 5) return out + ", ...";
+      out += (out.empty() ? "" : ", ") + name;
+    }
+    return out.empty() ? std::string("none") : out;
+  };
+  throw colo::data::DatasetError(fmt::format(
+      "{} and {} hold different classes (only in train: {}; only in val: {}): a label is the class's index in the "
+      "sorted list of sub-directories, so the two lists must be equal",
+      train.root(), test.root(), only_in(train.classes(), test.classes()), only_in(test.classes(), train.classes())));
+}
+
+Datasets load_datasets(const TrainOptions& o, const std::optional<colo::data::Normalization>& normalization) {
   using colo::data::Split;
+  if (o.dataset == "imagefolder") {
+    // At the model's input size: --image-size, else the timm presets' 224.
+    auto options = colo::data::ImageFolderOptions(o.image_size.value_or(224)).skip_unreadable(o.skip_unreadable);
+    if (normalization) options.normalization(*normalization);
+    auto train = std::make_shared<colo::data::ImageFolder>(colo::files::join(o.data_dir, "train"), options);
+    auto test = std::make_shared<colo::data::ImageFolder>(colo::files::join(o.data_dir, "val"), options);
+    check_same_classes(*train, *test);
+    return {train, test};
+  }
   if (o.dataset == "fashion-mnist") {
     const auto dir =
         o.data_dir.empty() ? colo::data::FashionMnist::default_directory() : o.data_dir;
@@ -182,16 +215,33 @@ std::vector<std::string> check_resume(const TrainOptions& o, int world_size, con
   return notes;
 }
 
+// Loader threads per rank: decoding an image folder takes every core the rank can spare (one
+// trains); the in-memory data sets need one.
+int64_t loader_workers(const TrainOptions& o, const colo::dist::Environment& env) {
+  if (o.workers > 0) return o.workers;
+  if (o.dataset != "imagefolder") return 1;
+  return std::max(1, train_vit::available_cpus() / std::max(1, env.local_world_size) - 1);
+}
+
 colo::data::DataLoaderOptions train_loader_options(const TrainOptions& o, const colo::nn::ViTConfig& config,
                                                    const colo::data::Dataset& dataset, c10::Device device,
-                                                   int64_t micro_batch) {
+                                                   int64_t micro_batch, int64_t workers) {
   return colo::data::DataLoaderOptions(micro_batch)
       .shuffle(true)
       .drop_last(true)  // every optimizer step sees a full global batch
       .seed(o.seed)
       .augment(o.augment)
       .image_size(config.image_size() == dataset.image_shape().height ? 0 : config.image_size())
+      .num_workers(workers)
+      .prefetch(std::max<int64_t>(2, workers + 1))
       .device(device);
+}
+
+// The normalisation of an image folder: the pretrained weights' own where their directory says
+// it, else the data set's default (ImageNet's).
+std::optional<colo::data::Normalization> pretrained_normalization(const std::optional<colo::nn::PretrainedWeights>& w) {
+  if (!w || w->mean.size() != 3 || w->std.size() != 3) return std::nullopt;
+  return colo::data::Normalization{w->mean, w->std};
 }
 
 int run(const TrainOptions& o, const colo::dist::Environment& env) {
@@ -199,10 +249,16 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
   train_vit::set_compute_threads(threads);
 
-  // Before the rendezvous: a missing data set or an impossible model fails at once, on its own.
-  const Datasets data = load_datasets(o);
-  const colo::nn::ViTConfig config =
-      train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
+  // Before the rendezvous: missing weights, a missing data set or an impossible model fail at
+  // once, on their own.
+  std::optional<colo::nn::PretrainedWeights> pretrained;
+  if (!o.init.empty()) pretrained = colo::nn::read_pretrained(o.init);
+  const auto normalization = pretrained_normalization(pretrained);
+  const Datasets data = load_datasets(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
+  colo::nn::ViTConfig config = train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
+  // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
+  if (pretrained && pretrained->hugging_face) config.norm_eps(1e-12);
+  const int64_t workers = loader_workers(o, env);
   if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;
@@ -235,6 +291,17 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   if (o.activation_checkpointing) model->set_activation_checkpointing(true);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
+  colo::nn::FineTuneReport fine_tune;
+  if (pretrained) {
+    try {
+      fine_tune = colo::nn::load_pretrained(*model, *pretrained);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format(
+          "--init {}: {}\nChoose the model the checkpoint holds (--model, --image-size, --patch-size, ...).", o.init,
+          e.what()));
+    }
+    pretrained.reset();  // the model holds the values now
+  }
   auto optimizer = make_optimizer(o, *model);
   const float label_smoothing = static_cast<float>(o.label_smoothing);
   colo::Criterion criterion = [label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
@@ -248,7 +315,8 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const int64_t per_step_guess = o.batch_size / o.grad_accum;
   auto loader = std::make_shared<colo::data::DataLoader>(
       data.train,
-      train_loader_options(o, config, *data.train, device, std::max<int64_t>(1, per_step_guess / world_size)));
+      train_loader_options(o, config, *data.train, device, std::max<int64_t>(1, per_step_guess / world_size),
+                           workers));
   colo::Boosted b;
   try {
     b = booster.boost(model, optimizer, criterion, loader);
@@ -279,7 +347,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     // Same object the plugin holds, rebuilt with the right batch (and the plugin's sharding).
     *b.dataloader = colo::data::DataLoader(
         data.train,
-        train_loader_options(o, config, *data.train, device, micro_batch).num_replicas(dp_size).rank(dp_rank));
+        train_loader_options(o, config, *data.train, device, micro_batch, workers).num_replicas(dp_size).rank(dp_rank));
   }
   colo::data::DataLoader& train_loader = *b.dataloader;
   const int64_t steps_per_epoch = train_loader.num_batches() / o.grad_accum;
@@ -300,6 +368,8 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                                                     .num_replicas(dp_size)
                                                     .rank(dp_rank)
                                                     .image_size(train_loader.options().image_size())
+                                                    .num_workers(workers)
+                                                    .prefetch(std::max<int64_t>(2, workers + 1))
                                                     .device(device));
 
   int64_t global_step = 0;
@@ -329,6 +399,19 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
                   config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
                   config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
+  }
+  if (!o.init.empty()) {
+    console.print("init: {}{}", o.init, fine_tune.notes.empty() ? " (every tensor as it was)" : "");
+    for (const auto& note : fine_tune.notes) console.print("  {}", note);
+  }
+  if (o.dataset == "imagefolder") {
+    const auto& folder = static_cast<const colo::data::ImageFolder&>(*data.train);
+    const auto& n = folder.default_normalization();
+    console.print("data: image folder {} ({} classes) at {}x{}, normalised with mean ({:g}, {:g}, {:g}) std ({:g}, {:g}, "
+                  "{:g}){}; {} loader thread{} per rank",
+                  o.data_dir, folder.num_classes(), folder.options().image_size(), folder.options().image_size(),
+                  n.mean[0], n.mean[1], n.mean[2], n.std[0], n.std[1], n.std[2],
+                  normalization ? " (the pretrained weights')" : " (ImageNet's)", workers, workers == 1 ? "" : "s");
   }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
@@ -380,10 +463,10 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const bool pipeline = plugin->supports_pipeline();
   // Loss is summed where it is computed and reduced only when printed: no host sync per step.
   auto loss_window = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  int64_t window_steps = 0;
   double train_seconds = 0;  // excluding evaluation and saving, for images/s and the ETA
   int64_t steps_this_run = 0;
-  auto window_start = Clock::now();
+  train_vit::ThroughputWindow window(Clock::now());
+  colo::data::DataLoaderStats window_loader = train_loader.stats();
   train_vit::NonFiniteLossGuard nonfinite_guard(o.max_nonfinite_steps, device);
 
   auto train_step = [&] {
@@ -425,12 +508,24 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     if (world && world_size > 1) world->all_reduce(sums).wait();
     sums = sums.cpu();
     const double loss = sums[1].item<double>() > 0 ? sums[0].item<double>() / sums[1].item<double>() : NAN;
-    const double window_seconds = seconds_since(window_start);
-    const double images_per_s = static_cast<double>(window_steps * o.batch_size) / window_seconds;
+    const double images_per_s = window.take(Clock::now());
     const double eta =
         train_seconds / static_cast<double>(steps_this_run) * static_cast<double>(stop_step - global_step);
-    console.print("epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.3e}  {:.0f} img/s  ETA {}", epoch + 1, o.epochs,
-                  global_step, stop_step, loss, lr, images_per_s, format_duration(eta));
+    // The loader's own speed (images per CPU-second of its threads, this rank) and the time the
+    // training loop waited for it in this window.
+    const auto loader = train_loader.stats();
+    const double loader_per_core = loader.worker_cpu_seconds > window_loader.worker_cpu_seconds
+                                       ? static_cast<double>(loader.images - window_loader.images) /
+                                             (loader.worker_cpu_seconds - window_loader.worker_cpu_seconds)
+                                       : NAN;
+    const double data_wait = loader.wait_seconds - window_loader.wait_seconds;
+    window_loader = loader;
+    const std::string data_note =
+        o.dataset == "imagefolder"
+            ? fmt::format("  data {:.0f} img/s/core, waited {:.1f} s", loader_per_core, data_wait)
+            : std::string();
+    console.print("epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.3e}  {:.0f} img/s  ETA {}{}", epoch + 1, o.epochs,
+                  global_step, stop_step, loss, lr, images_per_s, format_duration(eta), data_note);
     nlohmann::json record = {{"event", "train"},
                              {"epoch", epoch + 1},
                              {"step", global_step},
@@ -438,12 +533,13 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                              {"lr", lr},
                              {"images_per_s", images_per_s},
                              {"skipped_steps", b.optimizer->skipped_steps()},
+                             {"data_wait_s", data_wait},
                              {"elapsed_s", seconds_since(job_start)}};
+    if (std::isfinite(loader_per_core)) record["loader_images_per_cpu_s"] = loader_per_core;
     // Plugins measure the gradient norm only when they clip.
     if (std::isfinite(b.optimizer->last_grad_norm())) record["grad_norm"] = b.optimizer->last_grad_norm();
     metrics.write(record);
     loss_window.zero_();
-    window_steps = 0;
   };
 
   // An epoch ends when fewer batches remain than one optimizer step takes (their images are
@@ -454,26 +550,34 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   for (int64_t epoch = train_loader.epoch(); epoch < o.epochs && global_step < stop_step; ++epoch) {
     if (train_loader.epoch() != epoch) train_loader.set_epoch(epoch);  // keeps a resumed position
     b.model->train();
-    window_start = Clock::now();
+    window.resume(Clock::now());
     while (global_step < stop_step && !epoch_finished()) {
       const double lr = b.lr_scheduler->last_lr().front();
       const auto step_start = Clock::now();
       train_step();
       ++global_step;
-      ++window_steps;
+      window.add_step(o.batch_size);
       ++steps_this_run;
       nonfinite_guard.end_step(global_step);
       train_seconds += seconds_since(step_start);
-      if (global_step % o.log_every == 0 || global_step == stop_step) {
-        log_progress(epoch, lr);
-        window_start = Clock::now();
-      }
+      if (global_step % o.log_every == 0 || global_step == stop_step) log_progress(epoch, lr);
       if (nonfinite_guard.due(global_step, stop_step)) {
         nonfinite_guard.check(global_step, world, b.optimizer->skipped_steps());
       }
     }
     const bool finished = epoch_finished();
+    // The steps queued on the device belong to training, not to the evaluation's time.
+    (void)loss_window.sum().item<double>();
+    window.pause(Clock::now());
     run_eval(epoch);
+    if (o.dataset == "imagefolder") {
+      for (const auto& dataset : {data.train, data.test}) {
+        const auto& folder = static_cast<const colo::data::ImageFolder&>(*dataset);
+        if (folder.num_skipped() == 0) continue;
+        console.print("{}: {} unreadable image reads replaced so far (--skip-unreadable), e.g. {}", folder.root(),
+                      folder.num_skipped(), folder.skipped_files().front());
+      }
+    }
     if (finished) train_loader.set_epoch(epoch + 1);  // a state saved now resumes at the next epoch
     save();
   }

@@ -16,7 +16,7 @@ namespace {
 
 constexpr unsigned kHelpWidth = 110;
 
-const std::vector<std::string> kDatasets = {"fashion-mnist", "cifar10", "synthetic"};
+const std::vector<std::string> kDatasets = {"fashion-mnist", "cifar10", "synthetic", "imagefolder"};
 const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16"};
 const std::vector<std::string> kOptimizers = {"adamw", "lamb", "sgd"};
 
@@ -101,6 +101,11 @@ po::options_description make_description(TrainOptions& o) {
       ("mlp-ratio", po::value<double>()->value_name("X"), "MLP hidden width / token width")
       ("drop-path", po::value(&o.drop_path)->default_value(o.drop_path)->value_name("X"),
        "stochastic depth rate of the last block (rising linearly from 0)")
+      ("init", po::value(&o.init)->value_name("FILE|DIR"),
+       "start from pretrained weights: a timm or Hugging Face ViTForImageClassification safetensors file, or a "
+       "directory with model.safetensors or a sharded set (model.safetensors.index.json); another number of classes "
+       "re-initialises the head, another image size resamples the position embeddings (as timm does); the "
+       "architecture flags must otherwise match the checkpoint's (e.g. --model base)")
       ("activation-checkpointing", po::bool_switch(&o.activation_checkpointing),
        "recompute each layer's activations in backward instead of keeping them: less memory, one more forward "
        "pass per step (exact: the same numbers)");
@@ -108,15 +113,22 @@ po::options_description make_description(TrainOptions& o) {
   po::options_description data("Data", kHelpWidth, kHelpWidth / 2);
   data.add_options()
       ("dataset", po::value(&o.dataset)->default_value(o.dataset)->value_name("NAME"),
-       "fashion-mnist | cifar10 | synthetic")
+       "fashion-mnist | cifar10 | synthetic | imagefolder (JPEG/PNG files in DIR/train/<class>/ and "
+       "DIR/val/<class>/, given by --data-dir)")
       ("data-dir", po::value(&o.data_dir)->value_name("DIR"),
        "directory holding the data set's files (default: $COLO_DATA_DIR/<data set>, else "
-       "/usr/share/datasets/<data set>)")
+       "/usr/share/datasets/<data set>; required for imagefolder)")
+      ("workers", po::value(&o.workers)->default_value(o.workers)->value_name("N"),
+       "data loader threads per rank; 0: for imagefolder, this rank's share of the cores less one, else 1")
+      ("skip-unreadable", po::value(&o.skip_unreadable)->default_value(o.skip_unreadable)->value_name("0|1"),
+       "imagefolder: 1 replaces an image that cannot be read by the next one and counts it; 0 stops with an "
+       "error naming the file")
       ("synthetic-samples", po::value(&o.synthetic_samples)->default_value(o.synthetic_samples)->value_name("N"),
        "training images of --dataset synthetic (random; the test split has a fifth as many)")
       ("augment", po::value(&o.augment)->default_value(o.augment)->value_name("0|1"),
-       "1: random crop and horizontal flip for training (the data set's default recipe); off by default, "
-       "as it slows learning down in the few epochs of the main job (use it for long runs)");
+       "1: random crop and horizontal flip for training (the data set's default recipe; imagefolder: "
+       "RandomResizedCrop and flip); off by default, as it slows learning down in the few epochs of the main job "
+       "(use it for long runs)");
 
   po::options_description training("Training", kHelpWidth, kHelpWidth / 2);
   training.add_options()
@@ -267,6 +279,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& args) {
   at_least("threads", o.threads, 0, "must be >= 0 (0: cores / ranks on this node)");
   at_least("synthetic-samples", o.synthetic_samples, 5, "must be at least 5 (the test split gets a fifth)");
   at_least("eval-batch-size", o.eval_batch_size, 1, "must be at least 1");
+  at_least("workers", o.workers, 0, "must be >= 0 (0: chosen from the cores)");
+  if (o.dataset == "imagefolder" && o.data_dir.empty()) {
+    problems.emplace_back(
+        "--dataset imagefolder needs --data-dir DIR, a directory with train/ and val/, each holding one "
+        "sub-directory of images per class");
+  }
+  if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
   at_least("world-size", o.plan_world_size, 0, "must be >= 0 (0: the launcher's)");
   if (!(o.gpu_memory_gib >= 0)) problems.push_back(fmt::format("--gpu-memory-gib {}: must be >= 0", o.gpu_memory_gib));
   if (!o.dry_run && (o.plan_world_size > 0 || o.gpu_memory_gib > 0)) {
@@ -338,6 +357,7 @@ std::string usage() {
           "  colo-run --nproc-per-node 2 train_vit --precision bf16 --save ckpt\n"
           "  colo-run --nproc-per-node 2 train_vit --resume ckpt --save ckpt   continue where ckpt stopped\n"
           "  train_vit --dataset synthetic --model tiny --max-steps 20 --metrics m.jsonl\n"
+          "  train_vit --dataset imagefolder --data-dir photos --model base --init vit-base/ --augment 1 --precision bf16\n"
           "Exit status: 0 on success, 2 for a bad command line or plugin option, 1 for any other failure.\n";
   return text.str();
 }

@@ -48,6 +48,14 @@ struct TrainOptions {
   std::string data_dir;  // empty: the library's default directory for the data set
   int64_t synthetic_samples = 10000;
   bool augment = false;  // random crop + flip: slower to learn, pays off only in long schedules
+  // Loader threads per rank (0: for an image folder, this rank's share of the cores less the
+  // one that trains; 1 for the in-memory data sets).
+  int64_t workers = 0;
+  bool skip_unreadable = false;  // image folder: replace unreadable images instead of stopping
+
+  // Pretrained weights (timm or Hugging Face safetensors: a file or a directory) loaded into
+  // the model before boosting; empty: trained from scratch.
+  std::string init;
 
   int64_t epochs = 6;
   int64_t batch_size = 128;  // global: images per optimizer step over all data-parallel ranks

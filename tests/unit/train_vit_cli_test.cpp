@@ -2,6 +2,7 @@
 // user sees, the last line it prints, and that --save / --resume continue a run exactly.
 // Every run is one process (a world of one) on tiny synthetic data.
 #include <colo/compat/files.h>
+#include <colo/data/image_codec.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "damage_safetensors.h"
@@ -468,6 +470,92 @@ TEST_F(TrainVitCli, ResumeFromADirectoryWithoutAStateSaysWhatItExpects) {
   const Result r = run(tiny({"--resume", files::join(dir_, "empty")}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("holds no complete training state"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Image folders and pretrained weights
+
+const std::string kFineTuneOracle = COLO_BINARY_DIR "/oracle/finetune_vit_tiny.safetensors";
+
+// DIR/train and DIR/val in torchvision's layout: small solid images, one colour per class, PNG
+// and JPEG by turns.
+void write_image_folder(const std::string& root, const std::vector<std::string>& train_classes,
+                        const std::vector<std::string>& val_classes) {
+  int n = 0;
+  for (const auto& [split, classes, per_class] :
+       {std::make_tuple("train", train_classes, 4), std::make_tuple("val", val_classes, 2)}) {
+    for (size_t c = 0; c < classes.size(); ++c) {
+      const std::string dir = files::join(root, split, classes[c]);
+      files::create_directories(dir);
+      for (int k = 0; k < per_class; ++k, ++n) {
+        std::vector<uint8_t> rgb(40 * 48 * 3);
+        for (size_t i = 0; i < rgb.size(); i += 3) {
+          rgb[i] = static_cast<uint8_t>(60 * c + 20), rgb[i + 1] = static_cast<uint8_t>(7 * k), rgb[i + 2] = 90;
+        }
+        if (n % 2 == 0) {
+          colo::data::write_png(files::join(dir, fmt::format("{}.png", k)), rgb.data(), 40, 48);
+        } else {
+          colo::data::write_jpeg(files::join(dir, fmt::format("{}.jpg", k)), rgb.data(), 40, 48);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(TrainVitCli, FineTunesFromATimmFileWithAnotherHeadOnAnImageFolder) {
+  ASSERT_TRUE(files::exists(kFineTuneOracle)) << "run the oracle_finetune_vit fixture";
+  const std::string data = files::join(dir_, "photos");
+  write_image_folder(data, {"ant", "bee", "cat"}, {"ant", "bee", "cat"});
+  const std::string metrics = files::join(dir_, "m.jsonl");
+  const Result result =
+      run({"--dataset", "imagefolder", "--data-dir", data, "--model", "tiny", "--image-size", "32", "--init",
+           kFineTuneOracle, "--batch-size", "6", "--eval-batch-size", "6", "--max-steps", "2", "--threads", "1",
+           "--workers", "2", "--augment", "1", "--log-every", "1", "--metrics", metrics});
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  for (const char* part : {"head: 1000 classes in the checkpoint, 3 in the model: re-initialised",
+                           "position embeddings: a 14x14 grid in the checkpoint, 2x2 in the model",
+                           "image folder", "(3 classes) at 32x32", "data: imagefolder, 12 training / 6 test images",
+                           "img/s/core", "final test top-1"}) {
+    EXPECT_NE(result.out.find(part), std::string::npos) << part << " not in:\n" << result.out;
+  }
+  EXPECT_NE(read_file(metrics).find("\"loader_images_per_cpu_s\""), std::string::npos) << read_file(metrics);
+}
+
+TEST_F(TrainVitCli, InitOfAnotherArchitectureIsAShortError) {
+  ASSERT_TRUE(files::exists(kFineTuneOracle)) << "run the oracle_finetune_vit fixture";
+  const Result result = run({"--dataset", "synthetic", "--synthetic-samples", "10", "--model", "small", "--init",
+                             kFineTuneOracle, "--max-steps", "1", "--threads", "1"});
+  EXPECT_EQ(result.exit_code, 2) << result.out << result.err;
+  EXPECT_LE(std::count(result.err.begin(), result.err.end(), '\n'), 16) << result.err;
+  for (const char* part : {"--init", "the checkpoint holds a ViT of patch 16, width 192, depth 12",
+                           "Choose the model the checkpoint holds"}) {
+    EXPECT_NE(result.err.find(part), std::string::npos) << part << " not in:\n" << result.err;
+  }
+}
+
+TEST_F(TrainVitCli, ImageFolderNeedsItsDirectoryAndTheSameClassesInTrainAndVal) {
+  Result result = run({"--dataset", "imagefolder"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("--dataset imagefolder needs --data-dir DIR"), std::string::npos) << result.err;
+  const std::string data = files::join(dir_, "photos");
+  write_image_folder(data, {"ant", "bee", "cat"}, {"ant", "bee"});
+  result = run({"--dataset", "imagefolder", "--data-dir", data, "--max-steps", "1", "--threads", "1"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("hold different classes (only in train: cat; only in val: none)"), std::string::npos)
+      << result.err;
+}
+
+TEST_F(TrainVitCli, TheFineTuneExampleTrainsFromPretrainedWeights) {
+  ASSERT_TRUE(files::exists(kFineTuneOracle)) << "run the oracle_finetune_vit fixture";
+  const std::string data = files::join(dir_, "photos");
+  write_image_folder(data, {"ant", "bee"}, {"ant", "bee"});
+  const Result result = run_shell("env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE OMP_NUM_THREADS=1 " +
+                                  quote(COLO_BINARY_DIR "/bin/finetune") + " " + quote(kFineTuneOracle) + " " +
+                                  quote(data) + " --model tiny --image-size 32 --epochs 2 --batch-size 4");
+  ASSERT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("init: head: 1000 classes in the checkpoint, 2 in the model"), std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("epoch 2/2: val top-1"), std::string::npos) << result.out;
 }
 
 }  // namespace

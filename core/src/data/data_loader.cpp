@@ -6,12 +6,18 @@
 #include <fmt/ranges.h>
 #include <torch/cuda.h>
 
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
-#include <deque>
+#include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "seed_mix.h"
 
@@ -20,6 +26,21 @@ namespace detail {
 
 // Distinguishes the augmentation's seeds from the shuffle's, which uses the seed directly.
 constexpr uint64_t kAugmentationStream = 0x61756720ULL;
+
+// The loader's statistics, updated by its worker threads and read by the caller.
+struct LoaderCounters {
+  std::atomic<int64_t> images{0};
+  std::atomic<int64_t> batches{0};
+  std::atomic<int64_t> worker_cpu_ns{0};
+  std::atomic<int64_t> wait_ns{0};
+};
+
+// CPU time of the calling thread: what preparing a batch cost, whatever else ran on the core.
+int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 // Everything that determines the batches of one epoch on one replica. Immutable, so the caller
 // and the prefetch thread share it without locks.
@@ -34,6 +55,7 @@ class BatchProducer {
         num_batches_(options.drop_last() ? static_cast<int64_t>(indices_.size()) / batch_size_
                                          : (static_cast<int64_t>(indices_.size()) + batch_size_ - 1) / batch_size_),
         epoch_seed_(combine_seeds(combine_seeds(options.seed(), kAugmentationStream), static_cast<uint64_t>(epoch))),
+        augment_(options.augment()),
         device_(options.device()),
         pin_memory_(options.pin_memory() && options.device().is_cuda()) {}
 
@@ -45,23 +67,30 @@ class BatchProducer {
     const int64_t begin = index * batch_size_;
     const int64_t end = std::min(begin + batch_size_, static_cast<int64_t>(indices_.size()));
     const std::vector<int64_t> samples(indices_.begin() + begin, indices_.begin() + end);
-    Batch batch = dataset_->get_batch(samples);
-    check(batch, static_cast<int64_t>(samples.size()));
     std::vector<uint64_t> seeds;
-    if (transform_.options().augmentation.enabled()) {
+    if (augment_) {
       seeds.reserve(samples.size());
       for (const int64_t sample : samples) seeds.push_back(combine_seeds(epoch_seed_, static_cast<uint64_t>(sample)));
     }
+    Batch batch = augment_ ? dataset_->get_augmented_batch(samples, seeds) : dataset_->get_batch(samples);
+    check(batch, static_cast<int64_t>(samples.size()));
     batch.images = transform_(batch.images, seeds);
     return batch;
   }
 
   // Copies a host batch to the device on the current stream: from pinned memory and without
-  // blocking the host when the device is CUDA.
+  // blocking the host when the device is CUDA. The copy into pinned memory is a plain memcpy in
+  // this thread: a LibTorch copy of a large tensor would start an OpenMP team of all the cores
+  // from every worker thread.
   Batch to_device(Batch batch) const {
     if (device_.is_cpu()) return batch;
     auto copy = [&](const torch::Tensor& tensor) {
-      const torch::Tensor source = pin_memory_ ? tensor.pin_memory() : tensor;
+      torch::Tensor source = tensor;
+      if (pin_memory_) {
+        const torch::Tensor contiguous = tensor.contiguous();
+        source = torch::empty(contiguous.sizes(), contiguous.options().pinned_memory(true));
+        std::memcpy(source.data_ptr(), contiguous.data_ptr(), contiguous.nbytes());
+      }
       return source.to(source.options().device(device_), /*non_blocking=*/pin_memory_);
     };
     return {copy(batch.images), copy(batch.labels)};
@@ -93,19 +122,27 @@ class BatchProducer {
   int64_t batch_size_;
   int64_t num_batches_;
   uint64_t epoch_seed_;
+  bool augment_;
   torch::Device device_;
   bool pin_memory_;
 };
 
-// A thread that prepares batches first_batch, first_batch + 1, … ahead of the caller, at most
-// `depth` of them waiting. On CUDA it copies on a stream of its own, so copies overlap the
+// Worker threads that prepare batches first_batch, first_batch + 1, ... ahead of the caller, each
+// taking the next batch not yet taken, at most `depth` batches taken and not yet popped. pop()
+// returns them in order. On CUDA each worker copies on a stream of its own, so copies overlap the
 // caller's computation; pop() makes the caller's stream wait for the copy's event.
 class Prefetcher {
  public:
-  Prefetcher(std::shared_ptr<const BatchProducer> producer, int64_t first_batch, int64_t depth)
+  Prefetcher(std::shared_ptr<const BatchProducer> producer, std::shared_ptr<LoaderCounters> counters,
+             int64_t first_batch, int64_t depth, int64_t workers)
       : producer_(std::move(producer)),
-        depth_(static_cast<size_t>(depth)),
-        thread_([this, first_batch] { run(first_batch); }) {}
+        counters_(std::move(counters)),
+        depth_(std::max(depth, workers)),
+        next_to_take_(first_batch),
+        next_to_pop_(first_batch) {
+    threads_.reserve(static_cast<size_t>(workers));
+    for (int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { run(); });
+  }
 
   ~Prefetcher() {
     {
@@ -113,16 +150,19 @@ class Prefetcher {
       stop_ = true;
     }
     changed_.notify_all();
-    thread_.join();
+    for (auto& thread : threads_) thread.join();
   }
 
   Batch pop() {
     std::optional<Item> item;
     {
+      const auto start = std::chrono::steady_clock::now();
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return !queue_.empty(); });
-      item.emplace(std::move(queue_.front()));
-      queue_.pop_front();
+      changed_.wait(lock, [this] { return ready_.count(next_to_pop_) > 0; });
+      auto node = ready_.extract(next_to_pop_);
+      item.emplace(std::move(node.mapped()));
+      ++next_to_pop_;
+      counters_->wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     }
     changed_.notify_all();
     if (item->error) std::rethrow_exception(item->error);
@@ -145,16 +185,21 @@ class Prefetcher {
     std::optional<c10::Event> ready;  // recorded after the copy to a CUDA device
   };
 
-  void run(int64_t first_batch) {
+  void run() {
     const torch::Device& device = producer_->device();
     std::optional<c10::Stream> copy_stream;
-    for (int64_t index = first_batch; index < producer_->num_batches(); ++index) {
+    for (;;) {
+      int64_t index = 0;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [this] { return stop_ || queue_.size() < depth_; });
-        if (stop_) return;
+        changed_.wait(lock, [this] {
+          return stop_ || failed_ || next_to_take_ >= producer_->num_batches() || next_to_take_ < next_to_pop_ + depth_;
+        });
+        if (stop_ || failed_ || next_to_take_ >= producer_->num_batches()) return;
+        index = next_to_take_++;
       }
       Item item;
+      const int64_t cpu_start = thread_cpu_ns();
       try {
         Batch batch = producer_->host_batch(index);
         if (device.is_cuda()) {
@@ -166,27 +211,35 @@ class Prefetcher {
         } else {
           batch = producer_->to_device(std::move(batch));
         }
+        counters_->images += batch.size();
+        counters_->batches += 1;
         item.batch = std::move(batch);
       } catch (...) {
         item.error = std::current_exception();
       }
-      const bool failed = item.error != nullptr;
+      counters_->worker_cpu_ns += thread_cpu_ns() - cpu_start;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        queue_.push_back(std::move(item));
+        // After a failure no later batch is taken: the caller rethrows, drops this prefetcher
+        // and starts over at the failed batch.
+        if (item.error) failed_ = true;
+        ready_.emplace(index, std::move(item));
       }
       changed_.notify_all();
-      if (failed) return;  // the caller rethrows, drops this prefetcher and starts over at that batch
     }
   }
 
   std::shared_ptr<const BatchProducer> producer_;
-  size_t depth_;
+  std::shared_ptr<LoaderCounters> counters_;
+  int64_t depth_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Item> queue_;
+  std::map<int64_t, Item> ready_;
+  int64_t next_to_take_;
+  int64_t next_to_pop_;
   bool stop_ = false;
-  std::thread thread_;  // last: starts once everything above exists
+  bool failed_ = false;
+  std::vector<std::thread> threads_;  // last: start once everything above exists
 };
 
 }  // namespace detail
@@ -212,6 +265,10 @@ DataLoaderOptions validated(const std::shared_ptr<const Dataset>& dataset, DataL
     errors.push_back(fmt::format("batch_size must be positive, got {}", options.batch_size()));
   if (options.prefetch() < 0) {
     errors.push_back(fmt::format("prefetch must be >= 0 (0: no background thread), got {}", options.prefetch()));
+  }
+  if (options.num_workers() < 1) {
+    errors.push_back(fmt::format("num_workers must be >= 1 (prefetch 0 reads in the caller's thread), got {}",
+                                 options.num_workers()));
   }
   if (replicas < 1 || options.rank() < 0 || options.rank() >= replicas) {
     errors.push_back(
@@ -250,7 +307,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
       options_(validated(dataset_, std::move(options))),
       sampler_(dataset_->size(), options_.num_replicas(), options_.rank(), options_.shuffle(), options_.seed(),
                options_.drop_last()),
-      transform_(make_transform(*dataset_, options_)) {
+      transform_(make_transform(*dataset_, options_)),
+      counters_(std::make_shared<detail::LoaderCounters>()) {
   restart(0);
 }
 
@@ -269,9 +327,20 @@ std::optional<Batch> DataLoader::next() {
   if (next_batch_ >= producer_->num_batches()) return std::nullopt;
   Batch batch;
   if (options_.prefetch() == 0) {
+    const int64_t cpu_start = detail::thread_cpu_ns();
+    const auto wall_start = std::chrono::steady_clock::now();
     batch = producer_->to_device(producer_->host_batch(next_batch_));
+    counters_->worker_cpu_ns += detail::thread_cpu_ns() - cpu_start;
+    // The caller did the work itself: all of it is waiting.
+    counters_->wait_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall_start).count();
+    counters_->images += batch.size();
+    counters_->batches += 1;
   } else {
-    if (!prefetcher_) prefetcher_ = std::make_unique<detail::Prefetcher>(producer_, next_batch_, options_.prefetch());
+    if (!prefetcher_) {
+      prefetcher_ = std::make_unique<detail::Prefetcher>(producer_, counters_, next_batch_, options_.prefetch(),
+                                                         options_.num_workers());
+    }
     try {
       batch = prefetcher_->pop();
     } catch (...) {
@@ -316,6 +385,15 @@ void DataLoader::load_state(const DataLoaderState& state) {
 }
 
 int64_t DataLoader::num_batches() const { return producer_->num_batches(); }
+
+DataLoaderStats DataLoader::stats() const {
+  DataLoaderStats stats;
+  stats.images = counters_->images.load();
+  stats.batches = counters_->batches.load();
+  stats.worker_cpu_seconds = static_cast<double>(counters_->worker_cpu_ns.load()) * 1e-9;
+  stats.wait_seconds = static_cast<double>(counters_->wait_ns.load()) * 1e-9;
+  return stats;
+}
 
 DataLoader::Iterator::Iterator(DataLoader* loader) : loader_(loader), batch_(loader->next()) {}
 

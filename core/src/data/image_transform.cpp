@@ -57,6 +57,30 @@ torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std:
                                             input_shape_.channels, input_shape_.height, input_shape_.width,
                                             c10::str(images.sizes())));
   }
+  // Normalisation alone (an ImageFolder's batches, already cropped and resized): one pass in
+  // this thread. LibTorch's element-wise ops would start an OpenMP team of all the cores from
+  // each loader worker.
+  if (!options_.augmentation.enabled() && output_shape_ == input_shape_ && images.is_contiguous() &&
+      images.scalar_type() == torch::kFloat) {
+    auto out = torch::empty_like(images);
+    if (!mean_.defined()) return out.copy_(images);
+    const int64_t channels = input_shape_.channels;
+    const int64_t plane = input_shape_.height * input_shape_.width;
+    const float* source = images.data_ptr<float>();
+    float* target = out.data_ptr<float>();
+    const float* mean = mean_.data_ptr<float>();
+    const float* stdev = std_.data_ptr<float>();
+    for (int64_t image = 0; image < images.size(0); ++image) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const float m = mean[c];
+        const float s = stdev[c];
+        const int64_t offset = (image * channels + c) * plane;
+        // (x - mean) / std, as LibTorch computes it, to the bit.
+        for (int64_t i = 0; i < plane; ++i) target[offset + i] = (source[offset + i] - m) / s;
+      }
+    }
+    return out;
+  }
   torch::Tensor out = images;
   if (options_.augmentation.enabled()) out = augment(out, sample_seeds);
   if (output_shape_.height != input_shape_.height || output_shape_.width != input_shape_.width) {

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string>
 #include <vector>
 
 namespace colo::data {
@@ -55,6 +54,16 @@ class Dataset {
   // after augmenting, so that crop padding is black as in torchvision) and labels int64 [B] on
   // the CPU, in the order of indices. Throws std::out_of_range for an index outside [0, size()).
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+
+  // A training batch, when the DataLoader augments: one seed per index, of which the image's
+  // random choices are a function. Data sets that augment while reading override it (ImageFolder
+  // takes its random crop from each image at the image's own size, before resizing it); the
+  // default reads the images as get_batch does, and the loader augments the tensors itself.
+  virtual Batch get_augmented_batch(const std::vector<int64_t>& indices,
+                                    const std::vector<uint64_t>& sample_seeds) const {
+    (void)sample_seeds;
+    return get_batch(indices);
+  }
 
   // The statistics the DataLoader normalises with unless told otherwise (those of the training
   // split, as customary, so that train and test images are mapped alike).

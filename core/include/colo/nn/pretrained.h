@@ -1,5 +1,7 @@
 #pragma once
 
+#include <torch/arg.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,5 +42,54 @@ bool is_hf_vit_state(const NamedTensors& state);
 // value (naming the file and the tensor), std::invalid_argument (naming the file) when its
 // tensors do not match the model. The model changes only when everything checks out.
 void load_pretrained(LayerStack& model, const std::string& path);
+
+// Pretrained weights read from a file or a directory, under timm's names.
+struct PretrainedWeights {
+  std::string source;          // the file or directory read
+  NamedTensors state;          // timm names (Hugging Face's converted)
+  bool hugging_face = false;   // the names were Hugging Face's, whose LayerNorms use eps 1e-12
+  // The input normalisation the weights were trained with, where the directory says it
+  // (Hugging Face's preprocessor_config.json image_mean / image_std, or timm's config.json
+  // pretrained_cfg mean / std); empty otherwise.
+  std::vector<double> mean;
+  std::vector<double> std;
+};
+
+// Reads a safetensors file, or a directory holding model.safetensors or a sharded set
+// (model.safetensors.index.json and its files), as Hugging Face and timm publish them. Throws
+// colo::checkpoint::CheckpointError naming the file for an unreadable one or one with a NaN or
+// infinite value, std::invalid_argument naming the directory when it holds no such set.
+PretrainedWeights read_pretrained(const std::string& file_or_directory);
+
+struct FineTuneOptions {
+  // A classifier head of another number of classes (head.* in a ViT, fc.* in a ResNet) is not
+  // loaded: the model keeps its own, freshly initialised one.
+  TORCH_ARG(bool, replace_head) = true;
+  // Position embeddings of another grid (another image or patch size) are resampled to the
+  // model's as timm's resample_abs_pos_embed does (the class token's kept, the grid bicubic with
+  // antialiasing, align_corners false).
+  TORCH_ARG(bool, resample_pos_embed) = true;
+};
+
+// What load_pretrained adapted, in words for the console ("head: 1000 classes in the checkpoint,
+// 10 in the model: re-initialised").
+struct FineTuneReport {
+  bool head_replaced = false;
+  bool pos_embed_resampled = false;
+  std::vector<std::string> notes;
+};
+
+// Loads pretrained weights for fine-tuning: as load_timm_state, but a head of another class
+// count and position embeddings of another grid are adapted (FineTuneOptions). Anything else
+// that does not fit is a std::invalid_argument naming the source and summing the mismatches up
+// in a few lines (per kind, names that differ only in the block number are one line), with the
+// architecture the checkpoint's shapes describe. The model changes only when everything fits.
+FineTuneReport load_pretrained(LayerStack& model, const PretrainedWeights& weights,
+                               const FineTuneOptions& options = FineTuneOptions());
+
+// What a ViT checkpoint's shapes say about its architecture ("ViT: patch 16, width 768, depth
+// 12, 197 tokens (a 14x14 grid: 224x224 images), 1000 classes"), or an empty string when the
+// names are not a ViT's.
+std::string describe_vit_state(const NamedTensors& state);
 
 }  // namespace colo::nn

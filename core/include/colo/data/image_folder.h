@@ -1,0 +1,95 @@
+#pragma once
+
+#include <colo/data/dataset.h>
+#include <colo/data/image_resample.h>
+#include <torch/arg.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colo::data {
+
+struct ImageFolderOptions {
+  /* implicit */ ImageFolderOptions(int64_t image_size = 224) : image_size_(image_size) {}
+
+  // ImageNet's channel statistics (torchvision's), the default normalisation.
+  static Normalization imagenet_normalization() { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
+
+  // Height and width of every image the data set returns.
+  TORCH_ARG(int64_t, image_size);
+  // Evaluation (get_batch): the shorter side is resized to floor(image_size / crop_fraction), then
+  // the centre image_size x image_size is cut out (timm's crop_pct; 0.875 is torchvision's
+  // 256 -> 224, timm's ViTs use 0.9).
+  TORCH_ARG(double, crop_fraction) = 0.875;
+  // Training (get_augmented_batch, the DataLoader's augment(true)): torchvision's
+  // RandomResizedCrop(image_size) with these scale and ratio ranges, then a horizontal flip with
+  // probability 1/2 if horizontal_flip.
+  TORCH_ARG(RandomResizedCropParams, random_resized_crop) = {};
+  TORCH_ARG(bool, horizontal_flip) = true;
+  // An image that cannot be read or decoded is an error naming the file (false), or is replaced
+  // in its batch by the next readable image of the data set and counted (true: num_skipped(),
+  // skipped_files()).
+  TORCH_ARG(bool, skip_unreadable) = false;
+  // What the DataLoader normalises with unless told otherwise: ImageNet's statistics by default;
+  // a pretrained model's own (0.5, 0.5, 0.5 for the original ViTs) when fine-tuning one.
+  TORCH_ARG(Normalization, normalization) = imagenet_normalization();
+};
+
+// Images in torchvision's ImageFolder layout: one sub-directory of `root` per class, the classes
+// sorted by name (label i is the i-th name), each holding JPEG and PNG files (.jpg, .jpeg, .png in
+// any case) at any depth, taken in torchvision's order (directories sorted by path, files by
+// name). Other files are ignored, and so are hidden entries (names starting with a dot, such as
+// .ipynb_checkpoints, which torchvision would take for a class). Images are read when a batch
+// asks for them, by libjpeg-turbo or libpng, into float RGB [3, image_size, image_size] in [0, 1].
+// Safe to use from several loader threads at once.
+class ImageFolder : public Dataset {
+ public:
+  // Throws DatasetError when root is not a directory, has no class directories, or a class has no
+  // image (naming them).
+  explicit ImageFolder(std::string root, ImageFolderOptions options = {});
+  ~ImageFolder() override;
+
+  std::string name() const override;
+  int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
+  ImageShape image_shape() const override { return {3, options_.image_size(), options_.image_size()}; }
+  // Evaluation transform: resize, centre crop.
+  Batch get_batch(const std::vector<int64_t>& indices) const override;
+  // Training transform: random resized crop, flip; each image's draws are a function of its seed.
+  Batch get_augmented_batch(const std::vector<int64_t>& indices,
+                            const std::vector<uint64_t>& sample_seeds) const override;
+  Normalization default_normalization() const override { return options_.normalization(); }
+
+  const std::string& root() const { return root_; }
+  const ImageFolderOptions& options() const { return options_; }
+  const std::vector<std::string>& classes() const { return classes_; }
+  const std::string& path(int64_t index) const;
+  int64_t label(int64_t index) const;
+
+  // With skip_unreadable: how many reads failed so far, and the first few "path: reason" lines.
+  int64_t num_skipped() const { return skipped_.load(); }
+  std::vector<std::string> skipped_files() const;
+
+ private:
+  struct Sample {
+    std::string path;
+    int64_t label;
+  };
+  // Reads sample `index` into out (3 x image_size x image_size floats); augments with `seed` when
+  // `augment`. Returns the label.
+  void read(int64_t index, bool augment, uint64_t seed, float* out) const;
+  Batch read_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>* seeds) const;
+
+  std::string root_;
+  ImageFolderOptions options_;
+  std::vector<std::string> classes_;
+  std::vector<Sample> samples_;
+  mutable std::atomic<int64_t> skipped_{0};
+  struct SkipLog;
+  std::unique_ptr<SkipLog> skip_log_;
+};
+
+}  // namespace colo::data

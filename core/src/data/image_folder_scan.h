@@ -1,0 +1,24 @@
+// Finding an image folder's classes and files (torchvision's ImageFolder.make_dataset order).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colo::data::detail {
+
+struct ImageFolderListing {
+  std::vector<std::string> classes;               // sorted directory names
+  std::vector<std::string> paths;                 // every image, class by class
+  std::vector<int64_t> labels;                    // index into classes, per path
+  int64_t ignored_files = 0;                      // files of other types
+};
+
+// Throws DatasetError naming root when it is not a directory, has no class directory, or when a
+// class has no image (naming those classes).
+ImageFolderListing scan_image_folder(const std::string& root);
+
+// Whether a file name ends in .jpg, .jpeg or .png, in any case.
+bool has_image_extension(const std::string& name);
+
+}  // namespace colo::data::detail
