@@ -37,11 +37,11 @@ nlohmann::json read_json(const std::string& path) {
 CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(std::move(world)) {}
 
 int64_t CheckpointIO::max_shard_bytes(const SaveOptions& options) {
-  if (!options.shard) return 0;
-  if (!(options.max_shard_mb > 0)) {
-    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb));
+  if (!options.shard()) return 0;
+  if (!(options.max_shard_mb() > 0)) {
+    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb()));
   }
-  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb * 1024 * 1024));
+  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb() * 1024 * 1024));
 }
 
 std::map<std::string, double> CheckpointIO::read_number_map(const std::string& path) {

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "optimized_parameters.h"
 #include "optimizer_scalars.h"
 #include "optimizer_state_entries.h"
 #include "sharded_adam_state.h"
@@ -63,9 +64,7 @@ std::vector<std::string> GeminiOptimizerOptions::violations() const {
     errors.push_back(fmt::format("device_memory_bytes must be positive, got {}", *device_memory_bytes()));
   }
   if (max_prefetch() < 0) errors.push_back(fmt::format("max_prefetch must be >= 0, got {}", max_prefetch()));
-  if (!(max_grad_norm() >= 0.0) || !std::isfinite(max_grad_norm())) {
-    errors.push_back(fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", max_grad_norm()));
-  }
+  if (auto problem = detail::max_grad_norm_problem(max_grad_norm()); !problem.empty()) errors.push_back(problem);
   return errors;
 }
 
@@ -120,40 +119,19 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
   max_grad_norm_ = options_.max_grad_norm();
 
   // 1. The chunked parameters: the optimizer's, in the model's canonical order.
-  std::unordered_map<const void*, std::size_t> group_of;
-  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
-    for (const auto& p : optimizer_->param_groups()[g].params()) group_of.emplace(p.unsafeGetTensorImpl(), g);
-  }
-  std::set<const void*> in_model;
-  for (const auto& item : model_->canonical_named_parameters()) {
-    model_names_.push_back(item.key());
-    model_params_.push_back(item.value());
-    in_model.insert(item.value().unsafeGetTensorImpl());
-    auto it = group_of.find(item.value().unsafeGetTensorImpl());
-    if (it == group_of.end() || !item.value().requires_grad()) {
-      unsharded_.push_back(item.value());
-      continue;
+  const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, kWho);
+  model_names_ = matched.model_names;
+  model_params_ = matched.model_params;
+  for (std::size_t s = 0; s < matched.stepped.size(); ++s) {
+    const auto i = matched.stepped[s];
+    if (!model_params_[i].is_floating_point()) {
+      throw std::invalid_argument(fmt::format("gemini: parameter '{}' is not floating point", model_names_[i]));
     }
-    if (!item.value().is_floating_point()) {
-      throw std::invalid_argument(fmt::format("gemini: parameter '{}' is not floating point", item.key()));
-    }
-    names_.push_back(item.key());
-    params_.push_back(item.value());
-    group_of_param_.push_back(it->second);
+    names_.push_back(model_names_[i]);
+    params_.push_back(model_params_[i]);
+    group_of_param_.push_back(matched.stepped_group[s]);
   }
-  std::vector<std::string> strangers;
-  const auto given = optim::optimizer_params(*optimizer_);
-  for (std::size_t k = 0; k < given.size(); ++k) {
-    if (!in_model.count(given[k].unsafeGetTensorImpl())) {
-      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
-    }
-  }
-  if (!strangers.empty()) {
-    throw std::invalid_argument(fmt::format(
-        "gemini: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer over "
-        "model->parameters()",
-        strangers.size(), fmt::join(strangers, ", ")));
-  }
+  for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
   if (!model_->canonical_shard_specs().empty()) {
     throw std::invalid_argument(
         "gemini shards parameters over data-parallel ranks only; this model's layers are split by tensor "
@@ -251,11 +229,7 @@ const zero::ChunkPlacement& GeminiOptimizer::placement(std::size_t c) const { re
 
 void GeminiOptimizer::backward(const torch::Tensor& loss) {
   try {
-    if (scaler_) {
-      scaler_->scale_loss(loss).backward();
-    } else {
-      loss.backward();
-    }
+    OptimizerWrapper::backward(loss);
   } catch (const c10::OutOfMemoryError& e) {
     throw out_of_memory("backward", device_, e);
   }

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "optimizer_scalars.h"
+#include "optimized_parameters.h"
 #include "optimizer_state_entries.h"
 
 namespace colo {
@@ -28,39 +29,19 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
     : optimizer_(std::move(optimizer)), model_(std::move(model)), options_(std::move(options)) {
   if (!optimizer_) throw std::invalid_argument("MixedPrecisionOptimizer: the optimizer is null");
   if (!model_) throw std::invalid_argument("MixedPrecisionOptimizer: the model is null");
-  if (!(options_.max_grad_norm >= 0.0) || !std::isfinite(options_.max_grad_norm)) {
-    throw std::invalid_argument(
-        fmt::format("MixedPrecisionOptimizer: max_grad_norm must be finite and >= 0 (0 disables clipping), got {}",
-                    options_.max_grad_norm));
+  if (auto problem = detail::max_grad_norm_problem(options_.max_grad_norm); !problem.empty()) {
+    throw std::invalid_argument("MixedPrecisionOptimizer: " + problem);
   }
   max_grad_norm_ = options_.max_grad_norm;
 
-  std::unordered_map<const void*, std::size_t> model_index;
-  for (const auto& item : model_->canonical_named_parameters()) {
-    model_index.emplace(item.value().unsafeGetTensorImpl(), model_params_.size());
-    model_names_.push_back(item.key());
-    model_params_.push_back(item.value());
-  }
-
-  // Which model parameter each optimizer parameter is.
+  const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, "MixedPrecisionOptimizer");
+  model_names_ = matched.model_names;
+  model_params_ = matched.model_params;
   const auto given = optim::optimizer_params(*optimizer_);
-  std::vector<std::size_t> index_of;  // optimizer position -> model index
-  std::vector<std::string> strangers;
-  for (std::size_t k = 0; k < given.size(); ++k) {
-    auto it = model_index.find(given[k].unsafeGetTensorImpl());
-    if (it == model_index.end()) {
-      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
-      continue;
-    }
-    index_of.push_back(it->second);
-    names_.push_back(model_names_[it->second]);
-    working_.push_back(model_params_[it->second]);
-  }
-  if (!strangers.empty()) {
-    throw std::invalid_argument(fmt::format(
-        "MixedPrecisionOptimizer: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer "
-        "over model->parameters()",
-        strangers.size(), fmt::join(strangers, ", ")));
+  const auto& index_of = matched.model_index;  // optimizer position -> model index
+  for (auto i : index_of) {
+    names_.push_back(model_names_[i]);
+    working_.push_back(model_params_[i]);
   }
 
   const auto& policy = options_.policy;
@@ -95,14 +76,6 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
     for (std::size_t k = 0; k < carried.size(); ++k) optim::set_param_state(*optimizer_, k, carried[k]);
   }
   if (policy.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler);
-}
-
-void MixedPrecisionOptimizer::backward(const torch::Tensor& loss) {
-  if (scaler_) {
-    scaler_->scale_loss(loss).backward();
-  } else {
-    loss.backward();
-  }
 }
 
 bool MixedPrecisionOptimizer::step() {

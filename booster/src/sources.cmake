@@ -5,6 +5,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimized_parameters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_wrapper.cpp

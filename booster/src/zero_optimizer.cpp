@@ -23,8 +23,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "optimized_parameters.h"
 #include "optimizer_scalars.h"
 #include "optimizer_state_entries.h"
+#include "sharded_adam_state.h"
 
 namespace colo {
 namespace {
@@ -55,25 +57,24 @@ int64_t cap_bytes(double mb) { return std::max<int64_t>(1, static_cast<int64_t>(
 }  // namespace
 
 void ZeroOptimizer::check_optimizer(const torch::optim::Optimizer& optimizer) {
-  const bool adam_like = dynamic_cast<const optim::HybridAdam*>(&optimizer) ||
-                         dynamic_cast<const torch::optim::AdamW*>(&optimizer) ||
-                         dynamic_cast<const torch::optim::Adam*>(&optimizer);
-  if (!adam_like) {
-    throw std::invalid_argument(fmt::format(
-        "ZeRO (low_level_zero) updates flat shards of the master weights with an Adam step, so it needs an Adam-like "
-        "optimizer: torch::optim::Adam, torch::optim::AdamW or colo::optim::HybridAdam; got {}. Use one of those, "
-        "or the torch_ddp plugin for other optimizers",
-        c10::demangle(typeid(optimizer).name())));
+  detail::check_adam_like(optimizer, "ZeRO (low_level_zero)");
+}
+
+std::vector<std::string> ZeroOptimizerOptions::violations() const {
+  std::vector<std::string> errors;
+  if (stage() == 3) {
+    errors.emplace_back(
+        "stage 3 (parameters sharded too) is not low_level_zero's: use the gemini plugin (ZeRO-3 with chunk-based "
+        "parameter sharding)");
+  } else if (stage() != 1 && stage() != 2) {
+    errors.push_back(fmt::format("stage must be 1 or 2, got {}", stage()));
   }
-  for (std::size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    const auto& options = optimizer.param_groups()[g].options();
-    const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options);
-    const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options);
-    if ((adam && adam->amsgrad()) || (adamw && adamw->amsgrad())) {
-      throw std::invalid_argument(fmt::format(
-          "ZeRO (low_level_zero) does not implement amsgrad (parameter group {} has it on); turn it off", g));
-    }
+  if (auto problem = detail::max_grad_norm_problem(max_grad_norm()); !problem.empty()) errors.push_back(problem);
+  if (!(bucket_cap_mb() > 0.0) || !std::isfinite(bucket_cap_mb())) {
+    errors.push_back(fmt::format("bucket_cap_mb (reduce_bucket_size_mb) must be a positive number of MiB, got {}",
+                                 bucket_cap_mb()));
   }
+  return errors;
 }
 
 ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, std::shared_ptr<nn::LayerStack> model,
@@ -82,61 +83,31 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
       model_(std::move(model)),
       group_(std::move(group)),
       options_(std::move(options)),
-      policy_(options_.precision) {
+      policy_(options_.precision()) {
   if (!optimizer_) throw std::invalid_argument("ZeroOptimizer: the optimizer is null");
   if (!model_) throw std::invalid_argument("ZeroOptimizer: the model is null");
   if (!group_) throw std::invalid_argument("ZeroOptimizer: the data-parallel process group is null");
   check_optimizer(*optimizer_);
-  std::vector<std::string> errors;
-  if (options_.stage != 1 && options_.stage != 2) {
-    errors.push_back(fmt::format("stage must be 1 or 2, got {}", options_.stage));
+  if (const auto errors = options_.violations(); !errors.empty()) {
+    throw std::invalid_argument(fmt::format("ZeroOptimizer: {}", fmt::join(errors, "; ")));
   }
-  if (!(options_.max_grad_norm >= 0.0) || !std::isfinite(options_.max_grad_norm)) {
-    errors.push_back(
-        fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", options_.max_grad_norm));
-  }
-  if (!(options_.bucket_cap_mb > 0.0) || !std::isfinite(options_.bucket_cap_mb)) {
-    errors.push_back(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", options_.bucket_cap_mb));
-  }
-  if (!errors.empty()) throw std::invalid_argument(fmt::format("ZeroOptimizer: {}", fmt::join(errors, "; ")));
-  max_grad_norm_ = options_.max_grad_norm;
+  max_grad_norm_ = options_.max_grad_norm();
 
   // 1. The sharded parameters: the optimizer's, in the model's canonical order.
-  std::unordered_map<const void*, std::size_t> group_of;
-  for (std::size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
-    for (const auto& p : optimizer_->param_groups()[g].params()) group_of.emplace(p.unsafeGetTensorImpl(), g);
-  }
+  const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, "ZeroOptimizer");
+  model_names_ = matched.model_names;
+  model_params_ = matched.model_params;
   std::vector<std::size_t> param_groups;
-  std::set<const void*> in_model;
-  for (const auto& item : model_->canonical_named_parameters()) {
-    model_names_.push_back(item.key());
-    model_params_.push_back(item.value());
-    in_model.insert(item.value().unsafeGetTensorImpl());
-    auto it = group_of.find(item.value().unsafeGetTensorImpl());
-    if (it == group_of.end() || !item.value().requires_grad()) {
-      unsharded_.push_back(item.value());
-      continue;
+  for (std::size_t s = 0; s < matched.stepped.size(); ++s) {
+    const auto i = matched.stepped[s];
+    if (!model_params_[i].is_floating_point()) {
+      throw std::invalid_argument(fmt::format("ZeroOptimizer: parameter '{}' is not floating point", model_names_[i]));
     }
-    if (!item.value().is_floating_point()) {
-      throw std::invalid_argument(fmt::format("ZeroOptimizer: parameter '{}' is not floating point", item.key()));
-    }
-    names_.push_back(item.key());
-    params_.push_back(item.value());
-    param_groups.push_back(it->second);
+    names_.push_back(model_names_[i]);
+    params_.push_back(model_params_[i]);
+    param_groups.push_back(matched.stepped_group[s]);
   }
-  std::vector<std::string> strangers;
-  const auto given = optim::optimizer_params(*optimizer_);
-  for (std::size_t k = 0; k < given.size(); ++k) {
-    if (!in_model.count(given[k].unsafeGetTensorImpl())) {
-      strangers.push_back(fmt::format("#{} {}", k, detail::shape_of(given[k])));
-    }
-  }
-  if (!strangers.empty()) {
-    throw std::invalid_argument(fmt::format(
-        "ZeroOptimizer: {} optimizer parameter(s) are not parameters of the model: {}; build the optimizer over "
-        "model->parameters()",
-        strangers.size(), fmt::join(strangers, ", ")));
-  }
+  for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
   const auto specs = model_->canonical_shard_specs();
   for (const auto& name : names_) tp_sharded_.push_back(specs.count(name) > 0);
   torch::NoGradGuard no_grad;
@@ -154,7 +125,7 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   // 2.
   std::vector<int64_t> numels;
   for (const auto& p : params_) numels.push_back(p.numel());
-  layout_ = std::make_shared<zero::ShardLayout>(numels, ddp::assign_buckets(params_, cap_bytes(options_.bucket_cap_mb)),
+  layout_ = std::make_shared<zero::ShardLayout>(numels, ddp::assign_buckets(params_, cap_bytes(options_.bucket_cap_mb())),
                                                 group_->size());
 
   // 3.
@@ -163,7 +134,7 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   // Offloaded state is read and written by the CPU's Adam only, so it is not pinned: pinning four
   // shard-sized blocks is what the host refuses first on large models. Transfers go through
   // bucket-sized pinned buffers (the reducer's staging, the gather's per-bucket host copies).
-  if (options_.cpu_offload) shard_options = torch::TensorOptions(torch::kCPU);
+  if (options_.cpu_offload()) shard_options = torch::TensorOptions(torch::kCPU);
   adam_ = std::make_shared<zero::ShardedAdam>(layout_, group_->rank(), param_groups, shard_options);
   auto master = adam_->master();
   layout_->copy_to_shard(group_->rank(), fp32_values, master);
@@ -175,33 +146,25 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   // 5.
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (std::size_t i = 0; i < params_.size(); ++i) named.emplace_back(names_[i], params_[i]);
-  if (options_.stage == 1) {
+  if (options_.stage() == 1) {
     reducer_ = std::make_unique<zero::AllReduceGradReducer>(std::move(named), group_, layout_, adam_->grad(),
                                                             ddp::BucketedAllReduceOptions()
-                                                                .bucket_cap_mb(options_.bucket_cap_mb)
-                                                                .overlap_communication(options_.overlap_communication)
-                                                                .communication_dtype(options_.communication_dtype));
+                                                                .bucket_cap_mb(options_.bucket_cap_mb())
+                                                                .overlap_communication(options_.overlap_communication())
+                                                                .communication_dtype(options_.communication_dtype()));
   } else {
     reducer_ =
         std::make_unique<zero::ReduceScatterGradReducer>(std::move(named), group_, layout_, adam_->grad(),
                                                          zero::ReduceScatterGradReducerOptions()
-                                                             .overlap_communication(options_.overlap_communication)
-                                                             .communication_dtype(options_.communication_dtype));
+                                                             .overlap_communication(options_.overlap_communication())
+                                                             .communication_dtype(options_.communication_dtype()));
   }
 
   // 6.
-  if (policy_.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler);
+  if (policy_.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler());
 }
 
 ZeroOptimizer::~ZeroOptimizer() = default;
-
-void ZeroOptimizer::backward(const torch::Tensor& loss) {
-  if (scaler_) {
-    scaler_->scale_loss(loss).backward();
-  } else {
-    loss.backward();
-  }
-}
 
 void ZeroOptimizer::set_gradient_sync(bool enabled) { reducer_->set_sync(enabled); }
 bool ZeroOptimizer::gradient_sync() const { return reducer_->sync_enabled(); }
@@ -229,8 +192,8 @@ bool ZeroOptimizer::step() {
     }
     amp::GradNormPlan plan;
     plan.sum_over.push_back(group_);
-    for (const auto& g : options_.grad_norm_sum_over) plan.sum_over.push_back(g);
-    plan.tp = options_.tp_group;
+    for (const auto& g : options_.grad_norm_sum_over()) plan.sum_over.push_back(g);
+    plan.tp = options_.tp_group();
     const double norm = amp::global_grad_norm(pieces, plan, inv_scale, sharded);
     const auto result = amp::apply_unscale_and_clip({grad}, inv_scale, max_grad_norm_, norm);
     last_grad_norm_ = result.total_norm;
@@ -239,7 +202,7 @@ bool ZeroOptimizer::step() {
   if (scaler_ && !scaler_->update(found_inf)) return false;
   adam_->step(hyperparameters());
   gather_->launch(adam_->master());
-  if (!options_.overlap_communication) gather_->wait_all();
+  if (!options_.overlap_communication()) gather_->wait_all();
   return true;
 }
 

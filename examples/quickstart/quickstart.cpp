@@ -45,9 +45,7 @@ int main() {
       b.lr_scheduler->step();
     }
   }
-  colo::SaveOptions sharded;
-  sharded.shard = true;
-  booster.save_model(*b.model, "checkpoints/final", sharded);
+  booster.save_model(*b.model, "checkpoints/final", colo::SaveOptions().shard(true));
   // README end
   return 0;
 }

@@ -146,17 +146,17 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
                                   .communication_dtype(options_.communication_dtype()));
     optimizer = wrapped;
   } else {
-    ZeroOptimizerOptions z;
-    z.stage = options_.zero_stage();
-    z.precision = options_.precision();
-    z.loss_scaler = options_.loss_scaler();
-    z.max_grad_norm = options_.max_grad_norm();
-    z.bucket_cap_mb = options_.bucket_cap_mb();
-    z.overlap_communication = options_.overlap_communication();
-    z.cpu_offload = options_.cpu_offload();
-    z.communication_dtype = options_.communication_dtype();
-    z.grad_norm_sum_over = stage_groups;
-    z.tp_group = tp;
+    const auto z = ZeroOptimizerOptions()
+                       .stage(options_.zero_stage())
+                       .precision(options_.precision())
+                       .loss_scaler(options_.loss_scaler())
+                       .max_grad_norm(options_.max_grad_norm())
+                       .bucket_cap_mb(options_.bucket_cap_mb())
+                       .overlap_communication(options_.overlap_communication())
+                       .cpu_offload(options_.cpu_offload())
+                       .communication_dtype(options_.communication_dtype())
+                       .grad_norm_sum_over(stage_groups)
+                       .tp_group(tp);
     parts.zero = std::make_shared<ZeroOptimizer>(inputs.optimizer, stack, dp, z);
     optimizer = parts.zero;
   }

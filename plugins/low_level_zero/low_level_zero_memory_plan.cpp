@@ -9,23 +9,23 @@ namespace colo::plugins {
 MemoryPlan LowLevelZeroPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
   const auto o = LowLevelZeroOptions::parse(given).zero;
   memory_planning::ZeroEngine engine;
-  engine.stage = o.stage;
-  engine.precision = o.precision;
-  engine.bucket_cap_mb = o.bucket_cap_mb;
-  engine.cpu_offload = o.cpu_offload;
-  engine.communication_dtype = o.communication_dtype;
+  engine.stage = o.stage();
+  engine.precision = o.precision();
+  engine.bucket_cap_mb = o.bucket_cap_mb();
+  engine.cpu_offload = o.cpu_offload();
+  engine.communication_dtype = o.communication_dtype();
   engine.dp = in.world_size();
   engine.optimizer_states = in.optimizer_states();
   engine.device_is_gpu = in.device_is_gpu();
   const auto params = memory_planning::rank_parameters(in.model, 0, in.model.layers.size());
   auto parts = memory_planning::zero_engine_parts(params.trainable, params.frozen, engine);
-  if (in.accumulation_steps() > 1 && o.stage == 2) {  // stage 1's gradients stay in the all-reduce buckets
+  if (in.accumulation_steps() > 1 && o.stage() == 2) {  // stage 1's gradients stay in the all-reduce buckets
     int64_t trainable = 0;
     for (auto n : params.trainable) trainable += n;
-    parts.push_back({"gradients kept whole for accumulation", memory_planning::bytes(trainable, amp::to_dtype(o.precision)),
+    parts.push_back({"gradients kept whole for accumulation", memory_planning::bytes(trainable, amp::to_dtype(o.precision())),
                      false, true});
   }
-  return memory_planning::data_parallel_plan("low_level_zero", given, in, std::move(parts), amp::to_dtype(o.precision));
+  return memory_planning::data_parallel_plan("low_level_zero", given, in, std::move(parts), amp::to_dtype(o.precision()));
 }
 
 }  // namespace colo::plugins

@@ -11,7 +11,7 @@
 namespace colo::plugins {
 
 LowLevelZeroModel::LowLevelZeroModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr<ZeroOptimizer> optimizer)
-    : ModelWrapper(std::move(module)), optimizer_(std::move(optimizer)), policy_(optimizer_->options().precision) {
+    : ModelWrapper(std::move(module)), optimizer_(std::move(optimizer)), policy_(optimizer_->options().precision()) {
   std::unordered_map<const void*, std::size_t> bucket_of;
   for (std::size_t p = 0; p < optimizer_->params().size(); ++p) {
     bucket_of.emplace(optimizer_->params()[p].unsafeGetTensorImpl(), optimizer_->layout().bucket_of(p));

@@ -21,35 +21,21 @@ namespace {
 LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
   LowLevelZeroOptions parsed;
   auto& o = parsed.zero;
-  const auto stage =
-      in.get_int("stage", o.stage, "1: optimizer state and fp32 masters sharded; 2: gradients sharded too");
-  if (stage == 3) {
-    in.fail(
-        "stage 3 (parameters sharded too) is not low_level_zero's: use the gemini plugin (ZeRO-3 with "
-        "chunk-based parameter sharding)");
-  } else if (stage != 1 && stage != 2) {
-    in.fail(fmt::format("stage must be 1 or 2, got {}", stage));
-  } else {
-    o.stage = static_cast<int>(stage);
-  }
+  o.stage(static_cast<int>(
+      in.get_int("stage", o.stage(), "1: optimizer state and fp32 masters sharded; 2: gradients sharded too")));
   const auto precision = PrecisionOptions::read(in, given);
-  o.precision = precision.precision;
-  o.max_grad_norm = precision.max_grad_norm;
-  o.loss_scaler = precision.loss_scaler;
-  o.bucket_cap_mb = in.get_double("reduce_bucket_size_mb", o.bucket_cap_mb,
-                                  "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
-                                  "launches)");
-  o.overlap_communication = in.get_bool("overlap_communication", o.overlap_communication,
-                                        "reduce gradients during backward and gather weights during the next forward");
-  o.cpu_offload = in.get_bool("cpu_offload", o.cpu_offload,
-                              "fp32 masters, optimizer state and the Adam step on the CPU (pinned transfers)");
+  o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
+  o.bucket_cap_mb(in.get_double("reduce_bucket_size_mb", o.bucket_cap_mb(),
+                                "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
+                                "launches)"));
+  o.overlap_communication(in.get_bool("overlap_communication", o.overlap_communication(),
+                                      "reduce gradients during backward and gather weights during the next forward"));
+  o.cpu_offload(in.get_bool("cpu_offload", o.cpu_offload(),
+                            "fp32 masters, optimizer state and the Adam step on the CPU (pinned transfers)"));
   const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
                                            "dtype gradients are reduced in; auto: the precision's");
-  if (communication != "auto") o.communication_dtype = amp::to_dtype(amp::parse_precision(communication));
-
-  if (!(o.bucket_cap_mb > 0.0) || !std::isfinite(o.bucket_cap_mb)) {
-    in.fail(fmt::format("reduce_bucket_size_mb must be a positive number of MiB, got {}", o.bucket_cap_mb));
-  }
+  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  for (const auto& error : o.violations()) in.fail(error);
   return parsed;
 }
 

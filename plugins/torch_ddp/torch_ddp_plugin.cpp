@@ -21,27 +21,24 @@ namespace {
 
 TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   TorchDdpOptions o;
-  o.bucket_cap_mb = in.get_double("bucket_cap_mb", o.bucket_cap_mb,
-                                  "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)");
-  o.find_unused_parameters = in.get_bool("find_unused_parameters", o.find_unused_parameters,
-                                         "allow parameters that get no gradient in some backward passes");
-  o.gradient_as_bucket_view =
-      in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view,
-                  "after backward, gradients are views into the all-reduce buckets (no copy back)");
-  o.overlap_communication =
-      in.get_bool("overlap_communication", o.overlap_communication,
-                  "all-reduce each bucket during backward as soon as it is full (false: all at the end of backward)");
-  o.broadcast_buffers =
-      in.get_bool("broadcast_buffers", o.broadcast_buffers, "broadcast rank 0's buffers before each training forward");
+  o.bucket_cap_mb(in.get_double("bucket_cap_mb", o.bucket_cap_mb(),
+                                "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)"));
+  o.find_unused_parameters(in.get_bool("find_unused_parameters", o.find_unused_parameters(),
+                                       "allow parameters that get no gradient in some backward passes"));
+  o.gradient_as_bucket_view(in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view(),
+                                        "after backward, gradients are views into the all-reduce buckets (no copy back)"));
+  o.overlap_communication(in.get_bool(
+      "overlap_communication", o.overlap_communication(),
+      "all-reduce each bucket during backward as soon as it is full (false: all at the end of backward)"));
+  o.broadcast_buffers(
+      in.get_bool("broadcast_buffers", o.broadcast_buffers(), "broadcast rank 0's buffers before each training forward"));
   const auto precision = PrecisionOptions::read(in, given);
-  o.precision = precision.precision;
-  o.max_grad_norm = precision.max_grad_norm;
-  o.loss_scaler = precision.loss_scaler;
-  o.master_weights =
-      in.get_bool("master_weights", o.master_weights, "keep fp32 master weights for the optimizer under fp16/bf16");
+  o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
+  o.master_weights(
+      in.get_bool("master_weights", o.master_weights(), "keep fp32 master weights for the optimizer under fp16/bf16"));
 
-  if (!(o.bucket_cap_mb > 0.0) || !std::isfinite(o.bucket_cap_mb)) {
-    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb));
+  if (!(o.bucket_cap_mb() > 0.0) || !std::isfinite(o.bucket_cap_mb())) {
+    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb()));
   }
   return o;
 }
@@ -75,9 +72,9 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
 
   // 3. Casts the working weights and makes the masters.
   MixedPrecisionOptimizerOptions mp;
-  mp.policy = amp::PrecisionPolicy(options_.precision).master_weights(options_.master_weights);
-  mp.loss_scaler = options_.loss_scaler;
-  mp.max_grad_norm = options_.max_grad_norm;
+  mp.policy = amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights());
+  mp.loss_scaler = options_.loss_scaler();
+  mp.max_grad_norm = options_.max_grad_norm();
   mp.grad_norm.agree_over = world;  // gradients are identical on every rank after the all-reduce
   auto optimizer = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, model, mp);
 
@@ -86,14 +83,14 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   // them into buckets would copy every gradient once per step for nothing).
   auto reducer = apply_ddp(*model, world,
                            ddp::BucketedAllReduceOptions()
-                               .bucket_cap_mb(options_.bucket_cap_mb)
-                               .gradient_as_bucket_view(options_.gradient_as_bucket_view)
-                               .find_unused_parameters(options_.find_unused_parameters)
-                               .overlap_communication(options_.overlap_communication));
+                               .bucket_cap_mb(options_.bucket_cap_mb())
+                               .gradient_as_bucket_view(options_.gradient_as_bucket_view())
+                               .find_unused_parameters(options_.find_unused_parameters())
+                               .overlap_communication(options_.overlap_communication()));
 
   // 5.
   auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
-                                                 options_.broadcast_buffers ? world : nullptr);
+                                                 options_.broadcast_buffers() ? world : nullptr);
 
   // 6.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());

@@ -6,22 +6,25 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
 
+#include <torch/arg.h>
+
 #include <string>
 
 namespace colo::plugins {
 
 // torch_ddp's options, parsed and validated from the plugin's string map in one step.
 struct TorchDdpOptions {
-  double bucket_cap_mb = 25.0;
-  bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = true;
-  bool broadcast_buffers = true;
-  bool overlap_communication = true;
-  amp::Precision precision = amp::Precision::kFp32;
-  bool master_weights = true;
-  double max_grad_norm = 0.0;
-  amp::LossScalerOptions loss_scaler;
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  TORCH_ARG(bool, gradient_as_bucket_view) = true;
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  TORCH_ARG(bool, overlap_communication) = true;
+  TORCH_ARG(amp::Precision, precision) = amp::Precision::kFp32;
+  TORCH_ARG(bool, master_weights) = true;
+  TORCH_ARG(double, max_grad_norm) = 0.0;
+  TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
 
+ public:
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key
   // (with the valid keys).
   static TorchDdpOptions parse(const PluginOptions& options);

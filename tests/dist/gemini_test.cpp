@@ -324,8 +324,8 @@ TEST(Gemini, ShardedCheckpointFilesLoadUnderOtherPlugins) {
   auto b = booster.boost(model, gemini_adamw(*model), cross_entropy);
   gemini_step(b, data.images[0], data.labels[0], *world());
   SaveOptions sharded;
-  sharded.shard = true;
-  sharded.max_shard_mb = 0.02;
+  sharded.shard(true);
+  sharded.max_shard_mb(0.02);
   booster.save_model(*b.model, dir, sharded);
   booster.save_optimizer(*b.optimizer, dir, sharded);
   // Several files and their index, every tensor listed in their headers.

@@ -61,8 +61,8 @@ TEST(CheckpointIO, ShardedModelRoundTripIsExactAndIndexed) {
   TemporaryDirectory dir;
   ModelWrapper saved(tiny_vit(32, 3));
   SaveOptions options;
-  options.shard = true;
-  options.max_shard_mb = 0.02;  // ~20 KB per file: the ~60 KB model spans several files
+  options.shard(true);
+  options.max_shard_mb(0.02);  // ~20 KB per file: the ~60 KB model spans several files
   checkpoint_io().save_model(saved, dir.path(), options);
 
   std::ifstream index_file(dir / "model.safetensors.index.json");
@@ -85,8 +85,8 @@ TEST(CheckpointIO, SingleFileReplacesAnEarlierShardedSet) {
   TemporaryDirectory dir;
   ModelWrapper first(tiny_vit(32, 3));
   SaveOptions sharded;
-  sharded.shard = true;
-  sharded.max_shard_mb = 0.02;
+  sharded.shard(true);
+  sharded.max_shard_mb(0.02);
   checkpoint_io().save_model(first, dir.path(), sharded);
   ModelWrapper second(tiny_vit(32, 4));
   checkpoint_io().save_model(second, dir.path());
@@ -103,8 +103,8 @@ TEST(CheckpointIO, FewerShardsReplaceAnEarlierSetWithoutLeavingItsFiles) {
   TemporaryDirectory dir;
   ModelWrapper first(tiny_vit(32, 3));
   SaveOptions small;
-  small.shard = true;
-  small.max_shard_mb = 0.02;
+  small.shard(true);
+  small.max_shard_mb(0.02);
   auto indexed_files = [&dir] {
     std::ifstream index_file(dir / "model.safetensors.index.json");
     const auto index = nlohmann::json::parse(index_file);
@@ -121,7 +121,7 @@ TEST(CheckpointIO, FewerShardsReplaceAnEarlierSetWithoutLeavingItsFiles) {
 
   ModelWrapper second(tiny_vit(32, 4));
   SaveOptions large = small;
-  large.max_shard_mb = 0.04;
+  large.max_shard_mb(0.04);
   checkpoint_io().save_model(second, dir.path(), large);
   auto expected = indexed_files();
   ASSERT_LT(expected.size(), first_shards.size()) << "the test needs the second save to use fewer shards";
@@ -169,8 +169,8 @@ TEST(CheckpointIO, MissingAndCorruptFilesAreNamed) {
   EXPECT_NE(none.find(dir.path()), std::string::npos) << none;
 
   SaveOptions sharded;
-  sharded.shard = true;
-  sharded.max_shard_mb = 0.02;
+  sharded.shard(true);
+  sharded.max_shard_mb(0.02);
   checkpoint_io().save_model(model, dir.path(), sharded);
   std::ifstream index_file(dir / "model.safetensors.index.json");
   const auto index = nlohmann::json::parse(index_file);
@@ -196,8 +196,8 @@ TEST(CheckpointIO, NonFiniteValueIsRefusedNamingFileAndTensorAndLoadsNothing) {
     TemporaryDirectory dir;
     ModelWrapper saved(tiny_vit(32, 3));
     SaveOptions options;
-    options.shard = shard;
-    options.max_shard_mb = 0.02;
+    options.shard(shard);
+    options.max_shard_mb(0.02);
     checkpoint_io().save_model(saved, dir.path(), options);
     std::string file = "model.safetensors";
     if (shard) {
@@ -253,8 +253,8 @@ TEST(CheckpointIO, NonPositiveShardSizeIsRejected) {
   TemporaryDirectory dir;
   ModelWrapper model(tiny_vit());
   SaveOptions options;
-  options.shard = true;
-  options.max_shard_mb = 0;
+  options.shard(true);
+  options.max_shard_mb(0);
   EXPECT_NE(error_of([&] { checkpoint_io().save_model(model, dir.path(), options); }).find("max_shard_mb"),
             std::string::npos);
 }

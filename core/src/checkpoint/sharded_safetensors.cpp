@@ -125,6 +125,10 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
   write_safetensors_index(dir, base, weight_map, total);
 }
 
+bool has_safetensors_set(const std::string& dir, const std::string& base) {
+  return files::exists(index_path(dir, base)) || files::exists(files::join(dir, base + ".safetensors"));
+}
+
 std::vector<TensorInfo> list_safetensors_set(const std::string& dir, const std::string& base) {
   const std::string index_file = index_path(dir, base);
   if (!files::exists(index_file)) {

@@ -3,6 +3,8 @@
 #include <colo/booster/model_wrapper.h>
 #include <colo/booster/optimizer_wrapper.h>
 
+#include <torch/arg.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,8 +20,10 @@ class LRScheduler;
 namespace colo {
 
 struct SaveOptions {
-  bool shard = false;         // split into files of at most max_shard_mb, with a JSON index
-  double max_shard_mb = 1024;  // a tensor larger than this gets a file of its own
+  // Split into files of at most max_shard_mb, with a JSON index (Hugging Face's layout).
+  TORCH_ARG(bool, shard) = false;
+  // A tensor larger than this gets a file of its own.
+  TORCH_ARG(double, max_shard_mb) = 1024;
 };
 
 // Saves and loads boosted state in colo's checkpoint format (docs/checkpoint_format.md):

@@ -136,7 +136,6 @@ class GeminiOptimizer : public OptimizerWrapper {
   // Before each forward with gradients: drops the state of a backward pass that failed midway.
   void prepare_for_backward();
   void zero_grad() override;
-  int64_t skipped_steps() const override { return scaler_ ? scaler_->skipped_steps() : 0; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
 
   FullState full_state() const override;
@@ -239,7 +238,6 @@ class GeminiOptimizer : public OptimizerWrapper {
   bool settled_ = true;
   bool warmup_started_ = false;
   std::unique_ptr<zero::ChunkedParameters> chunks_;
-  std::unique_ptr<amp::DynamicLossScaler> scaler_;
   // Last: destroyed first, so that its hooks are gone before what they use.
   std::unique_ptr<zero::ReduceScatterGradReducer> reducer_;
 };

@@ -63,11 +63,9 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   // Runs before every step (every rank calls step()).
   void set_pre_step_hook(std::function<void()> hook) { pre_step_hook_ = std::move(hook); }
 
-  void backward(const torch::Tensor& loss) override;
   bool step() override;
   // Zeroes the working gradients in place (gradients that are bucket views stay views).
   void zero_grad() override;
-  int64_t skipped_steps() const override { return scaler_ ? scaler_->skipped_steps() : 0; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
 
   // Tensors: "<param>.<key>" for each key of colo::optim::get_param_state (exp_avg, exp_avg_sq,
@@ -83,7 +81,6 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
 
   const amp::PrecisionPolicy& policy() const { return options_.policy; }
   // Null unless the policy needs one (fp16).
-  const amp::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
   // Null unless the policy keeps fp32 masters.
   const std::shared_ptr<amp::MasterWeights>& master_weights() const { return masters_; }
   // The model parameters the optimizer updates, under their canonical names, in the
@@ -96,7 +93,6 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   std::shared_ptr<nn::LayerStack> model_;
   MixedPrecisionOptimizerOptions options_;
   std::shared_ptr<amp::MasterWeights> masters_;
-  std::unique_ptr<amp::DynamicLossScaler> scaler_;
   std::function<void()> pre_step_hook_;
   // Per optimizer parameter (optimizer order): canonical name, working and stepped tensor.
   std::vector<std::string> names_;

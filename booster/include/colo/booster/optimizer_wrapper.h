@@ -9,6 +9,9 @@
 #include <utility>
 #include <vector>
 
+namespace colo::amp {
+class DynamicLossScaler;
+}
 namespace colo::optim {
 class LRScheduler;
 }
@@ -19,10 +22,11 @@ namespace colo {
 // (mixed precision masters, loss scaling, gradient clipping, sharded state, reductions).
 class OptimizerWrapper {
  public:
-  virtual ~OptimizerWrapper() = default;
+  OptimizerWrapper();
+  virtual ~OptimizerWrapper();
 
-  // Runs backward on the loss (scaled where the precision needs it).
-  virtual void backward(const torch::Tensor& loss) = 0;
+  // Runs backward on the loss, scaled by loss_scaler() where there is one (fp16).
+  virtual void backward(const torch::Tensor& loss);
   // Runs backward from `outputs` given the gradients of the loss with respect to them: what a
   // pipeline stage that does not compute the loss does with the gradient its next stage sent.
   // Hooks and accumulation work as in backward(loss); the gradients already carry the loss
@@ -53,7 +57,9 @@ class OptimizerWrapper {
   // The global gradient norm of the last step (before clipping), NaN before the first.
   double last_grad_norm() const { return last_grad_norm_; }
   // Steps skipped so far because of fp16 overflow.
-  virtual int64_t skipped_steps() const { return 0; }
+  virtual int64_t skipped_steps() const;
+  // The dynamic loss scaler of fp16 training; null under other precisions.
+  const amp::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
 
   // The torch optimizer driven by this wrapper: LR schedulers set its learning rates.
   virtual torch::optim::Optimizer& optimizer() = 0;
@@ -70,6 +76,8 @@ class OptimizerWrapper {
  protected:
   double max_grad_norm_ = 0.0;
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+  // Set by a wrapper whose precision needs loss scaling.
+  std::unique_ptr<amp::DynamicLossScaler> scaler_;
 };
 
 }  // namespace colo

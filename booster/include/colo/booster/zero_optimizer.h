@@ -4,6 +4,7 @@
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/optimizer_wrapper.h>
 #include <colo/nn/layer_stack.h>
+#include <torch/arg.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -29,32 +30,36 @@ class ShardedAdam;
 namespace colo {
 
 struct ZeroOptimizerOptions {
+  // Every violated rule, one per entry (empty: valid): what the plugins report and the
+  // optimizer refuses.
+  std::vector<std::string> violations() const;
+
   // 1: gradients all-reduced, each rank keeps them all; 2: gradients reduce-scattered, each rank
   // keeps only its shard. Master weights and optimizer state are sharded at both stages.
-  int stage = 1;
+  TORCH_ARG(int, stage) = 1;
   // The working weights' dtype (fp32, bf16, fp16). Masters are fp32 whatever it is.
-  amp::Precision precision = amp::Precision::kFp32;
+  TORCH_ARG(amp::Precision, precision) = amp::Precision::kFp32;
   // fp16 only.
-  amp::LossScalerOptions loss_scaler;
+  TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
   // Gradient clipping by the global L2 norm over every shard; 0 disables it.
-  double max_grad_norm = 0.0;
+  TORCH_ARG(double, max_grad_norm) = 0.0;
   // MiB of gradients (in the compute dtype) per bucket: per reduction, and per all-gather.
-  double bucket_cap_mb = 25.0;
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
   // Reductions launched as buckets fill during backward, all-gathers waited for layer by layer
   // in the next forward. Off: reductions at the end of backward, gathers waited in step().
-  bool overlap_communication = true;
-  // Masters, optimizer state, gradient shard and the Adam step on the CPU (pinned memory when
-  // the model is on a GPU): GPU memory keeps only the working weights and activations.
-  bool cpu_offload = false;
+  TORCH_ARG(bool, overlap_communication) = true;
+  // Masters, optimizer state, gradient shard and the Adam step on the CPU (transfers through a
+  // small pool of pinned buffers): GPU memory keeps only the working weights and activations.
+  TORCH_ARG(bool, cpu_offload) = false;
   // The dtype gradients are reduced in; unset: the compute dtype.
-  std::optional<c10::ScalarType> communication_dtype;
+  TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
   // Groups besides the data-parallel one over which this rank's gradients are disjoint (the
   // pipeline's stages): the clipping norm, and with it the fp16 overflow decision, is summed over
   // them too, so that every rank of the mesh clips by the same norm and skips the same steps.
-  std::vector<std::shared_ptr<dist::ProcessGroup>> grad_norm_sum_over;
+  TORCH_ARG(std::vector<std::shared_ptr<dist::ProcessGroup>>, grad_norm_sum_over) = {};
   // The tensor-parallel group, when the model's layers are sharded (their shard specs say which
   // parameters): sharded gradients are summed over it, replicated ones counted once.
-  std::shared_ptr<dist::ProcessGroup> tp_group;
+  TORCH_ARG(std::shared_ptr<dist::ProcessGroup>, tp_group) = nullptr;
 };
 
 // ZeRO stage 1 / 2 (Colossal-AI's LowLevelZeroOptimizer) over a data-parallel group: the
@@ -100,13 +105,11 @@ class ZeroOptimizer : public OptimizerWrapper {
                 std::shared_ptr<dist::ProcessGroup> group, ZeroOptimizerOptions options);
   ~ZeroOptimizer() override;
 
-  void backward(const torch::Tensor& loss) override;
   bool step() override;
   void set_gradient_sync(bool enabled) override;
   bool gradient_sync() const override;
   void reduce_accumulated_gradients() override;
   void zero_grad() override;
-  int64_t skipped_steps() const override { return scaler_ ? scaler_->skipped_steps() : 0; }
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
 
   // Tensors "<param>.step" (0-dim), "<param>.exp_avg", "<param>.exp_avg_sq" after the first
@@ -136,7 +139,6 @@ class ZeroOptimizer : public OptimizerWrapper {
   zero::GradReducer& reducer() { return *reducer_; }
   zero::BucketedAllGather& gather() const { return *gather_; }
   // Null unless fp16.
-  const amp::DynamicLossScaler* loss_scaler() const { return scaler_.get(); }
 
  private:
   // Each parameter group's hyper-parameters, read from the user's optimizer now.
@@ -158,7 +160,6 @@ class ZeroOptimizer : public OptimizerWrapper {
   std::shared_ptr<zero::ShardLayout> layout_;
   std::shared_ptr<zero::ShardedAdam> adam_;
   std::shared_ptr<zero::BucketedAllGather> gather_;
-  std::unique_ptr<amp::DynamicLossScaler> scaler_;
   // Last: destroyed first, so that its hooks are gone before what they use.
   std::unique_ptr<zero::GradReducer> reducer_;
 };

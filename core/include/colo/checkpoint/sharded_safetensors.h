@@ -24,6 +24,9 @@ void save_safetensors_set(const std::string& dir, const std::string& base, const
 void save_safetensors_set(const std::string& dir, const std::string& base, const std::vector<PendingTensor>& tensors,
                           int64_t max_shard_bytes = 0, const std::map<std::string, std::string>& metadata = {});
 
+// Whether `dir` holds a set with that base name (either layout).
+bool has_safetensors_set(const std::string& dir, const std::string& base);
+
 // Every tensor of a set (either layout) with its dtype and shape, read from the headers alone.
 std::vector<TensorInfo> list_safetensors_set(const std::string& dir, const std::string& base);
 

@@ -2,6 +2,8 @@
 // CPU build: Debian's libtorch 1.13 (c10d backends derive from c10d::ProcessGroup, no fused
 // attention). CUDA build: the wheel's libtorch 2.x (backends derive from c10d::Backend, fused
 // scaled_dot_product_attention, NCCL). Code elsewhere calls these names and never tests versions.
+// Private to colo's libraries, tests and benchmarks: not installed, and no public header includes
+// it (it pulls in c10d's backends, autograd-engine internals and CUDA headers).
 #pragma once
 
 #include <torch/torch.h>
