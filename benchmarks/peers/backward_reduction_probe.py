@@ -2,9 +2,10 @@
 
 colo's ViT-B/16 step (batch 256, bf16, one H200) spends ~3.4 ms in the bias-gradient sums of its
 linear layers (`aten::sum` under AddmmBackward0) and ~5.4 ms in LayerNorm's weight/bias-gradient
-kernel (`GammaBetaBackward`), both reductions over the 50432 token rows (RESULTS.md, session 11).
-This probe times, for those shapes, the reduction ATen uses and alternatives that need no custom
-kernel, and prints each one's effective bandwidth, so a rewrite is judged before it is written:
+kernel (`GammaBetaBackward`), both reductions over the 50432 token rows (RESULTS.md: 2026-11-23,
+9e48602). This probe times, for those shapes, the reduction ATen uses and alternatives that need
+no custom kernel, and prints each one's effective bandwidth, so a rewrite is judged before it is
+written:
 
   bias grad      g.sum(0)  |  ones @ g (cuBLAS)  |  g.t() @ ones (mv)
   LayerNorm bwd  native_layer_norm_backward with all three outputs  |  dx only  |  dx only, then

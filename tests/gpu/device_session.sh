@@ -104,8 +104,8 @@ split_run() {
   tag=$(echo "$1" | tr -c 'A-Za-z0-9=\n' '_')
 }
 
-# Every later process prints its stack if it segfaults (session 9: one rank of a 4-GPU
-# low_level_zero run died of SIGSEGV after its results were written, once in ~30 runs).
+# Every later process prints its stack if it segfaults (2026-11-22, cbcf300: one rank of a
+# 4-GPU low_level_zero run died of SIGSEGV after its results were written, once in ~30 runs).
 segv_backtrace() { [ -f build-gpu/libsegv_backtrace.so ] && export LD_PRELOAD=$PWD/build-gpu/libsegv_backtrace.so; }
 segv_backtrace
 
@@ -449,7 +449,7 @@ PY
       # One ViT-B/16-sized bf16 all-reduce alone and beside a GEMM stream (what overlapping it with
       # backward costs the compute on these power-capped GPUs), once per entry of COLO_PROBE_RUNS
       # (';'-separated NCCL/PyTorch environment settings and probe options such as --gemms=10; "-" is
-      # the plain run). By default NVLink and the host path (RESULTS.md, session 8).
+      # the plain run). By default NVLink and the host path (RESULTS.md: 2026-11-22, 8591fe2).
       IFS=';' read -r -a runs <<<"${COLO_PROBE_RUNS:--;NCCL_P2P_DISABLE=1}"
       for run in "${runs[@]}"; do
         split_run "$run"
@@ -460,12 +460,12 @@ PY
       done
       ;;
     exit-loop)
-      # The exit path of multi-GPU jobs (session 9: one rank of a 4-GPU low_level_zero run died of
-      # SIGSEGV after writing its results). COLO_EXIT_RUNS short ViT-B runs on every GPU, cycling
-      # through torch_ddp and low_level_zero stages 1 and 2. Per run: the exit status, how long the
-      # process took to end after its JSON record was written (the exit path alone), and whether it
-      # printed PyTorch's "process group has NOT been destroyed" warning, a segfault stack, or one of
-      # colo's close() messages.
+      # The exit path of multi-GPU jobs (2026-11-22, cbcf300: one rank of a 4-GPU low_level_zero
+      # run died of SIGSEGV after writing its results). COLO_EXIT_RUNS short ViT-B runs on every
+      # GPU, cycling through torch_ddp and low_level_zero stages 1 and 2. Per run: the exit status,
+      # how long the process took to end after its JSON record was written (the exit path alone),
+      # and whether it printed PyTorch's "process group has NOT been destroyed" warning, a segfault
+      # stack, or one of colo's close() messages.
       # tests/gpu/exit_threads.c, preloaded first, lists the threads still alive at the very end of
       # each process; runs whose ranks still had PyTorch's NCCL threads (pt_nccl_*) there are counted.
       plugins=(torch_ddp "low_level_zero --plugin-opt stage=1" "low_level_zero --plugin-opt stage=2")
