@@ -1,6 +1,6 @@
 #include "make_image_folder.h"
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/image_codec.h>
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <map>
 #include <memory>
 #include <unistd.h>

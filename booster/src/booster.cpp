@@ -9,7 +9,7 @@
 #include <colo/dist/process_group.h>
 #include <colo/optim/lr_scheduler.h>
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -8,7 +8,7 @@
 
 #include <colo/booster/closest_match.h>
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 #include "shared_library.h"
 

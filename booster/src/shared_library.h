@@ -7,7 +7,7 @@ namespace colo::detail {
 // A shared object opened with dlopen and closed with dlclose: what the plugin registry needs of a
 // plugin's file. Plain dl calls rather than Boost.DLL's loader, which goes through std::filesystem
 // (colo builds it with BOOST_DLL_USE_STD_FS) and so through the unversioned copy of
-// std::filesystem that PyTorch's wheel exports (colo/compat/files.h says why that crashes).
+// std::filesystem that PyTorch's wheel exports (colo/files/files.h says why that crashes).
 class SharedLibrary {
  public:
   // dlopen(path, RTLD_NOW | RTLD_LOCAL): a missing symbol fails here, not later. A path without a

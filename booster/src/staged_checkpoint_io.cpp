@@ -3,7 +3,7 @@
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/safetensors.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

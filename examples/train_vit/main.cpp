@@ -40,7 +40,7 @@
 #include "evaluate.h"
 #include "metrics_log.h"
 #include "nonfinite_loss_guard.h"
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 #include "state_directory.h"
 #include "throughput_window.h"

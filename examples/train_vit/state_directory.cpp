@@ -1,6 +1,6 @@
 #include "state_directory.h"
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 
 #include <colo/booster/gemini_optimizer.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fmt/format.h>
 
 #include <algorithm>

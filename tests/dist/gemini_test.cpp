@@ -7,7 +7,7 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/zero/chunked_parameters.h>

@@ -6,7 +6,7 @@
 #include <colo/booster/plugin_registry.h>
 #include <colo/booster/training_state.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/nn/vision_transformer.h>

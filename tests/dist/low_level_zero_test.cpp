@@ -27,7 +27,7 @@
 #include <colo/booster/plugin_registry.h>
 #include <colo/booster/zero_optimizer.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/device.h>

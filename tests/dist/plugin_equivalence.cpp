@@ -1,7 +1,7 @@
 #include "plugin_equivalence.h"
 
 #include <colo/booster/plugin_registry.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
 #include <gtest/gtest.h>

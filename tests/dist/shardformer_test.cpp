@@ -5,7 +5,7 @@
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/nn/linear.h>

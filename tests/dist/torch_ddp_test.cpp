@@ -18,7 +18,7 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/checkpoint_error.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/device.h>

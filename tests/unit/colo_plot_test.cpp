@@ -1,6 +1,6 @@
 // colo-plot: the PNG it writes has the asked size and shows each run's curves in each panel
 // (pixels of the run's colour in every quadrant), not an empty frame; bad input names the file.
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/image_codec.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fstream>
 #include <map>
 #include <optional>

@@ -13,7 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <string>
 
 namespace colo::ddp {

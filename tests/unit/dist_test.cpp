@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <map>
 #include <string>
 

@@ -2,7 +2,7 @@
 // files), the resampling filter against LibTorch's antialiased interpolate, torchvision's crop
 // boxes, and ImageFolder on folders generated here (classes, labels, transforms' shapes and
 // statistics, corrupt files, sharding, worker threads, resuming).
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/dataset_error.h>
 #include <colo/data/image_codec.h>

@@ -3,7 +3,7 @@
 #include <colo/booster/plugin_registry.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/layer_stack.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/optim/optimizer_state.h>
 
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ namespace files = colo::files;
 
 namespace {
 
-// Byte-for-byte copy (std::filesystem::copy_file would bind to the wheel's copy; see colo/compat/files.h).
+// Byte-for-byte copy (std::filesystem::copy_file would bind to the wheel's copy; see colo/files/files.h).
 void copy_file(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   std::ofstream out(to, std::ios::binary);

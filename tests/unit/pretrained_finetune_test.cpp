@@ -5,7 +5,7 @@
 // and a checkpoint of another architecture is a short error.
 #include <colo/checkpoint/safetensors.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/nn/pretrained.h>
 #include <colo/nn/vision_transformer.h>
 #include <gtest/gtest.h>

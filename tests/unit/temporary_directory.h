@@ -1,6 +1,6 @@
 #pragma once
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // Tests of the train_vit example, run as a black box: the exit status, the error messages a
 // user sees, the last line it prints, and that --save / --resume continue a run exactly.
 // Every run is one process (a world of one) on tiny synthetic data.
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/image_codec.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>

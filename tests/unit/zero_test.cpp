@@ -3,7 +3,7 @@
 // the low_level_zero plugin's option errors. The multi-rank arithmetic is in
 // tests/dist/low_level_zero_test.cpp.
 #include <colo/booster/plugin_registry.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/hybrid_adam.h>

@@ -2,7 +2,7 @@
 #include <colo/checkpoint/finite_check.h>
 #include <colo/checkpoint/sharded_safetensors.h>
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 #include <colo/data/cifar10.h>
 #include <colo/data/dataset_error.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fmt/format.h>
 
 #include <cstring>

@@ -1,7 +1,7 @@
 #include <colo/data/dataset_error.h>
 #include <colo/data/fashion_mnist.h>
 #include <colo/data/idx_file.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fmt/format.h>
 
 #include "dataset_files.h"

@@ -1,6 +1,6 @@
 #include "image_folder_scan.h"
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <colo/data/dataset_error.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -22,7 +22,7 @@
 #include <colo/checkpoint/finite_check.h>
 #include <colo/checkpoint/safetensors.h>
 #include <colo/checkpoint/sharded_safetensors.h>
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 namespace colo::nn {
 namespace {

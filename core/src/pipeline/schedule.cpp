@@ -11,23 +11,6 @@ namespace {
 
 constexpr std::array<ScheduleStyle, 4> kStyles = {ScheduleStyle::kGPipe, ScheduleStyle::kOneFOneB,
                                                   ScheduleStyle::kInterleaved, ScheduleStyle::kZeroBubble};
-constexpr std::size_t kMaxListedProblems = 20;
-
-std::string join_problems(const std::vector<std::string>& problems) {
-  std::string out;
-  for (std::size_t i = 0; i < problems.size() && i < kMaxListedProblems; ++i) {
-    out += "\n  - " + problems[i];
-  }
-  if (problems.size() > kMaxListedProblems) {
-    out += fmt::format("\n  ... and {} more", problems.size() - kMaxListedProblems);
-  }
-  return out;
-}
-
-std::string describe(const ScheduleShape& shape) {
-  return fmt::format("pp={}, microbatches={}, chunks={}", shape.pp(), shape.microbatches(), shape.chunks());
-}
-
 // Where one (stage, microbatch, kind) was found: rank and position in its action list.
 struct Seen {
   int count = 0;
@@ -36,6 +19,18 @@ struct Seen {
 };
 
 }  // namespace
+
+std::string describe(const ScheduleShape& shape) {
+  return fmt::format("pp={}, microbatches={}, chunks={}", shape.pp(), shape.microbatches(), shape.chunks());
+}
+
+std::string list_problems(const std::vector<std::string>& problems) {
+  constexpr std::size_t kMaxListed = 20;
+  std::string out;
+  for (std::size_t i = 0; i < problems.size() && i < kMaxListed; ++i) out += "\n  - " + problems[i];
+  if (problems.size() > kMaxListed) out += fmt::format("\n  ... and {} more", problems.size() - kMaxListed);
+  return out;
+}
 
 std::string to_string(ScheduleStyle style) {
   switch (style) {
@@ -112,7 +107,7 @@ Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape) {
 void validate(const Schedule& schedule) {
   const ScheduleShape& shape = schedule.shape;
   const auto fail = [&](const std::vector<std::string>& problems) {
-    throw ScheduleError(fmt::format("invalid pipeline schedule ({}):{}", describe(shape), join_problems(problems)));
+    throw ScheduleError(fmt::format("invalid pipeline schedule ({}):{}", describe(shape), list_problems(problems)));
   };
 
   // The shape first: nothing below means anything without it.

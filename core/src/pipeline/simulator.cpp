@@ -11,12 +11,6 @@
 namespace colo::pipeline {
 namespace {
 
-constexpr std::size_t kMaxListedProblems = 20;
-
-std::string describe(const ScheduleShape& shape) {
-  return fmt::format("pp={}, microbatches={}, chunks={}", shape.pp(), shape.microbatches(), shape.chunks());
-}
-
 std::string ordinal(std::size_t k) {
   const std::size_t n = k + 1;
   const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th"
@@ -40,12 +34,7 @@ struct OpRef {
 };
 
 [[noreturn]] void fail(const Schedule& schedule, const std::string& what, const std::vector<std::string>& problems) {
-  std::string list;
-  for (std::size_t i = 0; i < problems.size() && i < kMaxListedProblems; ++i) list += "\n  - " + problems[i];
-  if (problems.size() > kMaxListedProblems) {
-    list += fmt::format("\n  ... and {} more", problems.size() - kMaxListedProblems);
-  }
-  throw ScheduleError(fmt::format("{} ({}):{}", what, describe(schedule.shape), list));
+  throw ScheduleError(fmt::format("{} ({}):{}", what, describe(schedule.shape), list_problems(problems)));
 }
 
 // The checks that need no timing: the programs' shape, each operation's peer and message, and the

@@ -1,6 +1,6 @@
 #include "job.h"
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>

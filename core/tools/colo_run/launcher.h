@@ -11,7 +11,7 @@
 // environment can be reasoned about (and tested through the binary) on their own. One file per
 // job: command_line.cpp (parse_args, usage), job.cpp (the supervisor), self_check.cpp (--check,
 // check_rank_main), launcher.cpp (run, make_rank_env, pick_free_port); file helpers come from
-// colo::files (colo/compat/files.h), which libcolo_core shares.
+// colo::files (colo/files/files.h), which libcolo_core shares.
 namespace colo::launcher {
 
 // Bad command line. main() prints the message and exits with status 2, the shell's convention

@@ -2,7 +2,7 @@
 
 #include <string>
 
-// The few POSIX helpers colo-run needs beyond colo::files (colo/compat/files.h, shared with
+// The few POSIX helpers colo-run needs beyond colo::files (colo/files/files.h, shared with
 // libcolo_core): errno and signal names for its messages.
 namespace colo::launcher {
 

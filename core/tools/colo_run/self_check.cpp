@@ -1,6 +1,6 @@
 #include "self_check.h"
 
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/prctl.h>

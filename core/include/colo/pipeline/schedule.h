@@ -60,6 +60,12 @@ struct Schedule {
   int rank_of(int stage) const { return stage % shape.pp(); }
 };
 
+// "pp=4, microbatches=8, chunks=2": the shape as error messages name it.
+std::string describe(const ScheduleShape& shape);
+
+// `problems` as an indented list for an error message, one per line; past the first 20, a count.
+std::string list_problems(const std::vector<std::string>& problems);
+
 // Every rule `shape` breaks for `style`, each saying what to change (empty when none): pp,
 // microbatches and chunks at least 1; chunks above 1 only for the interleaved schedule, which
 // also needs pp >= 2, chunks >= 2 and microbatches a multiple of pp. For a caller that reports all

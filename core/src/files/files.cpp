@@ -1,4 +1,4 @@
-#include <colo/compat/files.h>
+#include <colo/files/files.h>
 
 #include <dirent.h>
 #include <sys/stat.h>
