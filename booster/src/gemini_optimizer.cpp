@@ -345,12 +345,7 @@ bool GeminiOptimizer::step() {
 
 void GeminiOptimizer::zero_grad() {
   reducer_->zero_grad();
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : unsharded_) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  detail::zero_defined_grads(unsharded_);
 }
 
 int64_t GeminiOptimizer::optimizer_state_device_bytes() const {

@@ -60,4 +60,13 @@ std::string max_grad_norm_problem(double max_grad_norm) {
   return fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", max_grad_norm);
 }
 
+void zero_defined_grads(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);
+}
+
 }  // namespace colo::detail

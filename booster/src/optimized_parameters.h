@@ -37,4 +37,8 @@ OptimizedParameters match_optimizer_to_model(const nn::LayerStack& model, const 
 // when it holds, else the problem in words.
 std::string max_grad_norm_problem(double max_grad_norm);
 
+// Zeroes the gradients of `params` that have one, in one foreach call: the parameters a sharded
+// optimizer does not shard (frozen or left out of the optimizer) keep ordinary gradients.
+void zero_defined_grads(const std::vector<torch::Tensor>& params);
+
 }  // namespace colo::detail

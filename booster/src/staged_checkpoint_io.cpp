@@ -92,7 +92,7 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
       written[tensor.name] = numel * static_cast<int64_t>(c10::elementSize(tensor.dtype));
     }
     const auto text = written.dump();
-    world_->store().set(fmt::format("{}/{}", prefix, part_.index), std::vector<uint8_t>(text.begin(), text.end()));
+    world_->store_set(fmt::format("{}/{}", prefix, part_.index), text);
   } else if (split_over_tp && part_.writer_tp_peer) {
     // The writer's gathers, in its order; the whole tensors are dropped at once.
     for (const auto& tensor : pending) tensor.values();
@@ -102,8 +102,7 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
     std::map<std::string, std::string> weight_map;
     int64_t total = 0;
     for (int i = 0; i < part_.count; ++i) {
-      const auto bytes = world_->store().get(fmt::format("{}/{}", prefix, i));
-      const auto written = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+      const auto written = nlohmann::json::parse(world_->store_get(fmt::format("{}/{}", prefix, i)));
       const auto file = checkpoint::safetensors_part_name(base, i, part_.count);
       for (const auto& [name, size] : written.items()) {
         if (weight_map.count(name)) {

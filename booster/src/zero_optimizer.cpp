@@ -208,12 +208,7 @@ bool ZeroOptimizer::step() {
 
 void ZeroOptimizer::zero_grad() {
   reducer_->zero_grad();
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : unsharded_) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  detail::zero_defined_grads(unsharded_);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ZeroOptimizer::full_masters() const {

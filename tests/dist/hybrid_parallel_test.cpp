@@ -80,12 +80,12 @@ std::map<std::string, torch::Tensor> whole_state(const ModelWrapper& model, dist
   const auto bytes = torch::pickle_save(c10::IValue(c10::List<torch::Tensor>(flat)));
   std::string names;
   for (auto& [name, tensor] : mine) names += name + "\n";
-  group.store().set(fmt::format("{}/{}/names", key, group.rank()), std::vector<uint8_t>(names.begin(), names.end()));
-  group.store().set(fmt::format("{}/{}/values", key, group.rank()), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  group.store_set(fmt::format("{}/{}/names", key, group.rank()), names);
+  group.store_set(fmt::format("{}/{}/values", key, group.rank()), std::string(bytes.begin(), bytes.end()));
   std::map<std::string, torch::Tensor> all;
   for (int r = 0; r < group.size(); ++r) {
-    const auto n = group.store().get(fmt::format("{}/{}/names", key, r));
-    const auto v = group.store().get(fmt::format("{}/{}/values", key, r));
+    const std::string n = group.store_get(fmt::format("{}/{}/names", key, r));
+    const std::string v = group.store_get(fmt::format("{}/{}/values", key, r));
     const auto list = torch::pickle_load(std::vector<char>(v.begin(), v.end())).toTensorList();
     std::string text(n.begin(), n.end());
     std::size_t start = 0, i = 0;

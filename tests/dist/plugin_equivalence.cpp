@@ -78,10 +78,9 @@ std::string shared_directory(const std::string& key) {
   std::string path;
   if (world()->rank() == 0) {
     path = files::make_temp_directory("colo_dist_test_");
-    world()->store().set(key, std::vector<uint8_t>(path.begin(), path.end()));
+    world()->store_set(key, path);
   } else {
-    const auto bytes = world()->store().get(key);
-    path.assign(bytes.begin(), bytes.end());
+    path = world()->store_get(key);
   }
   return path;
 }

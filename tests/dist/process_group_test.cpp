@@ -285,6 +285,35 @@ TEST(ProcessGroup, CloseGivesUpAfterItsBoundOnACollectiveAPeerNeverJoins) {
   }
 }
 
+// A Work and its copies are one operation: the average's division (its completion step over
+// Gloo) happens once however many copies are waited for, and a default Work is already done.
+TEST(ProcessGroup, CopiesOfAWorkCompleteOnce) {
+  auto& g = *world();
+  auto t = torch::full({2}, static_cast<double>(g.rank() + 1), torch::kFloat64).to(device());
+  Work first = g.all_reduce(t, ReduceOp::kAvg);
+  Work second = first;
+  first.wait();
+  second.wait();
+  first.wait();
+  const double n = g.size();
+  EXPECT_NEAR(t[0].item<double>(), (n + 1) / 2, 1e-12) << "the average was divided more than once";
+  EXPECT_TRUE(second.is_completed());
+  Work empty;
+  EXPECT_TRUE(empty.is_completed());
+  empty.wait();
+}
+
+// The job's store carries strings, binary ones included, from one rank to every other.
+TEST(ProcessGroup, StoreCarriesBytesBetweenRanks) {
+  auto& g = *world();
+  const std::string key = "colo/test/store_bytes";
+  const char raw[] = "path\0with a NUL and \xff";
+  const std::string sent = std::string(raw, sizeof raw - 1) + std::to_string(g.size());
+  if (g.rank() == 0) g.store_set(key, sent);
+  EXPECT_EQ(g.store_get(key), sent);
+  g.barrier().wait();
+}
+
 TEST(ProcessGroup, ShapeErrorsSayWhatFits) {
   const int n = world()->size();
   try {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/cuda.h>
 
@@ -24,6 +25,8 @@ namespace colo::dist {
 
 struct ProcessGroup::Impl {
   compat::CommBackendPtr backend;
+  // The job's key-value store (unprefixed: the world and every subgroup share it).
+  c10::intrusive_ptr<c10d::Store> store;
   // How many groups each (name, ranks) key has produced, so that creating the same group
   // twice uses fresh store keys. Shared by a world and all its subgroups.
   std::shared_ptr<std::map<std::string, int>> creations;
@@ -163,72 +166,95 @@ void require_same_device_kind(const torch::Tensor& t, Backend backend, const cha
 
 // ---- Work ------------------------------------------------------------------------------------
 
-Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
-           std::function<void()> on_complete, uint64_t sequence)
-    : works_(std::move(works)),
-      op_(std::move(op)),
-      group_(group),
-      on_complete_(std::move(on_complete)),
-      sequence_(sequence) {}
+struct Work::State {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::string op;
+  const ProcessGroup* group = nullptr;
+  std::function<void()> on_complete;
+  // The collective's number in its group; 0 for point-to-point operations, which only some
+  // members take part in.
+  uint64_t sequence = 0;
+  bool recorded = false;  // this rank's arrival is in the store (a slow wait)
+  bool done = false;
+};
+
+namespace {
+
+Work make_work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
+               std::function<void()> on_complete = {}, uint64_t sequence = 0) {
+  auto state = std::make_shared<Work::State>();
+  state->works = std::move(works);
+  state->op = std::move(op);
+  state->group = group;
+  state->on_complete = std::move(on_complete);
+  state->sequence = sequence;
+  return Work(std::move(state));
+}
+
+// A collective's handle, numbered in its group (see Work).
+Work numbered(CollectiveProgress& progress, const ProcessGroup* group, c10::intrusive_ptr<c10d::Work> work,
+              std::string op, std::function<void()> on_complete = {}) {
+  const uint64_t sequence = progress.next();
+  return make_work({std::move(work)}, std::move(op), group, std::move(on_complete), sequence);
+}
+
+}  // namespace
 
 void Work::wait() {
-  if (done_) return;
-  // A default Work (nothing launched, e.g. a collective skipped in a world of one) has no group.
-  if (!group_) {
-    done_ = true;
-    if (on_complete_) on_complete_();
-    return;
-  }
+  if (!state_ || state_->done) return;
+  State& s = *state_;
+  const ProcessGroup* group = s.group;
   try {
-    if (group_->backend() == Backend::kNccl) {
+    if (group->backend() == Backend::kNccl) {
       // Without a timeout, NCCL's wait only makes the current CUDA stream wait for the
       // collective; with one, it also blocks this thread until the collective ends, so the host
       // could not queue the work that follows ahead of the GPU. (On 2 H200s, ViT-B/16 torch_ddp,
       // the step time did not measurably change: the host was far enough ahead either way.)
       // Timeouts stay enforced: the NCCL watchdog applies the group's timeout (set on every
       // collective) and ends the process, which colo-run reports with the rank that stopped.
-      for (auto& w : works_) {
+      for (auto& w : s.works) {
         if (w) w->wait();
       }
     } else {
       // A numbered collective that is still running after a tenth of the timeout records that
       // this rank has arrived (CollectiveProgress); a quick one touches nothing but the work.
-      const auto timeout = group_->timeout();
+      const auto timeout = group->timeout();
       const auto slow = CollectiveProgress::slow_wait(timeout);
-      for (auto& w : works_) {
+      for (auto& w : s.works) {
         if (!w) continue;
-        if (sequence_ > 0 && completes_within(*w, slow)) continue;
-        if (sequence_ > 0 && !recorded_) {
-          group_->impl_->progress->record_waiting(sequence_, op_);
-          recorded_ = true;
+        if (s.sequence > 0 && completes_within(*w, slow)) continue;
+        if (s.sequence > 0 && !s.recorded) {
+          group->impl_->progress->record_waiting(s.sequence, s.op);
+          s.recorded = true;
         }
-        if (!completes_within(*w, sequence_ > 0 ? timeout - slow : timeout)) {
+        if (!completes_within(*w, s.sequence > 0 ? timeout - slow : timeout)) {
           throw DistError(fmt::format("timed out after {} ms", timeout.count()));
         }
       }
     }
   } catch (const std::exception& e) {
-    done_ = true;
+    s.done = true;
     std::string what = e.what();
     what = what.substr(0, what.find("\nException raised from"));  // drop c10's C++ stack trace
     // After a slow wait, every member that arrived has had the time to say so; a failure that
     // came at once (a peer's closed connection) would find them silent, and colo-run names a
     // rank that died.
-    if (sequence_ > 0 && (recorded_ || says_timed_out(what))) {
-      if (!recorded_) group_->impl_->progress->record_waiting(sequence_, op_);  // for the others
+    if (s.sequence > 0 && (s.recorded || says_timed_out(what))) {
+      if (!s.recorded) group->impl_->progress->record_waiting(s.sequence, s.op);  // for the others
       throw DistError(fmt::format(
-          "{} #{} on group {} failed: {}. {}", op_, sequence_, group_->describe(), what,
-          group_->impl_->progress->describe_absent(sequence_, op_, std::min(group_->timeout(), kProgressReadLimit))));
+          "{} #{} on group {} failed: {}. {}", s.op, s.sequence, group->describe(), what,
+          group->impl_->progress->describe_absent(s.sequence, s.op, std::min(group->timeout(), kProgressReadLimit))));
     }
     throw DistError(fmt::format("{} on group {} failed: {} (a peer may have died or be stuck; its own log says why)",
-                                op_, group_->describe(), what));
+                                s.op, group->describe(), what));
   }
-  done_ = true;
-  if (on_complete_) on_complete_();
+  s.done = true;
+  if (s.on_complete) s.on_complete();
 }
 
 bool Work::is_completed() {
-  for (auto& w : works_) {
+  if (!state_) return true;
+  for (auto& w : state_->works) {
     if (w && !w->isCompleted()) return false;
   }
   return true;
@@ -236,11 +262,9 @@ bool Work::is_completed() {
 
 // ---- ProcessGroup ----------------------------------------------------------------------------
 
-ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::Store> store, std::string name,
-                           std::vector<int> global_ranks, int rank, Backend backend,
-                           std::chrono::milliseconds timeout)
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, std::string name, std::vector<int> global_ranks, int rank,
+                           Backend backend, std::chrono::milliseconds timeout)
     : impl_(std::move(impl)),
-      store_(std::move(store)),
       name_(std::move(name)),
       global_ranks_(std::move(global_ranks)),
       rank_(rank),
@@ -271,8 +295,30 @@ void ProcessGroup::close(std::chrono::milliseconds limit) noexcept {
   }
 }
 
-Work ProcessGroup::collective(c10::intrusive_ptr<c10d::Work> work, std::string op, std::function<void()> on_complete) {
-  return Work({std::move(work)}, std::move(op), this, std::move(on_complete), impl_->progress->next());
+void ProcessGroup::store_set(const std::string& key, const std::string& value) {
+  try {
+    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    throw DistError(fmt::format("rank {} of group {}: setting store key '{}' failed: {}", rank_, describe(), key,
+                                e.what()));
+  }
+}
+
+std::string ProcessGroup::store_get(const std::string& key) {
+  try {
+    const std::vector<uint8_t> bytes = impl_->store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find("\nException raised from"));
+    throw DistError(fmt::format("rank {} of group {}: waiting for store key '{}' failed: {} (the rank that sets it may "
+                                "have died or not reached that point)",
+                                rank_, describe(), key, what));
+  }
+}
+
+bool ProcessGroup::store_is_file() const {
+  return dynamic_cast<const c10d::FileStore*>(impl_->store.get()) != nullptr;
 }
 
 std::string ProcessGroup::describe() const {
@@ -292,7 +338,7 @@ Work ProcessGroup::all_reduce(torch::Tensor tensor, ReduceOp op) {
     const int n = size();
     finish = [tensor, n]() mutable { tensor.div_(n); };
   }
-  return collective(work, "all_reduce", std::move(finish));
+  return make_work({work}, "all_reduce", this, std::move(finish), impl_->progress->next());
 }
 
 Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
@@ -303,7 +349,7 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
                                             output.size(0), size(), input.size(0)));
   }
   if (backend_ == Backend::kNccl) {
-    return collective(backend._allgather_base(output, input), "all_gather");
+    return numbered(*impl_->progress, this, backend._allgather_base(output, input), "all_gather");
   }
   // Gloo gathers into a list of tensors: the output's row blocks are contiguous views of it.
   std::vector<std::vector<at::Tensor>> outputs{output.contiguous().chunk(size(), 0)};
@@ -314,7 +360,7 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
     auto staged = outputs[0];
     finish = [output, staged]() mutable { output.copy_(torch::cat(staged, 0)); };
   }
-  return collective(work, "all_gather", std::move(finish));
+  return make_work({work}, "all_gather", this, std::move(finish), impl_->progress->next());
 }
 
 Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
@@ -328,7 +374,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op, backend_);
     options.timeout = timeout_;
-    return collective(backend._reduce_scatter_base(output, input, options), "reduce_scatter");
+    return numbered(*impl_->progress, this, backend._reduce_scatter_base(output, input, options), "reduce_scatter");
   }
   // Emulation: all-reduce a copy and keep this rank's rows. Correct, at n times the traffic;
   // only the CPU build (Gloo) takes this path.
@@ -341,7 +387,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
   const int n = size();
   const int r = rank();
   const bool average = op == ReduceOp::kAvg;
-  return collective(work, "reduce_scatter", [output, reduced, n, r, average]() mutable {
+  return numbered(*impl_->progress, this, work, "reduce_scatter", [output, reduced, n, r, average]() mutable {
     auto mine = reduced.chunk(n, 0)[r];
     if (average) mine = mine / n;
     output.copy_(mine);
@@ -355,19 +401,19 @@ Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
   c10d::BroadcastOptions options;
   options.rootRank = src;
   options.timeout = timeout_;
-  return collective(backend.broadcast(tensors, options), fmt::format("broadcast from {}", src));
+  return numbered(*impl_->progress, this, backend.broadcast(tensors, options), fmt::format("broadcast from {}", src));
 }
 
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
   auto& backend = *live("send").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return Work({backend.send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
+  return make_work({backend.send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
 }
 
 Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
   auto& backend = *live("recv").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return Work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
+  return make_work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
 }
 
 Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
@@ -380,14 +426,14 @@ Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
                                                   : backend.recv(tensors, op.peer, op.tag));
   }
   if (auto coalesced = compat::end_coalescing(backend)) works = {coalesced};
-  return Work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this);
+  return make_work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this);
 }
 
 Work ProcessGroup::barrier() {
   auto& backend = *live("barrier").backend;
   c10d::BarrierOptions options;
   options.timeout = timeout_;
-  return collective(backend.barrier(options), "barrier");
+  return make_work({backend.barrier(options)}, "barrier", this, {}, impl_->progress->next());
 }
 
 torch::Tensor ProcessGroup::communicable(const torch::Tensor& tensor) const {
@@ -418,14 +464,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   const std::string key = fmt::format("{}[{}]", name, fmt::join(global_ranks, ","));
   const int generation = (*impl_->creations)[key]++;
   const std::string prefix = fmt::format("colo/group/{}/{}", key, generation);
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   auto impl = std::make_unique<Impl>();
   impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
   impl->creations = impl_->creations;
-  impl->progress = std::make_unique<CollectiveProgress>(store_, prefix, my_rank, global_ranks);
+  impl->store = impl_->store;
+  impl->progress = std::make_unique<CollectiveProgress>(impl_->store, prefix, my_rank, global_ranks);
   if (backend_ == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   return std::shared_ptr<ProcessGroup>(
-      new ProcessGroup(std::move(impl), store_, name, global_ranks, my_rank, backend_, group_timeout));
+      new ProcessGroup(std::move(impl), name, global_ranks, my_rank, backend_, group_timeout));
 }
 
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
@@ -444,9 +491,10 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
   if (backend == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   std::vector<int> ranks(env.world_size);
   for (int r = 0; r < env.world_size; ++r) ranks[r] = r;
+  impl->store = store;
   impl->progress = std::make_unique<CollectiveProgress>(store, kWorldPrefix, env.rank, ranks);
   return std::shared_ptr<ProcessGroup>(
-      new ProcessGroup(std::move(impl), store, "world", ranks, env.rank, backend, options.timeout));
+      new ProcessGroup(std::move(impl), "world", ranks, env.rank, backend, options.timeout));
 }
 
 std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {

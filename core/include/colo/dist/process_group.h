@@ -2,11 +2,7 @@
 
 #include <torch/types.h>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,22 +29,20 @@ enum class Backend { kGloo, kNccl };
 // Over NCCL the watchdog ends the process first: its message carries NCCL's own sequence number.
 class Work {
  public:
+  // An empty handle (nothing was launched, e.g. a collective skipped in a world of one): wait()
+  // returns at once.
   Work() = default;
-  // `sequence`: the collective's number in its group; 0 for point-to-point operations, which
-  // only some members take part in.
-  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, const ProcessGroup* group,
-       std::function<void()> on_complete = {}, uint64_t sequence = 0);
+  // The backend's handles and what wait() needs to report a failure; defined where groups create
+  // their operations (process_group.cpp), opaque elsewhere. Shared: copies of a Work are one
+  // operation, and its completion step runs once.
+  struct State;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
   void wait();
   bool is_completed();
 
  private:
-  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
-  std::string op_;
-  const ProcessGroup* group_ = nullptr;
-  std::function<void()> on_complete_;
-  uint64_t sequence_ = 0;
-  bool recorded_ = false;  // this rank's arrival is in the store (a slow wait)
-  bool done_ = false;
+  std::shared_ptr<State> state_;
 };
 
 // One point-to-point operation of a batch (see ProcessGroup::batch_send_recv).
@@ -123,23 +117,26 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> new_subgroup(const std::vector<int>& global_ranks, const std::string& name,
                                              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
-  // Shared key-value store of the job (rendezvous, small exchanges in tests).
-  c10d::Store& store() const { return *store_; }
+  // The job's shared key-value store, for small exchanges between ranks (a path, a manifest).
+  // Keys belong to the whole job, not to this group: make them unique. store_get waits until the
+  // key is set and throws a DistError naming it when it is not within the rendezvous timeout.
+  void store_set(const std::string& key, const std::string& value);
+  std::string store_get(const std::string& key);
+  // True when the store is a file (a job of one, or COLO_RDZV_FILE): no network port is used.
+  bool store_is_file() const;
 
  private:
   friend std::shared_ptr<ProcessGroup> init_world(const Environment&, const Options&);
   friend class Work;  // records and reads the members' progress (Impl) when a wait is slow
+  // The backend, the job's store and the collectives' progress (process_group.cpp).
   struct Impl;
-  ProcessGroup(std::unique_ptr<Impl> impl, c10::intrusive_ptr<c10d::Store> store, std::string name,
-               std::vector<int> global_ranks, int rank, Backend backend, std::chrono::milliseconds timeout);
+  ProcessGroup(std::unique_ptr<Impl> impl, std::string name, std::vector<int> global_ranks, int rank,
+               Backend backend, std::chrono::milliseconds timeout);
 
   // impl_, or a DistError naming `op` when the group is closed.
   Impl& live(const char* op) const;
-  // A collective's handle, numbered (see Work).
-  Work collective(c10::intrusive_ptr<c10d::Work> work, std::string op, std::function<void()> on_complete = {});
 
   std::unique_ptr<Impl> impl_;
-  c10::intrusive_ptr<c10d::Store> store_;
   std::string name_;
   std::vector<int> global_ranks_;
   int rank_;
