@@ -398,9 +398,10 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     resumed_from = fmt::format("resumed from {}: epoch {}, step {}", state_dir,
                                std::min(progress.data.epoch + 1, o.epochs), global_step);
   }
-  train_vit::MetricsLog metrics;
+  // Opened before anything is printed: a file that cannot be written stops the run at once.
+  std::shared_ptr<colo::MetricsLogHook> metrics;
   if (console.master() && !o.metrics_file.empty())
-    metrics = train_vit::MetricsLog(o.metrics_file, !o.resume_dir.empty());
+    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, !o.resume_dir.empty());
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
   console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
@@ -441,8 +442,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   std::vector<std::shared_ptr<colo::TrainerHook>> hooks = {
       std::make_shared<colo::LRSchedulerHook>(), std::make_shared<colo::LossHook>(),
       std::make_shared<colo::AccuracyHook>(), std::make_shared<colo::ThroughputHook>()};
-  if (console.master() && !o.metrics_file.empty())
-    hooks.push_back(std::make_shared<colo::MetricsLogHook>(o.metrics_file, !o.resume_dir.empty()));
+  if (metrics) hooks.push_back(metrics);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
     hooks.push_back(std::make_shared<colo::CheckpointHook>(

@@ -55,7 +55,7 @@ TEST(NonFiniteLossGuard, ARunThatEndedBetweenTwoChecksIsStillCaught) {
             std::string::npos)
       << error;
 
-  NonFiniteLossGuard later(4, torch::kCPU);
+  NonFiniteLossGuard later(4, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   const std::string caught_late = run_steps(later, {1, 1, 1, 1, 1, kNan, kNan, kNan, kNan, 1, 1, 1});
   EXPECT_NE(caught_late.find("stopped at step 12: "), std::string::npos) << caught_late;
   EXPECT_NE(caught_late.find("(steps 6..9)"), std::string::npos) << caught_late;
@@ -71,7 +71,7 @@ TEST(NonFiniteLossGuard, OneBadMicroBatchMakesTheStepBadAndZeroTurnsTheGuardOff)
   ASSERT_TRUE(guard.due(2, 10));
   EXPECT_THROW(guard.check(2, nullptr, 0), NonFiniteLossError);
 
-  NonFiniteLossGuard off(0, torch::kCPU);
+  NonFiniteLossGuard off(0, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   EXPECT_EQ(run_steps(off, {kNan, kNan, kNan, kNan}), "");
   EXPECT_FALSE(off.due(4, 4));
 }

@@ -108,13 +108,17 @@ class MetricsLogHook : public TrainerHook {
   std::unique_ptr<detail::MetricsLog> log_;
 };
 
+// A file rank 0 writes beside a saved state: (name, contents). (A type name: TORCH_ARG's macro
+// argument cannot hold the comma of a pair.)
+using ExtraFiles = std::vector<std::pair<std::string, std::string>>;
+
 struct CheckpointOptions {
   // Save every N optimizer steps (0: never by step count).
   TORCH_ARG(int64_t, every_steps) = 0;
   // Save at the end of every epoch (after its evaluation), and when fit() stops at max_steps.
   TORCH_ARG(bool, at_epoch_end) = true;
   // Files rank 0 writes beside the state (name, contents), e.g. what the run was.
-  TORCH_ARG(std::vector<std::pair<std::string, std::string>>, extra_files) = {};
+  TORCH_ARG(ExtraFiles, extra_files) = {};
 };
 
 // Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
