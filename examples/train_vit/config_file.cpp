@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -184,6 +185,7 @@ std::vector<std::string> file_arguments(const std::string& path, const Given& gi
   for (const auto& [key, spec] : top_level()) valid_top.push_back(key);
   valid_top.emplace_back("plugin_options");
   for (const auto& [section, keys] : table()) valid_top.push_back(section);
+  std::sort(valid_top.begin(), valid_top.end());
 
   // low_level_zero names its ZeRO stage "stage"; hybrid_parallel, "zero_stage".
   std::string plugin = given.plugin;

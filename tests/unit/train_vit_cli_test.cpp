@@ -591,7 +591,7 @@ struct SmallLayout {
 };
 
 TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
-  const std::vector<SmallLayout> layouts = {{"data_parallel.json", 2, "data-parallel 2"},
+  const std::vector<SmallLayout> layouts = {{"data_parallel.json", 2, "(dp=2 pp=1 tp=1)"},
                                             {"pipeline_2x4.json", 2, "(dp=1 pp=2 tp=1)"},
                                             {"pipeline_interleaved_2chunks.json", 2, "(dp=1 pp=2 tp=1)"},
                                             {"tensor_parallel_2.json", 2, "(dp=1 pp=1 tp=2)"},
