@@ -18,4 +18,13 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/precision_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sharded_adam_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/staged_checkpoint_io.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp
+  # The Trainer and its hooks, with the helpers only they use.
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_record.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_metric_hooks.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_action_hooks.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nonfinite_loss_guard.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/throughput_window.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp)

@@ -4,6 +4,9 @@
 //   colo-run --nproc-per-node 2 train_vit --plugin torch_ddp
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
+#include <colo/booster/state_directory.h>
+#include <colo/booster/trainer.h>
+#include <colo/booster/trainer_hooks.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/data/cifar10.h>
 #include <colo/data/data_loader.h>
@@ -14,6 +17,7 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/files/files.h>
 #include <colo/nn/pretrained.h>
 #include <colo/nn/resnet.h>
 #include <colo/nn/vision_transformer.h>
@@ -37,13 +41,6 @@
 
 #include "compute_threads.h"
 #include "dry_run.h"
-#include "evaluate.h"
-#include "metrics_log.h"
-#include "nonfinite_loss_guard.h"
-#include <colo/files/files.h>
-
-#include "state_directory.h"
-#include "throughput_window.h"
 #include "train_options.h"
 
 namespace {
@@ -131,6 +128,24 @@ Datasets load_datasets(const TrainOptions& o, const std::optional<colo::data::No
   return {std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples, shape, 10, o.seed),
           std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples / 5, shape, 10, o.seed + 1)};
 }
+
+// After each epoch's evaluation: how many unreadable images an image folder replaced so far
+// (--skip-unreadable), before the state is saved. A hook of train_vit's own.
+class UnreadableImagesNote : public colo::TrainerHook {
+ public:
+  explicit UnreadableImagesNote(Datasets data) : data_(std::move(data)) {}
+  void end_epoch(colo::Trainer& trainer) override {
+    for (const auto& dataset : {data_.train, data_.test}) {
+      const auto& folder = static_cast<const colo::data::ImageFolder&>(*dataset);
+      if (folder.num_skipped() == 0) continue;
+      trainer.print(fmt::format("{}: {} unreadable image reads replaced so far (--skip-unreadable), e.g. {}",
+                                folder.root(), folder.num_skipped(), folder.skipped_files().front()));
+    }
+  }
+
+ private:
+  Datasets data_;
+};
 
 // Whether fp16 training can run on CPUs: LibTorch 1.13 has almost no fp16 CPU kernels (its
 // linear layers fail with "addmm_impl_cpu_ not implemented for 'Half'"), newer ones have them.
@@ -376,16 +391,17 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   std::string resumed_from;
   std::vector<std::string> resume_notes;
   if (!o.resume_dir.empty()) {
-    const auto state_dir = train_vit::StateDirectory::resolve(o.resume_dir);
+    const auto state_dir = colo::StateDirectory::resolve(o.resume_dir);
     resume_notes = check_resume(o, world_size, state_dir);
     const colo::TrainingProgress progress = booster.load_state(b, state_dir);
     global_step = progress.global_step;
     resumed_from = fmt::format("resumed from {}: epoch {}, step {}", state_dir,
                                std::min(progress.data.epoch + 1, o.epochs), global_step);
   }
-  train_vit::MetricsLog metrics;
+  // Opened before anything is printed: a file that cannot be written stops the run at once.
+  std::shared_ptr<colo::MetricsLogHook> metrics;
   if (console.master() && !o.metrics_file.empty())
-    metrics = train_vit::MetricsLog(o.metrics_file, !o.resume_dir.empty());
+    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, !o.resume_dir.empty());
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
   console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
@@ -422,171 +438,36 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   if (!resumed_from.empty()) console.print("{}", resumed_from);
   for (const auto& note : resume_notes) console.print("{}", note);
 
-  const train_vit::StateDirectory state_directory(o.save_dir);
-  auto save = [&] {
-    if (o.save_dir.empty()) return;
-    const auto start = Clock::now();
-    if (rank == 0) state_directory.prepare_staging();
-    if (world && world_size > 1) world->barrier().wait();  // staging is empty before anyone writes
-    colo::TrainingProgress progress;
-    progress.epoch = train_loader.epoch();
-    progress.global_step = global_step;
-    progress.data = train_loader.state();
-    booster.save_state(b, progress, state_directory.staging());
-    if (rank == 0) {
-      colo::checkpoint::atomic_write_file(colo::files::join(state_directory.staging(), kRunRecordFile),
-                                          run_record(o, world_size).dump(2) + "\n");
-      const auto where = state_directory.publish(global_step);
-      console.print("saved the training state of step {} to {} ({:.1f} s)", global_step, where,
-                    seconds_since(start));
-    }
-    if (world && world_size > 1) world->barrier().wait();
-  };
-
-  int64_t last_eval_step = -1;
-  train_vit::EvalResult last_eval;
-  auto run_eval = [&](int64_t epoch) {
-    last_eval = train_vit::evaluate(booster, b, test_loader, world);
-    last_eval_step = global_step;
-    console.print("epoch {}/{}  test top-1 {:.2f}%  loss {:.4f}  ({:.1f} s)", epoch + 1, o.epochs,
-                  100.0 * last_eval.top1, last_eval.loss, last_eval.seconds);
-    metrics.write({{"event", "eval"},
-                   {"epoch", epoch + 1},
-                   {"step", global_step},
-                   {"top1", last_eval.top1},
-                   {"loss", last_eval.loss},
-                   {"images", last_eval.images},
-                   {"seconds", last_eval.seconds},
-                   {"elapsed_s", seconds_since(job_start)}});
-  };
-
-  const bool pipeline = plugin->supports_pipeline();
-  // Loss is summed where it is computed and reduced only when printed: no host sync per step.
-  auto loss_window = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  double train_seconds = 0;  // excluding evaluation and saving, for images/s and the ETA
-  int64_t steps_this_run = 0;
-  train_vit::ThroughputWindow window(Clock::now());
-  colo::data::DataLoaderStats window_loader = train_loader.stats();
-  train_vit::NonFiniteLossGuard nonfinite_guard(o.max_nonfinite_steps, device);
-
-  auto train_step = [&] {
-    if (pipeline) {
-      // The plugin splits the batch into micro-batches and runs its schedule; the loss exists on
-      // the last stage only.
-      auto batch = train_loader.next();
-      const auto result =
-          booster.execute_pipeline(batch->images, batch->labels, *b.model, b.criterion, *b.optimizer, colo::PipelineOptions());
-      if (result.loss.defined()) {
-        loss_window += torch::stack(
-            {result.loss.detach().to(torch::kFloat64).reshape({}), torch::ones({}, loss_window.options())});
-        nonfinite_guard.observe(result.loss);
-      }
-    } else {
-      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-        auto batch = train_loader.next();
-        auto forward_backward = [&] {
-          auto loss = b.criterion(b.model->forward(batch->images), batch->labels);
-          booster.backward(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss, *b.optimizer);
-          loss_window += torch::stack({loss.detach().to(torch::kFloat64), torch::ones({}, loss_window.options())});
-          nonfinite_guard.observe(loss);
-        };
-        if (micro + 1 < o.grad_accum) {
-          auto no_sync = booster.no_sync(*b.model, *b.optimizer);
-          forward_backward();
-        } else {
-          forward_backward();  // synchronises the gradients of all micro-batches
-        }
-      }
-    }
-    b.optimizer->step();
-    b.optimizer->zero_grad();
-    b.lr_scheduler->step();
-  };
-
-  auto log_progress = [&](int64_t epoch, double lr) {
-    auto sums = loss_window.clone();
-    if (world && world_size > 1) world->all_reduce(sums).wait();
-    sums = sums.cpu();
-    const double loss = sums[1].item<double>() > 0 ? sums[0].item<double>() / sums[1].item<double>() : NAN;
-    const double images_per_s = window.take(Clock::now());
-    const double eta =
-        train_seconds / static_cast<double>(steps_this_run) * static_cast<double>(stop_step - global_step);
-    // The loader's own speed (images per CPU-second of its threads, this rank) and the time the
-    // training loop waited for it in this window.
-    const auto loader = train_loader.stats();
-    const double loader_per_core = loader.worker_cpu_seconds > window_loader.worker_cpu_seconds
-                                       ? static_cast<double>(loader.images - window_loader.images) /
-                                             (loader.worker_cpu_seconds - window_loader.worker_cpu_seconds)
-                                       : NAN;
-    const double data_wait = loader.wait_seconds - window_loader.wait_seconds;
-    window_loader = loader;
-    const std::string data_note =
-        o.dataset == "imagefolder"
-            ? fmt::format("  data {:.0f} img/s/core, waited {:.1f} s", loader_per_core, data_wait)
-            : std::string();
-    console.print("epoch {}/{}  step {}/{}  loss {:.4f}  lr {:.3e}  {:.0f} img/s  ETA {}{}", epoch + 1, o.epochs,
-                  global_step, stop_step, loss, lr, images_per_s, format_duration(eta), data_note);
-    nlohmann::json record = {{"event", "train"},
-                             {"epoch", epoch + 1},
-                             {"step", global_step},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"images_per_s", images_per_s},
-                             {"skipped_steps", b.optimizer->skipped_steps()},
-                             {"data_wait_s", data_wait},
-                             {"elapsed_s", seconds_since(job_start)}};
-    if (std::isfinite(loader_per_core)) record["loader_images_per_cpu_s"] = loader_per_core;
-    // Plugins measure the gradient norm only when they clip.
-    if (std::isfinite(b.optimizer->last_grad_norm())) record["grad_norm"] = b.optimizer->last_grad_norm();
-    metrics.write(record);
-    loss_window.zero_();
-  };
-
-  // An epoch ends when fewer batches remain than one optimizer step takes (their images are
-  // left out, like the sampler's remainder): a saved state is always at a step boundary.
-  const int64_t batches_per_step = pipeline ? 1 : o.grad_accum;
-  auto epoch_finished = [&] { return train_loader.state().next_batch + batches_per_step > train_loader.num_batches(); };
-
-  for (int64_t epoch = train_loader.epoch(); epoch < o.epochs && global_step < stop_step; ++epoch) {
-    if (train_loader.epoch() != epoch) train_loader.set_epoch(epoch);  // keeps a resumed position
-    b.model->train();
-    window.resume(Clock::now());
-    while (global_step < stop_step && !epoch_finished()) {
-      const double lr = b.lr_scheduler->last_lr().front();
-      const auto step_start = Clock::now();
-      train_step();
-      ++global_step;
-      window.add_step(o.batch_size);
-      ++steps_this_run;
-      nonfinite_guard.end_step(global_step);
-      train_seconds += seconds_since(step_start);
-      if (global_step % o.log_every == 0 || global_step == stop_step) log_progress(epoch, lr);
-      if (nonfinite_guard.due(global_step, stop_step)) {
-        nonfinite_guard.check(global_step, world, b.optimizer->skipped_steps());
-      }
-    }
-    const bool finished = epoch_finished();
-    // The steps queued on the device belong to training, not to the evaluation's time.
-    (void)loss_window.sum().item<double>();
-    window.pause(Clock::now());
-    run_eval(epoch);
-    if (o.dataset == "imagefolder") {
-      for (const auto& dataset : {data.train, data.test}) {
-        const auto& folder = static_cast<const colo::data::ImageFolder&>(*dataset);
-        if (folder.num_skipped() == 0) continue;
-        console.print("{}: {} unreadable image reads replaced so far (--skip-unreadable), e.g. {}", folder.root(),
-                      folder.num_skipped(), folder.skipped_files().front());
-      }
-    }
-    if (finished) train_loader.set_epoch(epoch + 1);  // a state saved now resumes at the next epoch
-    save();
+  // The loop is the Trainer's; what train_vit logs, schedules, saves and checks is its hooks'.
+  std::vector<std::shared_ptr<colo::TrainerHook>> hooks = {
+      std::make_shared<colo::LRSchedulerHook>(), std::make_shared<colo::LossHook>(),
+      std::make_shared<colo::AccuracyHook>(), std::make_shared<colo::ThroughputHook>()};
+  if (metrics) hooks.push_back(metrics);
+  if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
+  if (!o.save_dir.empty()) {
+    hooks.push_back(std::make_shared<colo::CheckpointHook>(
+        o.save_dir, colo::CheckpointOptions().extra_files({{kRunRecordFile, run_record(o, world_size).dump(2) + "\n"}})));
   }
-  if (last_eval_step != global_step) run_eval(std::max<int64_t>(0, train_loader.epoch() - 1));
+  hooks.push_back(std::make_shared<colo::NonFiniteLossHook>(
+      colo::NonFiniteLossOptions()
+          .max_steps(o.max_nonfinite_steps)
+          .limit_name("--max-nonfinite-steps")
+          .advice("Lower --lr, lengthen --warmup, clip gradients (--clip), or train in another --precision")));
 
-  console.print("trained {} steps in {}, {} in all", steps_this_run, format_duration(train_seconds),
+  colo::Trainer trainer(booster, b,
+                        colo::TrainerOptions()
+                            .grad_accum(o.grad_accum)
+                            .log_every(o.log_every)
+                            .max_steps(o.max_steps)
+                            .start_step(global_step)
+                            .show_loader_speed(o.dataset == "imagefolder")
+                            .started(job_start));
+  const colo::FitResult fit = trainer.fit(train_loader, o.epochs, &test_loader, 1, hooks);
+
+  console.print("trained {} steps in {}, {} in all", fit.steps, format_duration(fit.train_seconds),
                 format_duration(seconds_since(job_start)));
   // The last line: what the job achieved.
-  console.print("final test top-1: {:.2f}%", 100.0 * last_eval.top1);
+  console.print("final test top-1: {:.2f}%", 100.0 * fit.last_evaluation.number("top1"));
   return 0;
 }
 

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "config_file.h"
+
 namespace train_vit {
 namespace po = boost::program_options;
 
@@ -65,6 +67,9 @@ po::options_description make_description(TrainOptions& o) {
   po::options_description general("General", kHelpWidth, kHelpWidth / 2);
   general.add_options()
       ("help,h", "show this help and exit")
+      ("config", po::value<std::string>()->value_name("FILE"),
+       "read the layout and recipe from a JSON file (examples/configs/; README.md lists its keys); options on "
+       "the command line override the file's")
       ("plugin", po::value(&o.plugin)->default_value(o.plugin)->value_name("NAME|PATH"),
        "training strategy: a plugin name (torch_ddp, low_level_zero, gemini, hybrid_parallel, or any "
        "libcolo_plugin_<name>.so on COLO_PLUGIN_PATH) or the path of a plugin .so")
@@ -202,7 +207,8 @@ std::vector<std::string> model_names() {
 
 bool is_resnet(const std::string& model) { return model == "resnet18" || model == "resnet50"; }
 
-TrainOptions parse_train_options(const std::vector<std::string>& args) {
+TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
+  const std::vector<std::string> args = expand_config(command_line);
   TrainOptions o;
   const po::options_description description = make_description(o);
   po::variables_map vm;

@@ -11,8 +11,8 @@
 
 namespace {
 
-using train_vit::NonFiniteLossError;
-using train_vit::NonFiniteLossGuard;
+using colo::NonFiniteLossError;
+using colo::detail::NonFiniteLossGuard;
 
 const float kNan = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
@@ -34,7 +34,7 @@ std::string run_steps(NonFiniteLossGuard& guard, const std::vector<float>& losse
 }
 
 TEST(NonFiniteLossGuard, ShortRunsPassAndALongOneStopsTheRunNamingItsSteps) {
-  NonFiniteLossGuard guard(3, torch::kCPU);
+  NonFiniteLossGuard guard(3, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   // Runs of 2 (steps 2-3) and 2 (5-6) pass; 8..12 is 5 long and is seen at step 12's check.
   const std::string error =
       run_steps(guard, {1, kNan, kNan, 1, kInf, kNan, 1, kNan, kNan, kNan, kNan, kNan, 1, 1, 1});
@@ -46,7 +46,7 @@ TEST(NonFiniteLossGuard, ShortRunsPassAndALongOneStopsTheRunNamingItsSteps) {
 }
 
 TEST(NonFiniteLossGuard, ARunThatEndedBetweenTwoChecksIsStillCaught) {
-  NonFiniteLossGuard guard(4, torch::kCPU);
+  NonFiniteLossGuard guard(4, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   // Steps 5..8 are non-finite, step 9 is fine again; the next check is at step 12.
   const std::string error = run_steps(guard, {1, 1, 1, 1, kNan, kNan, kNan, kNan, 1, 1, 1, 1}, /*skipped=*/2);
   EXPECT_NE(error.find("stopped at step 8: "), std::string::npos) << error;
@@ -55,14 +55,14 @@ TEST(NonFiniteLossGuard, ARunThatEndedBetweenTwoChecksIsStillCaught) {
             std::string::npos)
       << error;
 
-  NonFiniteLossGuard later(4, torch::kCPU);
+  NonFiniteLossGuard later(4, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   const std::string caught_late = run_steps(later, {1, 1, 1, 1, 1, kNan, kNan, kNan, kNan, 1, 1, 1});
   EXPECT_NE(caught_late.find("stopped at step 12: "), std::string::npos) << caught_late;
   EXPECT_NE(caught_late.find("(steps 6..9)"), std::string::npos) << caught_late;
 }
 
 TEST(NonFiniteLossGuard, OneBadMicroBatchMakesTheStepBadAndZeroTurnsTheGuardOff) {
-  NonFiniteLossGuard guard(2, torch::kCPU);
+  NonFiniteLossGuard guard(2, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   for (int64_t step = 1; step <= 2; ++step) {
     guard.observe(torch::tensor(1.0f));
     guard.observe(torch::tensor(kNan));  // the second micro-batch of the step
@@ -71,7 +71,7 @@ TEST(NonFiniteLossGuard, OneBadMicroBatchMakesTheStepBadAndZeroTurnsTheGuardOff)
   ASSERT_TRUE(guard.due(2, 10));
   EXPECT_THROW(guard.check(2, nullptr, 0), NonFiniteLossError);
 
-  NonFiniteLossGuard off(0, torch::kCPU);
+  NonFiniteLossGuard off(0, torch::kCPU, "--max-nonfinite-steps", "Lower --lr");
   EXPECT_EQ(run_steps(off, {kNan, kNan, kNan, kNan}), "");
   EXPECT_FALSE(off.due(4, 4));
 }

@@ -4,7 +4,7 @@
 
 #include "throughput_window.h"
 
-namespace train_vit {
+namespace colo::detail {
 namespace {
 
 using Clock = ThroughputWindow::Clock;
@@ -34,4 +34,4 @@ TEST(ThroughputWindow, TakenWhilePausedCountsUpToThePause) {
 }
 
 }  // namespace
-}  // namespace train_vit
+}  // namespace colo::detail

@@ -559,3 +559,130 @@ TEST_F(TrainVitCli, TheFineTuneExampleTrainsFromPretrainedWeights) {
 }
 
 }  // namespace
+
+// --config: every file in examples/configs/ parses and plans; the small layouts train on CPU ranks
+// (a tiny model and data set given on the command line, which overrides the file); bad files are
+// refused with what to change.
+class TrainVitConfig : public TrainVitCli {
+ protected:
+  static std::string config(const std::string& name) { return files::join(COLO_SOURCE_DIR "/examples/configs", name); }
+
+  // The small layouts on a model their splits fit (width 16, 4 heads, 3 blocks: 4 pipeline cuts).
+  static std::vector<std::string> tiny_override(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--dataset", "synthetic", "--synthetic-samples", "96", "--image-size", "16",
+                                     "--model", "custom", "--patch-size", "8", "--embed-dim", "16", "--depth", "3",
+                                     "--heads", "4", "--epochs", "1", "--max-steps", "3", "--threads", "1",
+                                     "--batch-size", "16", "--log-every", "1", "--eval-batch-size", "32"};
+    args.insert(args.begin(), extra.begin(), extra.end());
+    return args;
+  }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto path = files::join(dir_, name);
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+struct SmallLayout {
+  const char* file;
+  int ranks;
+  const char* layout;  // as train_vit's first line prints the mesh
+};
+
+TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
+  const std::vector<SmallLayout> layouts = {{"data_parallel.json", 2, "(dp=2 pp=1 tp=1)"},
+                                            {"pipeline_2x4.json", 2, "(dp=1 pp=2 tp=1)"},
+                                            {"pipeline_interleaved_2chunks.json", 2, "(dp=1 pp=2 tp=1)"},
+                                            {"tensor_parallel_2.json", 2, "(dp=1 pp=1 tp=2)"},
+                                            {"tensor_parallel_4.json", 4, "(dp=1 pp=1 tp=4)"}};
+  for (const auto& layout : layouts) {
+    const auto metrics = files::join(dir_, std::string(layout.file) + ".jsonl");
+    const Result r = run_on(layout.ranks, tiny_override({"--config", config(layout.file), "--metrics", metrics}));
+    ASSERT_EQ(r.exit_code, 0) << layout.file << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find(layout.layout), std::string::npos) << layout.file << "\n" << r.out;
+    // The command line won over the file (fashion-mnist, 6 epochs, the mini model there).
+    EXPECT_NE(r.out.find("data: synthetic, 96 training"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("schedule: 1 epochs x 6 steps = 6 steps (stopping at 3)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("final test top-1: "), std::string::npos) << r.out;
+    EXPECT_EQ(losses(metrics).size(), 3u) << layout.file;
+  }
+  // The file's own settings reach the plugin: the interleaved one runs 2 chunks of 4 microbatches.
+  const Result r = run_on(2, tiny_override({"--config", config("pipeline_interleaved_2chunks.json"), "--plugin-opt",
+                                            "num_model_chunks=3"}));
+  EXPECT_NE(r.exit_code, 0) << "3 chunks of 4 layers on 2 stages were accepted: " << r.out;
+}
+
+TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
+  std::vector<std::string> names = files::list_directory(COLO_SOURCE_DIR "/examples/configs");
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 7u);
+  for (const auto& name : names) {
+    const bool large = name.rfind("hybrid_vit_", 0) == 0;
+    const int world = large ? (name.find("64gpu") != std::string::npos ? 64 : 32)
+                            : (name == "tensor_parallel_4.json" ? 4 : 2);
+    std::vector<std::string> args = {"--config", config(name), "--dataset", "synthetic", "--synthetic-samples", "10",
+                                     "--dry-run", "--world-size", std::to_string(world)};
+    if (large) args.insert(args.end(), {"--gpu-memory-gib", "141"});
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find(fmt::format("on {} {} ranks", world, large ? "GPU" : "CPU")), std::string::npos) << r.out;
+    if (!large) continue;
+    // The hybrid ViT: 6.4 B parameters, every one of the world's ranks planned and printed.
+    EXPECT_NE(r.out.find("activation checkpointing"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("global batch " + std::string(world == 32 ? "256" : "512")), std::string::npos) << r.out;
+    // The plan prints ranks that hold alike in groups ("ranks 0,1,2,...,19 (8 ranks) (pp 0 of 4; ...)"):
+    // the groups cover the world, one per pipeline stage.
+    int64_t covered = 0, groups = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("rank ", 0) == 0) covered += 1, ++groups;
+      if (line.rfind("ranks ", 0) != 0) continue;
+      const auto open = line.find(" ranks)");
+      const auto start = line.rfind('(', open);
+      ASSERT_NE(open, std::string::npos) << line;
+      covered += std::stoll(line.substr(start + 1, open - start - 1));
+      ++groups;
+    }
+    EXPECT_EQ(covered, world) << r.out;
+    EXPECT_EQ(groups, 4) << r.out;  // pp 4: the stages hold different layers
+    std::printf("%s", r.out.c_str());  // the estimate, in the test's log
+  }
+}
+
+TEST_F(TrainVitConfig, AnUnknownKeyIsRefusedListingTheValidKeys) {
+  const Result inner = run({"--config", write("inner.json", R"({"model": {"preset": "mini", "hiden": 64}})")});
+  EXPECT_EQ(inner.exit_code, 2) << inner.out << inner.err;
+  EXPECT_NE(inner.err.find("unknown key 'hiden' in model (did you mean 'hidden'?); the valid keys of model are: "
+                           "activation_checkpointing, depth, drop_path, heads, hidden, image_size, init, mlp_ratio, "
+                           "patch_size, preset"),
+            std::string::npos)
+      << inner.err;
+  const Result top = run({"--config", write("top.json", R"({"optimiser": {"lr": 0.1}})")});
+  EXPECT_EQ(top.exit_code, 2) << top.out << top.err;
+  EXPECT_NE(top.err.find("unknown key 'optimiser' (did you mean 'optimizer'?); the valid keys are: "),
+            std::string::npos)
+      << top.err;
+  EXPECT_NE(top.err.find("parallel, plugin, plugin_options, precision, schedule, train"), std::string::npos) << top.err;
+}
+
+TEST_F(TrainVitConfig, BadValuesAndFilesSayWhatToChange) {
+  const Result type = run({"--config", write("type.json", R"({"train": {"epochs": "three"}})")});
+  EXPECT_EQ(type.exit_code, 2);
+  EXPECT_NE(type.err.find("train.epochs: expected a whole number, got \"three\""), std::string::npos) << type.err;
+  // A value the file gives goes through the command line's checks.
+  const Result range = run({"--config", write("range.json", R"({"train": {"epochs": 0}})")});
+  EXPECT_EQ(range.exit_code, 2);
+  EXPECT_NE(range.err.find("--epochs 0: must be at least 1"), std::string::npos) << range.err;
+  const Result broken = run({"--config", write("broken.json", "{\"train\": ")});
+  EXPECT_EQ(broken.exit_code, 2);
+  EXPECT_NE(broken.err.find("not valid JSON"), std::string::npos) << broken.err;
+  const Result missing = run({"--config", files::join(dir_, "none.json")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("cannot read the file"), std::string::npos) << missing.err;
+  // The plugin checks the parallel options as it checks --plugin-opt: torch_ddp has no pp_size.
+  const Result plugin = run({"--config", write("plugin.json", R"({"plugin": "torch_ddp", "parallel": {"pp": 2}})"),
+                             "--dataset", "synthetic", "--synthetic-samples", "10"});
+  EXPECT_EQ(plugin.exit_code, 2) << plugin.out << plugin.err;
+  EXPECT_NE(plugin.err.find("pp_size"), std::string::npos) << plugin.err;
+}

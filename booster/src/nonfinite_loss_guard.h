@@ -1,26 +1,21 @@
 #pragma once
 
+#include <colo/booster/trainer_hooks.h>
+
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
+#include <string>
 
 namespace colo::dist {
 class ProcessGroup;
 }
 
-namespace train_vit {
+namespace colo::detail {
 
-// The training loss stopped being a number for too long: the run diverged (or its weights hold
-// NaNs) and every further step is wasted. The message names the steps and what to change.
-class NonFiniteLossError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// --max-nonfinite-steps N: ends the run when the loss is NaN or infinite for N consecutive
-// optimizer steps on any rank. Steps the fp16 loss scaler skips for overflowing gradients have a
+// NonFiniteLossHook's engine (train_vit's --max-nonfinite-steps N): ends the run when the loss
+// is NaN or infinite for N consecutive optimizer steps on any rank. Steps the fp16 loss scaler skips for overflowing gradients have a
 // finite loss, so they do not count; a step whose loss itself overflowed does.
 //
 // The loss stays on the device: every step adds a few scalar operations there (no host sync), and
@@ -30,7 +25,8 @@ class NonFiniteLossError : public std::runtime_error {
 class NonFiniteLossGuard {
  public:
   // limit: the N above (0: never stop); the counters live on `device`.
-  NonFiniteLossGuard(int64_t limit, c10::Device device);
+  // limit_name and advice go into the error's message: what the user sets, and what to change.
+  NonFiniteLossGuard(int64_t limit, c10::Device device, std::string limit_name, std::string advice);
 
   // One micro-batch's loss (a scalar tensor on the device).
   void observe(const torch::Tensor& loss);
@@ -46,9 +42,11 @@ class NonFiniteLossGuard {
 
  private:
   int64_t limit_;
+  std::string limit_name_;
+  std::string advice_;
   torch::Tensor step_bad_;  // bool: a non-finite micro-batch loss in the current step
   // float64 [current run, longest run, last step of the longest run]
   torch::Tensor runs_;
 };
 
-}  // namespace train_vit
+}  // namespace colo::detail

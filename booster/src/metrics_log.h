@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace train_vit {
+namespace colo::detail {
 
-// --metrics FILE: one JSON object per line, flushed line by line so that a crashed or running
+// MetricsLogHook's file (train_vit's --metrics FILE): one JSON object per line, flushed line by line so that a crashed or running
 // job's file is readable (`tail -f`, `jq`). Only rank 0 writes. A disabled log (no file) accepts
 // and drops records, so the training loop need not ask.
 class MetricsLog {
@@ -24,4 +24,4 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-}  // namespace train_vit
+}  // namespace colo::detail

@@ -3,10 +3,14 @@
 #include <colo/dist/process_group.h>
 #include <fmt/format.h>
 
-namespace train_vit {
+#include <utility>
 
-NonFiniteLossGuard::NonFiniteLossGuard(int64_t limit, c10::Device device)
+namespace colo::detail {
+
+NonFiniteLossGuard::NonFiniteLossGuard(int64_t limit, c10::Device device, std::string limit_name, std::string advice)
     : limit_(limit),
+      limit_name_(std::move(limit_name)),
+      advice_(std::move(advice)),
       step_bad_(torch::zeros({}, torch::TensorOptions().dtype(torch::kBool).device(device))),
       runs_(torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat64).device(device))) {}
 
@@ -54,13 +58,12 @@ void NonFiniteLossGuard::check(int64_t step, const std::shared_ptr<colo::dist::P
   if (longest < limit_) return;
   throw NonFiniteLossError(fmt::format(
       "stopped at step {}: the training loss was not finite (NaN or infinite) for {} consecutive optimizer steps "
-      "(steps {}..{}), so the run diverged or its weights hold NaNs. Lower --lr, lengthen --warmup, clip gradients "
-      "(--clip), or train in another --precision; --max-nonfinite-steps {} is the limit (0: never stop){}",
-      step, longest, last - longest + 1, last, limit_,
+      "(steps {}..{}), so the run diverged or its weights hold NaNs. {}; {} {} is the limit (0: never stop){}",
+      step, longest, last - longest + 1, last, advice_, limit_name_, limit_,
       skipped_steps > 0 ? fmt::format(". The fp16 loss scaler also skipped {} step{} for overflowing gradients, "
                                       "which is not an error",
                                       skipped_steps, skipped_steps == 1 ? "" : "s")
                         : ""));
 }
 
-}  // namespace train_vit
+}  // namespace colo::detail

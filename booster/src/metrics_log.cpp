@@ -6,13 +6,13 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace train_vit {
+namespace colo::detail {
 
 MetricsLog::MetricsLog(const std::string& path, bool append)
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
   if (!out_) {
     throw std::runtime_error(
-        fmt::format("--metrics {}: cannot open the file for writing ({}); check the directory "
+        fmt::format("metrics log {}: cannot open the file for writing ({}); check the directory "
                     "exists and is writable",
                     path, std::strerror(errno)));
   }
@@ -22,7 +22,7 @@ void MetricsLog::write(const nlohmann::json& record) {
   if (!enabled()) return;
   out_ << record.dump() << '\n';
   out_.flush();
-  if (!out_) throw std::runtime_error(fmt::format("--metrics {}: write failed (disk full?)", path_));
+  if (!out_) throw std::runtime_error(fmt::format("metrics log {}: write failed (disk full?)", path_));
 }
 
-}  // namespace train_vit
+}  // namespace colo::detail

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace train_vit {
+namespace colo::detail {
 
 void ThroughputWindow::pause(Clock::time_point now) {
   if (paused_) return;
@@ -27,4 +27,4 @@ double ThroughputWindow::take(Clock::time_point now) {
   return rate;
 }
 
-}  // namespace train_vit
+}  // namespace colo::detail

@@ -1,4 +1,4 @@
-#include "state_directory.h"
+#include <colo/booster/state_directory.h>
 
 #include <colo/files/files.h>
 
@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace train_vit {
+namespace colo {
 namespace files = colo::files;
 
 namespace {
@@ -86,4 +86,4 @@ std::string StateDirectory::resolve(const std::string& path) {
       path, kStateFile, kStateFile));
 }
 
-}  // namespace train_vit
+}  // namespace colo

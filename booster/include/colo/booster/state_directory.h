@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-namespace train_vit {
+namespace colo {
 
 // The --save directory. Booster::save_state writes many files (model, optimizer, scheduler,
 // one random state per rank, progress last), so a crash mid-save must not leave a mix of two
@@ -36,4 +36,4 @@ class StateDirectory {
   std::string root_;
 };
 
-}  // namespace train_vit
+}  // namespace colo

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdint>
 
-namespace train_vit {
+namespace colo::detail {
 
 // Images per second over the steps since the last progress line, counting only the time spent
 // training: an evaluation or a save between two progress lines pauses the window. (Before, the
@@ -33,4 +33,4 @@ class ThroughputWindow {
   int64_t steps_ = 0;
 };
 
-}  // namespace train_vit
+}  // namespace colo::detail

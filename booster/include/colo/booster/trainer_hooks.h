@@ -1,0 +1,173 @@
+#pragma once
+
+// The hooks colo provides for colo::Trainer (trainer.h). Each does one job; a program picks the
+// ones it wants. The list and its order are the same on every rank (several reduce over ranks).
+#include <colo/booster/trainer_hook.h>
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo::optim {
+class LRScheduler;
+}
+namespace colo::detail {
+class MetricsLog;
+class NonFiniteLossGuard;
+class ThroughputWindow;
+}  // namespace colo::detail
+
+namespace colo {
+
+// "loss": in a training record, the mean micro-batch loss since the last log point over every
+// rank that computes one (summed on the device, reduced only at the log point: no host sync per
+// step); in an evaluation record, the mean cross-entropy of the test images.
+class LossHook : public TrainerHook {
+ public:
+  void before_fit(Trainer& trainer) override;
+  void after_step(Trainer& trainer, const StepResult& step) override;
+  void before_evaluation(Trainer& trainer) override;
+  void evaluation_batch(Trainer& trainer, const at::Tensor& logits, const at::Tensor& labels) override;
+  void collect(Trainer& trainer, Record& record) override;
+
+ private:
+  at::Tensor window_;  // fp64 [sum, count] of training losses, on the device
+  double eval_sum_ = 0, eval_count_ = 0;
+};
+
+// "top1": the fraction of test images classified correctly (evaluation records).
+class AccuracyHook : public TrainerHook {
+ public:
+  void before_evaluation(Trainer& trainer) override;
+  void evaluation_batch(Trainer& trainer, const at::Tensor& logits, const at::Tensor& labels) override;
+  void collect(Trainer& trainer, Record& record) override;
+
+ private:
+  double correct_ = 0, counted_ = 0;
+};
+
+// Steps a learning-rate schedule once per optimizer step and logs "lr", the rate the last step
+// used. Without a scheduler it drives the boosted one (Boosted::lr_scheduler).
+class LRSchedulerHook : public TrainerHook {
+ public:
+  explicit LRSchedulerHook(std::shared_ptr<optim::LRScheduler> scheduler = nullptr);
+  void before_fit(Trainer& trainer) override;
+  void before_step(Trainer& trainer) override;
+  void after_step(Trainer& trainer, const StepResult& step) override;
+  void collect(Trainer& trainer, Record& record) override;
+
+ private:
+  std::shared_ptr<optim::LRScheduler> scheduler_;
+  double lr_ = 0;
+};
+
+struct ThroughputOptions {
+  // Training FLOPs per image (forward + backward, e.g. 3x the forward's) and the peak FLOP/s of one
+  // device: with both, records carry "mfu", the model FLOPs utilisation over the world.
+  TORCH_ARG(double, flops_per_image) = 0.0;
+  TORCH_ARG(double, peak_flops_per_device) = 0.0;
+};
+
+// "images_per_s": training images per second since the last log point, evaluations and saves left
+// out; "data_wait_s": the time the loop waited for the loader; "loader_images_per_cpu_s": the
+// loader's own speed (when its workers measured any); "mfu" where ThroughputOptions allow.
+class ThroughputHook : public TrainerHook {
+ public:
+  explicit ThroughputHook(ThroughputOptions options = {});
+  ~ThroughputHook() override;
+  void before_fit(Trainer& trainer) override;
+  void before_epoch(Trainer& trainer) override;
+  void after_step(Trainer& trainer, const StepResult& step) override;
+  void after_epoch(Trainer& trainer) override;
+  void collect(Trainer& trainer, Record& record) override;
+
+ private:
+  ThroughputOptions options_;
+  std::unique_ptr<detail::ThroughputWindow> window_;
+  int64_t loader_images_ = 0;
+  double loader_cpu_seconds_ = 0, loader_wait_seconds_ = 0;
+};
+
+// One JSON object per record and line in `path` (train_vit's --metrics), flushed line by line;
+// written on rank 0 only. append: keep what the file holds (a resumed run); else truncate. The
+// file is opened on construction (std::runtime_error naming it when it cannot be): build the
+// hook on rank 0 only, or give the other ranks an empty path (no file).
+class MetricsLogHook : public TrainerHook {
+ public:
+  MetricsLogHook(const std::string& path, bool append);
+  ~MetricsLogHook() override;
+  void report(Trainer& trainer, const Record& record) override;
+
+ private:
+  std::unique_ptr<detail::MetricsLog> log_;
+};
+
+// A file rank 0 writes beside a saved state: (name, contents). (A type name: TORCH_ARG's macro
+// argument cannot hold the comma of a pair.)
+using ExtraFiles = std::vector<std::pair<std::string, std::string>>;
+
+struct CheckpointOptions {
+  // Save every N optimizer steps (0: never by step count).
+  TORCH_ARG(int64_t, every_steps) = 0;
+  // Save at the end of every epoch (after its evaluation), and when fit() stops at max_steps.
+  TORCH_ARG(bool, at_epoch_end) = true;
+  // Files rank 0 writes beside the state (name, contents), e.g. what the run was.
+  TORCH_ARG(ExtraFiles, extra_files) = {};
+};
+
+// Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
+// states, data position) into a StateDirectory at `dir` (dir/latest names the newest complete
+// state; Booster::load_state and StateDirectory::resolve read it back).
+class CheckpointHook : public TrainerHook {
+ public:
+  CheckpointHook(std::string dir, CheckpointOptions options = {});
+  void end_step(Trainer& trainer) override;
+  void end_epoch(Trainer& trainer) override;
+  // Saves now. Collective.
+  void save(Trainer& trainer);
+
+ private:
+  std::string dir_;
+  CheckpointOptions options_;
+  int64_t last_saved_step_ = -1;
+};
+
+// The training loss stopped being a number for too long: the run diverged (or its weights hold
+// NaNs) and every further step is wasted. The message names the steps and what to change.
+class NonFiniteLossError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct NonFiniteLossOptions {
+  // Consecutive optimizer steps with a NaN or infinite loss (on any rank) that end the run
+  // (checked every that many steps, and at the last); 0: never.
+  TORCH_ARG(int64_t, max_steps) = 10;
+  // How the error names the limit and what it advises: a program names its own flags.
+  TORCH_ARG(std::string, limit_name) = "max_nonfinite_steps";
+  TORCH_ARG(std::string, advice) =
+      "Lower the learning rate, lengthen the warm-up, clip gradients, or train in another precision";
+};
+
+// Stops the run with NonFiniteLossError when the loss is not finite for max_steps consecutive
+// steps. The fp16 loss scaler's skipped steps have a finite loss and do not count.
+class NonFiniteLossHook : public TrainerHook {
+ public:
+  explicit NonFiniteLossHook(NonFiniteLossOptions options = {});
+  ~NonFiniteLossHook() override;
+  void before_fit(Trainer& trainer) override;
+  void after_step(Trainer& trainer, const StepResult& step) override;
+  void end_step(Trainer& trainer) override;
+
+ private:
+  NonFiniteLossOptions options_;
+  std::unique_ptr<detail::NonFiniteLossGuard> guard_;
+};
+
+}  // namespace colo

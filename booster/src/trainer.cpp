@@ -1,0 +1,279 @@
+#include <colo/booster/booster.h>
+#include <colo/booster/trainer.h>
+#include <colo/data/data_loader.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace colo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+Trainer::Trainer(Booster& booster, Boosted& boosted, TrainerOptions options)
+    : booster_(booster), boosted_(boosted), options_(std::move(options)) {
+  const auto& context = booster_.plugin().context();
+  world_ = context.world;
+  rank_ = world_ ? world_->rank() : 0;
+  device_ = context.device;
+  pipelined_ = booster_.plugin().supports_pipeline();
+  // Tensor- and pipeline-parallel peers share batches: images per step count data-parallel ranks.
+  dp_size_ = boosted_.mesh ? boosted_.mesh->size(dist::MeshAxis::kDp) : 1;
+}
+
+data::DataLoader& Trainer::train_loader() {
+  if (!train_loader_) throw std::logic_error("Trainer::train_loader(): only inside fit()");
+  return *train_loader_;
+}
+
+double Trainer::elapsed_seconds() const { return seconds_since(options_.started()); }
+
+bool Trainer::log_due() const {
+  return global_step_ > 0 && (global_step_ % options_.log_every() == 0 || global_step_ == stop_step_);
+}
+
+void Trainer::print(const std::string& line) const {
+  if (!master()) return;
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+// An epoch ends when fewer batches remain than one optimizer step takes (their images are left
+// out, like the sampler's remainder): a saved state is always at a step boundary.
+bool Trainer::epoch_finished(const data::DataLoader& loader) const {
+  const int64_t batches_per_step = pipelined_ ? 1 : options_.grad_accum();
+  return loader.state().next_batch + batches_per_step > loader.num_batches();
+}
+
+StepResult Trainer::run_step(data::DataLoader& loader) {
+  StepResult result;
+  auto& model = *boosted_.model;
+  auto& optimizer = *boosted_.optimizer;
+  if (pipelined_) {
+    // The plugin splits the batch into microbatches and runs its schedule; the loss exists on the
+    // last stage only.
+    auto batch = loader.next();
+    result.images = batch->size() * dp_size_;
+    const auto out = booster_.execute_pipeline(batch->images, batch->labels, model, boosted_.criterion, optimizer,
+                                               PipelineOptions());
+    if (out.loss.defined()) result.losses.push_back(out.loss.detach().reshape({}));
+  } else {
+    const int64_t accum = options_.grad_accum();
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto batch = loader.next();
+      result.images += batch->size() * dp_size_;
+      auto forward_backward = [&] {
+        auto loss = boosted_.criterion(model.forward(batch->images), batch->labels);
+        booster_.backward(accum > 1 ? loss / static_cast<double>(accum) : loss, optimizer);
+        result.losses.push_back(loss.detach());
+      };
+      if (micro + 1 < accum) {
+        auto no_sync = booster_.no_sync(model, optimizer);
+        forward_backward();
+      } else {
+        forward_backward();  // synchronises the gradients of all micro-batches
+      }
+    }
+  }
+  optimizer.step();
+  optimizer.zero_grad();
+  return result;
+}
+
+void Trainer::print_record(const Record& r) const {
+  if (!options_.progress() || !master()) return;
+  const auto epoch = static_cast<int64_t>(r.number("epoch"));
+  if (r.text_of("event") == "eval") {
+    std::string line = fmt::format("epoch {}/{} ", epoch, epochs_);
+    if (r.has("top1")) line += fmt::format(" test top-1 {:.2f}% ", 100.0 * r.number("top1"));
+    if (r.has("loss")) line += fmt::format(" loss {:.4f} ", r.number("loss"));
+    print(line + fmt::format(" ({:.1f} s)", r.number("seconds")));
+    return;
+  }
+  std::string line = fmt::format("epoch {}/{}  step {}/{}", epoch, epochs_, global_step_, stop_step_);
+  if (r.has("loss")) line += fmt::format("  loss {:.4f}", r.number("loss"));
+  if (r.has("lr")) line += fmt::format("  lr {:.3e}", r.number("lr"));
+  if (r.has("images_per_s")) line += fmt::format("  {:.0f} img/s", r.number("images_per_s"));
+  const double eta =
+      train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_this_run_)) *
+      static_cast<double>(stop_step_ - global_step_);
+  line += "  ETA " + format_duration(eta);
+  if (options_.show_loader_speed() && r.has("data_wait_s")) {
+    line += fmt::format("  data {:.0f} img/s/core, waited {:.1f} s", r.number("loader_images_per_cpu_s"),
+                        r.number("data_wait_s"));
+  }
+  print(line);
+}
+
+void Trainer::log_step() {
+  Record record;
+  record.text("event", "train");
+  record.integer("epoch", epoch_ + 1);
+  record.integer("step", global_step_);
+  record.integer("skipped_steps", boosted_.optimizer->skipped_steps());
+  // Plugins measure the gradient norm only when they clip.
+  if (std::isfinite(boosted_.optimizer->last_grad_norm())) record.real("grad_norm", boosted_.optimizer->last_grad_norm());
+  for (auto& hook : hooks_) hook->collect(*this, record);
+  record.real("elapsed_s", elapsed_seconds());
+  print_record(record);
+  for (auto& hook : hooks_) hook->report(*this, record);
+}
+
+Record Trainer::evaluate(data::DataLoader& loader) {
+  const auto start = Clock::now();
+  auto& model = *boosted_.model;
+  const bool was_training = model.is_training();
+  model.eval();
+  for (auto& hook : hooks_) hook->before_evaluation(*this);
+  {
+    torch::NoGradGuard no_grad;
+    const auto& sampler = loader.sampler();
+    const int64_t replicas = sampler.num_replicas();
+    const int64_t shard = sampler.rank();
+    const int64_t dataset_size = sampler.dataset_size();
+    const int64_t batch_size = loader.options().batch_size();
+    loader.reset();
+    int64_t batch_index = 0;
+    while (auto batch = loader.next()) {
+      const int64_t n = batch->size();
+      // Without shuffling, shard element i is sample shard + i * replicas; positions past the data
+      // set's end are the wrap-around padding. Ranks that see the same shard (tensor-parallel
+      // peers) count it alike, which scales every count by the same factor: ratios stay exact.
+      const int64_t first = shard + batch_index * batch_size * replicas;
+      const int64_t valid = std::clamp<int64_t>((dataset_size - first + replicas - 1) / replicas, 0, n);
+      ++batch_index;
+      if (valid == 0) continue;
+      torch::Tensor outputs;
+      if (pipelined_) {
+        outputs = booster_
+                      .execute_pipeline(batch->images, torch::Tensor(), model, boosted_.criterion, *boosted_.optimizer,
+                                        PipelineOptions().forward_only(true).return_outputs(true).return_loss(false))
+                      .outputs;
+        if (!outputs.defined()) continue;  // not the last stage
+      } else {
+        outputs = model.forward(batch->images);
+      }
+      const auto logits = outputs.narrow(0, 0, valid).to(torch::kFloat);
+      const auto labels = batch->labels.narrow(0, 0, valid);
+      for (auto& hook : hooks_) hook->evaluation_batch(*this, logits, labels);
+    }
+    loader.reset();
+  }
+  model.train(was_training);
+
+  Record record;
+  record.text("event", "eval");
+  record.integer("epoch", epoch_ + 1);
+  record.integer("step", global_step_);
+  record.integer("images", loader.sampler().dataset_size());
+  for (auto& hook : hooks_) hook->collect(*this, record);
+  record.real("seconds", seconds_since(start));
+  record.real("elapsed_s", elapsed_seconds());
+  print_record(record);
+  for (auto& hook : hooks_) hook->report(*this, record);
+  last_evaluated_step_ = global_step_;
+  last_evaluation_ = record;
+  return record;
+}
+
+FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoader* test_loader, int64_t test_interval,
+                       std::vector<std::shared_ptr<TrainerHook>> hooks) {
+  if (epochs < 1) throw std::invalid_argument(fmt::format("Trainer::fit: epochs {}: must be at least 1", epochs));
+  if (test_interval < 1) {
+    throw std::invalid_argument(
+        fmt::format("Trainer::fit: test_interval {}: must be at least 1 (epochs between evaluations)", test_interval));
+  }
+  if (options_.grad_accum() < 1 || options_.log_every() < 1 || options_.max_steps() < 0) {
+    throw std::invalid_argument(fmt::format(
+        "TrainerOptions: grad_accum {} and log_every {} must be at least 1, max_steps {} at least 0 (0: no limit)",
+        options_.grad_accum(), options_.log_every(), options_.max_steps()));
+  }
+  if (pipelined_ && options_.grad_accum() > 1) {
+    throw std::invalid_argument(fmt::format(
+        "TrainerOptions::grad_accum {}: plugin {} runs a pipeline, which splits every batch into microbatches "
+        "itself; set grad_accum 1 and the plugin's microbatch option instead",
+        options_.grad_accum(), booster_.plugin().name()));
+  }
+  for (const auto& hook : hooks) {
+    if (!hook) throw std::invalid_argument("Trainer::fit: a hook is null");
+  }
+  hooks_ = std::move(hooks);
+  train_loader_ = &loader;
+  epochs_ = epochs;
+  steps_per_epoch_ = loader.num_batches() / (pipelined_ ? 1 : options_.grad_accum());
+  if (steps_per_epoch_ == 0) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::fit: the training loader has {} batch{} per rank, fewer than one optimizer step takes ({}): "
+        "lower the batch size or the accumulation steps",
+        loader.num_batches(), loader.num_batches() == 1 ? "" : "es", options_.grad_accum()));
+  }
+  const int64_t total_steps = epochs * steps_per_epoch_;
+  stop_step_ = options_.max_steps() > 0 ? std::min(options_.max_steps(), total_steps) : total_steps;
+  global_step_ = options_.start_step();
+  steps_this_run_ = 0;
+  train_seconds_ = 0;
+  last_evaluated_step_ = -1;
+  last_evaluation_ = Record();
+  // A tiny op queued after the last step: reading it waits for the device's queued work, which
+  // belongs to training, not to the evaluation's time.
+  auto device_sync = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+
+  for (auto& hook : hooks_) hook->before_fit(*this);
+  for (epoch_ = loader.epoch(); epoch_ < epochs && global_step_ < stop_step_; ++epoch_) {
+    if (loader.epoch() != epoch_) loader.set_epoch(epoch_);  // keeps a resumed position
+    boosted_.model->train();
+    for (auto& hook : hooks_) hook->before_epoch(*this);
+    while (global_step_ < stop_step_ && !epoch_finished(loader)) {
+      for (auto& hook : hooks_) hook->before_step(*this);
+      const auto step_start = Clock::now();
+      StepResult step = run_step(loader);
+      ++global_step_;
+      ++steps_this_run_;
+      step.seconds = seconds_since(step_start);
+      train_seconds_ += step.seconds;
+      for (auto& hook : hooks_) hook->after_step(*this, step);
+      if (log_due()) log_step();
+      for (auto& hook : hooks_) hook->end_step(*this);
+    }
+    const bool finished = epoch_finished(loader);
+    (void)device_sync.add_(0).sum().item<double>();
+    for (auto& hook : hooks_) hook->after_epoch(*this);
+    if (test_loader && ((epoch_ + 1) % test_interval == 0 || global_step_ == stop_step_)) evaluate(*test_loader);
+    if (finished) loader.set_epoch(epoch_ + 1);  // a state saved now resumes at the next epoch
+    for (auto& hook : hooks_) hook->end_epoch(*this);
+  }
+  if (test_loader && last_evaluated_step_ != global_step_) {
+    epoch_ = std::max<int64_t>(0, loader.epoch() - 1);
+    evaluate(*test_loader);
+  }
+  for (auto& hook : hooks_) hook->after_fit(*this);
+
+  FitResult result;
+  result.steps = steps_this_run_;
+  result.global_step = global_step_;
+  result.train_seconds = train_seconds_;
+  result.last_evaluation = last_evaluation_;
+  train_loader_ = nullptr;
+  hooks_.clear();
+  return result;
+}
+
+}  // namespace colo

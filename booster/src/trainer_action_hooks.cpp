@@ -1,0 +1,92 @@
+// The hooks that act on the run: MetricsLogHook writes the records, CheckpointHook saves the
+// training state, NonFiniteLossHook stops a diverged run.
+#include <colo/booster/booster.h>
+#include <colo/booster/state_directory.h>
+#include <colo/booster/trainer.h>
+#include <colo/booster/trainer_hooks.h>
+#include <colo/checkpoint/atomic_file.h>
+#include <colo/data/data_loader.h>
+#include <colo/dist/process_group.h>
+#include <colo/files/files.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <variant>
+
+#include "metrics_log.h"
+#include "nonfinite_loss_guard.h"
+
+namespace colo {
+
+MetricsLogHook::MetricsLogHook(const std::string& path, bool append) {
+  if (!path.empty()) log_ = std::make_unique<detail::MetricsLog>(path, append);
+}
+MetricsLogHook::~MetricsLogHook() = default;
+
+void MetricsLogHook::report(Trainer& trainer, const Record& record) {
+  if (!log_ || !trainer.master()) return;
+  nlohmann::json line = nlohmann::json::object();
+  // A NaN real becomes JSON's null (nlohmann writes non-finite numbers so).
+  for (const auto& [key, value] : record.values()) std::visit([&, k = key](const auto& v) { line[k] = v; }, value);
+  log_->write(line);
+}
+
+CheckpointHook::CheckpointHook(std::string dir, CheckpointOptions options)
+    : dir_(std::move(dir)), options_(std::move(options)) {}
+
+void CheckpointHook::end_step(Trainer& trainer) {
+  const int64_t every = options_.every_steps();
+  if (every > 0 && trainer.global_step() % every == 0) save(trainer);
+}
+
+void CheckpointHook::end_epoch(Trainer& trainer) {
+  if (options_.at_epoch_end()) save(trainer);
+}
+
+void CheckpointHook::save(Trainer& trainer) {
+  if (dir_.empty() || trainer.global_step() == last_saved_step_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const StateDirectory directory(dir_);
+  const auto& world = trainer.world();
+  const bool several = world && world->size() > 1;
+  if (trainer.master()) directory.prepare_staging();
+  if (several) world->barrier().wait();  // staging is empty before anyone writes
+  TrainingProgress progress;
+  progress.epoch = trainer.train_loader().epoch();
+  progress.global_step = trainer.global_step();
+  progress.data = trainer.train_loader().state();
+  trainer.booster().save_state(trainer.boosted(), progress, directory.staging());
+  if (trainer.master()) {
+    for (const auto& [name, contents] : options_.extra_files()) {
+      checkpoint::atomic_write_file(files::join(directory.staging(), name), contents);
+    }
+    const auto where = directory.publish(trainer.global_step());
+    trainer.print(fmt::format("saved the training state of step {} to {} ({:.1f} s)", trainer.global_step(), where,
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  }
+  if (several) world->barrier().wait();
+  last_saved_step_ = trainer.global_step();
+}
+
+NonFiniteLossHook::NonFiniteLossHook(NonFiniteLossOptions options) : options_(std::move(options)) {}
+NonFiniteLossHook::~NonFiniteLossHook() = default;
+
+void NonFiniteLossHook::before_fit(Trainer& trainer) {
+  guard_ = std::make_unique<detail::NonFiniteLossGuard>(options_.max_steps(), trainer.device(), options_.limit_name(),
+                                                        options_.advice());
+}
+
+void NonFiniteLossHook::after_step(Trainer& trainer, const StepResult& step) {
+  for (const auto& loss : step.losses) guard_->observe(loss);
+  guard_->end_step(trainer.global_step());
+}
+
+// After the step's record is out, so that the log shows the step the run stopped at.
+void NonFiniteLossHook::end_step(Trainer& trainer) {
+  if (guard_->due(trainer.global_step(), trainer.stop_step())) {
+    guard_->check(trainer.global_step(), trainer.world(), trainer.boosted().optimizer->skipped_steps());
+  }
+}
+
+}  // namespace colo

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace train_vit {
+
+// --config FILE: a run's layout and recipe in a JSON file (examples/configs/ holds the tutorials'
+// layouts), the way the tutorials' config files hold them:
+//
+//   {"plugin": "hybrid_parallel", "precision": "bf16",
+//    "parallel": {"tp": 4, "pp": 4, "microbatches": 4},
+//    "model": {"preset": "custom", "hidden": 4096, "depth": 32, "heads": 64, "mlp_ratio": 4},
+//    "data": {"dataset": "imagefolder", "dir": "imagenet"},
+//    "train": {"epochs": 300, "batch_size": 256},
+//    "optimizer": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.3},
+//    "schedule": {"warmup_epochs": 32}}
+//
+// Every key is an option of the command line under another name (config_file.cpp's table), so the
+// file is turned into those options and parsed with them: the same checks, the same messages.
+// Options given on the command line override the file's (plugin options key by key).
+
+// The arguments to parse: the file's options that `command_line` does not give, then the command
+// line without its --config. Without --config, `command_line` as it is. Throws UsageError naming the
+// file and the key for an unreadable file, malformed JSON, an unknown key (listing the valid ones,
+// with the closest as a suggestion) or a value of the wrong type.
+std::vector<std::string> expand_config(const std::vector<std::string>& command_line);
+
+// The keys a config file may hold, "section.key" (for --help and the tests).
+std::vector<std::string> config_keys();
+
+}  // namespace train_vit

@@ -1,0 +1,333 @@
+// colo::Trainer against the loop a user writes by hand (the same losses, bit for bit, in fp32,
+// under torch_ddp with and without accumulation and under a two-stage pipeline), and each
+// provided hook's effect, on 2, 4 and 8 ranks.
+#include <colo/booster/booster.h>
+#include <colo/booster/state_directory.h>
+#include <colo/booster/trainer.h>
+#include <colo/booster/trainer_hooks.h>
+#include <colo/data/data_loader.h>
+#include <colo/data/synthetic_dataset.h>
+#include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
+#include <colo/files/files.h>
+#include <colo/optim/cosine_annealing_warmup_lr.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dist_test_env.h"
+#include "plugin_equivalence.h"
+
+namespace colo::test {
+namespace {
+
+// 48 training and 20 test images of tiny_vit()'s shape.
+std::shared_ptr<const data::Dataset> trainer_train_set() {
+  return std::make_shared<data::SyntheticDataset>(48, data::ImageShape{3, 16, 16}, 10, 5);
+}
+std::shared_ptr<const data::Dataset> trainer_test_set() {
+  return std::make_shared<data::SyntheticDataset>(20, data::ImageShape{3, 16, 16}, 10, 6);
+}
+
+// This rank's data-parallel shard of `dataset`, `batch` images per loader batch.
+std::shared_ptr<data::DataLoader> trainer_loader(std::shared_ptr<const data::Dataset> dataset, const Boosted& b,
+                                                 int64_t batch, bool shuffle) {
+  const int64_t dp = b.mesh ? b.mesh->size(dist::MeshAxis::kDp) : 1;
+  const int64_t dp_rank = b.mesh ? b.mesh->coordinate(dist::MeshAxis::kDp) : 0;
+  return std::make_shared<data::DataLoader>(std::move(dataset), data::DataLoaderOptions(batch)
+                                                                    .shuffle(shuffle)
+                                                                    .drop_last(shuffle)
+                                                                    .seed(9)
+                                                                    .num_replicas(dp)
+                                                                    .rank(dp_rank)
+                                                                    .device(device()));
+}
+
+// A boosted tiny ViT under `plugin`, with a warm-up + cosine schedule over `total_steps`.
+struct TrainerRun {
+  std::shared_ptr<Plugin> plugin;
+  std::unique_ptr<Booster> booster;
+  Boosted boosted;
+};
+
+TrainerRun boost_tiny(const std::string& plugin, const PluginOptions& options,
+                      const std::shared_ptr<dist::ProcessGroup>& group, int64_t batch, int64_t total_steps,
+                      Criterion criterion = cross_entropy) {
+  TrainerRun run;
+  run.plugin = make_plugin(plugin, options, group);
+  run.booster = std::make_unique<Booster>(run.plugin);
+  auto model = make_vit(7);
+  auto optimizer = conditioned_adamw(*model);
+  run.boosted = run.booster->boost(model, optimizer, std::move(criterion));
+  run.boosted.dataloader = trainer_loader(trainer_train_set(), run.boosted, batch, true);
+  run.boosted.lr_scheduler =
+      std::make_shared<optim::CosineAnnealingWarmupLR>(run.boosted.optimizer->optimizer(), total_steps, 2);
+  return run;
+}
+
+// A user hook: each step's loss, averaged over the ranks that have one (every rank calls it).
+class StepLosses : public TrainerHook {
+ public:
+  void after_step(Trainer& trainer, const StepResult& step) override {
+    double sum = 0;
+    for (const auto& loss : step.losses) sum += loss.item<double>();
+    const double mean = step.losses.empty() ? 0.0 : sum / static_cast<double>(step.losses.size());
+    auto t = torch::tensor({mean, step.losses.empty() ? 0.0 : 1.0}, torch::kFloat64).to(trainer.device());
+    if (trainer.world() && trainer.world()->size() > 1) trainer.world()->all_reduce(t).wait();
+    t = t.cpu();
+    losses.push_back(t[0].item<double>() / t[1].item<double>());
+  }
+  std::vector<double> losses;
+};
+
+// The same loop by hand, as a user writes it with the Booster alone.
+std::vector<double> hand_written_loop(TrainerRun& run, int64_t epochs, int64_t grad_accum,
+                                      const std::shared_ptr<dist::ProcessGroup>& group) {
+  auto& b = run.boosted;
+  auto& loader = *b.dataloader;
+  const bool pipelined = run.plugin->supports_pipeline();
+  std::vector<double> losses;
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    loader.set_epoch(epoch);
+    const int64_t steps = loader.num_batches() / grad_accum;
+    for (int64_t s = 0; s < steps; ++s) {
+      double sum = 0, count = 0;
+      if (pipelined) {
+        auto batch = loader.next();
+        auto result = run.booster->execute_pipeline(batch->images, batch->labels, *b.model, b.criterion, *b.optimizer);
+        if (result.loss.defined()) sum += result.loss.item<double>(), count += 1;
+      } else {
+        for (int64_t micro = 0; micro < grad_accum; ++micro) {
+          auto batch = loader.next();
+          auto loss = b.criterion(b.model->forward(batch->images), batch->labels);
+          if (micro + 1 < grad_accum) {
+            auto guard = run.booster->no_sync(*b.model, *b.optimizer);
+            run.booster->backward(loss / static_cast<double>(grad_accum), *b.optimizer);
+          } else {
+            run.booster->backward(grad_accum > 1 ? loss / static_cast<double>(grad_accum) : loss, *b.optimizer);
+          }
+          sum += loss.item<double>(), count += 1;
+        }
+      }
+      b.optimizer->step();
+      b.optimizer->zero_grad();
+      b.lr_scheduler->step();
+      auto t = torch::tensor({count > 0 ? sum / count : 0.0, count > 0 ? 1.0 : 0.0}, torch::kFloat64).to(device());
+      if (group->size() > 1) group->all_reduce(t).wait();
+      t = t.cpu();
+      losses.push_back(t[0].item<double>() / t[1].item<double>());
+    }
+  }
+  return losses;
+}
+
+void expect_trainer_matches_hand_loop(const std::string& plugin, const PluginOptions& options,
+                                      const std::shared_ptr<dist::ProcessGroup>& group, int64_t batch,
+                                      int64_t grad_accum) {
+  const int64_t epochs = 2;
+  auto by_hand = boost_tiny(plugin, options, group, batch, 100);
+  const auto want = hand_written_loop(by_hand, epochs, grad_accum, group);
+
+  auto run = boost_tiny(plugin, options, group, batch, 100);
+  auto losses = std::make_shared<StepLosses>();
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().grad_accum(grad_accum).progress(false));
+  const auto fit = trainer.fit(*run.boosted.dataloader, epochs, nullptr, 1,
+                               {std::make_shared<LRSchedulerHook>(), losses});
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(fit.steps, static_cast<int64_t>(want.size()));
+  ASSERT_EQ(losses->losses.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(losses->losses[i], want[i]) << "step " << i + 1;
+}
+
+TEST(Trainer, MatchesTheHandWrittenLoopUnderTorchDdp) {
+  expect_trainer_matches_hand_loop("torch_ddp", {}, world(), 4, 1);
+}
+
+TEST(Trainer, MatchesTheHandWrittenLoopWithGradientAccumulation) {
+  expect_trainer_matches_hand_loop("torch_ddp", {}, world(), 2, 2);
+}
+
+TEST(Trainer, MatchesTheHandWrittenLoopUnderATwoStagePipeline) {
+  if (world()->size() % 2 != 0) GTEST_SKIP() << "a pipeline of two stages needs an even world";
+  auto group = consecutive_group(2, "trainer_pipeline");
+  expect_trainer_matches_hand_loop("hybrid_parallel", {{"pp_size", "2"}, {"num_microbatches", "2"}}, group, 4, 1);
+}
+
+TEST(Trainer, GradientAccumulationUnderAPipelineIsRefusedSayingWhatToSet) {
+  if (world()->size() % 2 != 0) GTEST_SKIP() << "a pipeline of two stages needs an even world";
+  auto group = consecutive_group(2, "trainer_pipeline_accum");
+  auto run = boost_tiny("hybrid_parallel", {{"pp_size", "2"}, {"num_microbatches", "2"}}, group, 4, 10);
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().grad_accum(2).progress(false));
+  try {
+    trainer.fit(*run.boosted.dataloader, 1);
+    ADD_FAILURE() << "grad_accum 2 under a pipeline was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("microbatch option"), std::string::npos) << e.what();
+  }
+}
+
+// Records every record a hook is shown, and counts the events.
+class EventLog : public TrainerHook {
+ public:
+  void before_fit(Trainer&) override { ++fits; }
+  void before_epoch(Trainer&) override { ++epochs; }
+  void before_step(Trainer&) override { ++steps; }
+  void end_step(Trainer&) override { ++ended_steps; }
+  void evaluation_batch(Trainer&, const at::Tensor& logits, const at::Tensor&) override { images += logits.size(0); }
+  void report(Trainer&, const Record& record) override { records.push_back(record); }
+  int fits = 0, epochs = 0, steps = 0, ended_steps = 0;
+  int64_t images = 0;
+  std::vector<Record> records;
+};
+
+TEST(Trainer, HooksLogLossLrAccuracyAndThroughput) {
+  auto run = boost_tiny("torch_ddp", {}, world(), 4, 100);
+  auto test_loader = trainer_loader(trainer_test_set(), run.boosted, 8, false);
+  auto events = std::make_shared<EventLog>();
+  auto losses = std::make_shared<StepLosses>();
+  std::vector<double> lrs;
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().log_every(3).progress(false));
+  const int64_t steps_per_epoch = run.boosted.dataloader->num_batches();
+  const auto fit = trainer.fit(
+      *run.boosted.dataloader, 2, test_loader.get(), 1,
+      {std::make_shared<LRSchedulerHook>(), std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(),
+       std::make_shared<ThroughputHook>(ThroughputOptions().flops_per_image(1e6).peak_flops_per_device(1e9)), losses,
+       events});
+  EXPECT_EQ(fit.steps, 2 * steps_per_epoch);
+  EXPECT_EQ(events->fits, 1);
+  EXPECT_EQ(events->epochs, 2);
+  EXPECT_EQ(events->steps, fit.steps);
+  EXPECT_EQ(events->ended_steps, fit.steps);
+  // The scheduler stepped once per step.
+  EXPECT_EQ(run.boosted.lr_scheduler->step_count(), fit.steps);
+
+  // Training records every 3 steps and at the last; each loss is the mean of its window's losses.
+  int64_t window_start = 0, eval_records = 0;
+  for (const auto& record : events->records) {
+    if (record.text_of("event") == "eval") {
+      ++eval_records;
+      // Every test image counted once over the data-parallel shards (each rank saw its shard only).
+      EXPECT_EQ(record.number("images"), 20);
+      EXPECT_GE(record.number("top1"), 0.0);
+      EXPECT_LE(record.number("top1"), 1.0);
+      EXPECT_TRUE(std::isfinite(record.number("loss")));
+      continue;
+    }
+    const auto step = static_cast<int64_t>(record.number("step"));
+    EXPECT_TRUE(step % 3 == 0 || step == fit.steps) << step;
+    double sum = 0;
+    for (int64_t s = window_start; s < step; ++s) sum += losses->losses[s];
+    EXPECT_NEAR(record.number("loss"), sum / static_cast<double>(step - window_start), 1e-9) << "step " << step;
+    window_start = step;
+    EXPECT_GT(record.number("images_per_s"), 0.0);
+    EXPECT_NEAR(record.number("mfu"), record.number("images_per_s") * 1e6 / (1e9 * world()->size()), 1e-9);
+    EXPECT_GT(record.number("lr"), 0.0);
+    EXPECT_TRUE(record.has("elapsed_s") && record.has("skipped_steps"));
+  }
+  EXPECT_EQ(window_start, fit.steps);
+  EXPECT_EQ(eval_records, 2);
+  // Each rank evaluated its shard only: 20 images over the world, padding left out.
+  auto counted = torch::tensor({static_cast<double>(events->images)}, torch::kFloat64).to(device());
+  world()->all_reduce(counted).wait();
+  EXPECT_EQ(counted.cpu().item<double>(), 2 * 20);
+
+  // The accuracy of the last evaluation, by hand over the whole test set (every rank holds the
+  // same model under torch_ddp).
+  torch::NoGradGuard no_grad;
+  run.boosted.model->eval();
+  data::DataLoader whole(trainer_test_set(), data::DataLoaderOptions(20).device(device()));
+  auto batch = whole.next();
+  const auto logits = run.boosted.model->forward(batch->images);
+  const double top1 = logits.argmax(1).eq(batch->labels).sum().item<double>() / 20.0;
+  EXPECT_DOUBLE_EQ(fit.last_evaluation.number("top1"), top1);
+}
+
+TEST(Trainer, MetricsLogWritesEveryRecordAsAJsonLineOnRankZero) {
+  const auto dir = shared_directory("trainer_metrics");
+  const auto path = files::join(dir, "metrics.jsonl");
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    auto test_loader = trainer_loader(trainer_test_set(), run.boosted, 8, false);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().log_every(2).max_steps(5).progress(false));
+    trainer.fit(*run.boosted.dataloader, 3, test_loader.get(), 1,
+                {std::make_shared<LRSchedulerHook>(), std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(),
+                 std::make_shared<MetricsLogHook>(world()->rank() == 0 ? path : "", false)});
+  }
+  if (world()->rank() == 0) {
+    std::ifstream in(path);
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    // Steps 2, 4, 5 (the last) and the evaluation after the last step; an epoch of 48 / (2 x world)
+    // steps may end first (then one evaluation per epoch).
+    std::vector<int64_t> train_steps;
+    int evals = 0;
+    for (const auto& line : lines) {
+      if (line.at("event") == "train") {
+        train_steps.push_back(line.at("step").get<int64_t>());
+        EXPECT_TRUE(line.at("step").is_number_integer());
+        EXPECT_TRUE(line.at("loss").is_number_float());
+        EXPECT_TRUE(line.contains("lr"));
+      } else {
+        ++evals;
+        EXPECT_TRUE(line.at("top1").is_number());
+        EXPECT_EQ(line.at("images").get<int64_t>(), 20);
+      }
+    }
+    EXPECT_EQ(train_steps, (std::vector<int64_t>{2, 4, 5}));
+    EXPECT_GE(evals, 1);
+    EXPECT_EQ(lines.back().at("event"), "eval");
+    EXPECT_EQ(lines.back().at("step").get<int64_t>(), 5);
+  }
+  remove_shared_directory(dir);
+}
+
+TEST(Trainer, CheckpointHookSavesEveryNStepsAStateThatResumes) {
+  const auto dir = shared_directory("trainer_checkpoint");
+  int64_t saved_at = 0;
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(5).progress(false));
+    trainer.fit(*run.boosted.dataloader, 3, nullptr, 1,
+                {std::make_shared<LRSchedulerHook>(),
+                 std::make_shared<CheckpointHook>(
+                     dir, CheckpointOptions().every_steps(2).at_epoch_end(false).extra_files({{"note.txt", "hi\n"}}))});
+    saved_at = 4;  // steps 2 and 4; the end (5) is not a multiple and epoch-end saves are off
+  }
+  const auto state = StateDirectory::resolve(dir);
+  EXPECT_NE(state.find("step-00000004"), std::string::npos) << state;
+  EXPECT_TRUE(files::exists(files::join(state, "note.txt")));
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);  // the saved run's batch: its data position
+  const auto progress = run.booster->load_state(run.boosted, state);
+  EXPECT_EQ(progress.global_step, saved_at);
+  EXPECT_EQ(run.boosted.lr_scheduler->step_count(), saved_at);
+  remove_shared_directory(dir);
+}
+
+TEST(Trainer, NonFiniteLossHookStopsADivergedRun) {
+  // Rank 0's loss is NaN from the start: every rank stops at the first check.
+  Criterion nan_on_rank0 = [](const torch::Tensor& output, const torch::Tensor& target) {
+    auto loss = cross_entropy(output, target);
+    return world()->rank() == 0 ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+  };
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100, nan_on_rank0);
+  auto events = std::make_shared<EventLog>();
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().progress(false));
+  try {
+    trainer.fit(*run.boosted.dataloader, 1, nullptr, 1,
+                {events, std::make_shared<NonFiniteLossHook>(NonFiniteLossOptions().max_steps(3))});
+    ADD_FAILURE() << "the run went on";
+  } catch (const NonFiniteLossError& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped at step 3: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_nonfinite_steps 3 is the limit"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(events->steps, 3);
+}
+
+}  // namespace
+}  // namespace colo::test
