@@ -3,6 +3,7 @@
 #include <colo/booster/closest_match.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -94,17 +95,11 @@ const std::map<std::string, Key>& top_level() {
   return keys;
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 std::string unknown_key(const std::string& where, const std::string& key, const std::vector<std::string>& valid) {
   const auto near = colo::closest_match(key, valid);
   return fmt::format("unknown key '{}'{}{}; the valid keys{} are: {}", key, where.empty() ? "" : " in " + where,
                      near ? fmt::format(" (did you mean '{}'?)", *near) : "",
-                     where.empty() ? "" : " of " + where, join(valid));
+                     where.empty() ? "" : " of " + where, fmt::join(valid, ", "));
 }
 
 std::string type_name(const json& value) { return value.type_name(); }
