@@ -18,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+}  // namespace
+
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
@@ -25,7 +27,6 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-}  // namespace
 
 Trainer::Trainer(Booster& booster, Boosted& boosted, TrainerOptions options)
     : booster_(booster), boosted_(boosted), options_(std::move(options)) {

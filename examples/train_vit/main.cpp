@@ -51,13 +51,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::string format_duration(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
-  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
-  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
-
 // Rank 0 speaks for the job: progress on stdout, flushed per line (colo-run forwards whole lines).
 class Console {
  public:
@@ -464,8 +457,8 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                             .started(job_start));
   const colo::FitResult fit = trainer.fit(train_loader, o.epochs, &test_loader, 1, hooks);
 
-  console.print("trained {} steps in {}, {} in all", fit.steps, format_duration(fit.train_seconds),
-                format_duration(seconds_since(job_start)));
+  console.print("trained {} steps in {}, {} in all", fit.steps, colo::format_duration(fit.train_seconds),
+                colo::format_duration(seconds_since(job_start)));
   // The last line: what the job achieved.
   console.print("final test top-1: {:.2f}%", 100.0 * fit.last_evaluation.number("top1"));
   return 0;

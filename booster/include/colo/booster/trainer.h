@@ -44,6 +44,9 @@ struct TrainerOptions {
   TORCH_ARG(std::chrono::steady_clock::time_point, started) = std::chrono::steady_clock::now();
 };
 
+// A duration as the progress line writes it: "45s", "2m05s", "1h03m".
+std::string format_duration(double seconds);
+
 // What fit() did.
 struct FitResult {
   int64_t steps = 0;           // optimizer steps taken in this call
