@@ -122,15 +122,10 @@ GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimi
   const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, kWho);
   model_names_ = matched.model_names;
   model_params_ = matched.model_params;
-  for (std::size_t s = 0; s < matched.stepped.size(); ++s) {
-    const auto i = matched.stepped[s];
-    if (!model_params_[i].is_floating_point()) {
-      throw std::invalid_argument(fmt::format("gemini: parameter '{}' is not floating point", model_names_[i]));
-    }
-    names_.push_back(model_names_[i]);
-    params_.push_back(model_params_[i]);
-    group_of_param_.push_back(matched.stepped_group[s]);
-  }
+  auto stepped = detail::floating_stepped_parameters(matched, kWho);
+  names_ = std::move(stepped.names);
+  params_ = std::move(stepped.params);
+  group_of_param_ = std::move(stepped.groups);
   for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
   if (!model_->canonical_shard_specs().empty()) {
     throw std::invalid_argument(

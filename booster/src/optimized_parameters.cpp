@@ -60,6 +60,21 @@ std::string max_grad_norm_problem(double max_grad_norm) {
   return fmt::format("max_grad_norm must be finite and >= 0 (0 disables clipping), got {}", max_grad_norm);
 }
 
+SteppedParameters floating_stepped_parameters(const OptimizedParameters& matched, const std::string& who) {
+  SteppedParameters out;
+  for (std::size_t s = 0; s < matched.stepped.size(); ++s) {
+    const auto i = matched.stepped[s];
+    if (!matched.model_params[i].is_floating_point()) {
+      throw std::invalid_argument(
+          fmt::format("{}: parameter '{}' is not floating point", who, matched.model_names[i]));
+    }
+    out.names.push_back(matched.model_names[i]);
+    out.params.push_back(matched.model_params[i]);
+    out.groups.push_back(matched.stepped_group[s]);
+  }
+  return out;
+}
+
 void zero_defined_grads(const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;

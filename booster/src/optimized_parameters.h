@@ -33,6 +33,16 @@ struct OptimizedParameters {
 OptimizedParameters match_optimizer_to_model(const nn::LayerStack& model, const torch::optim::Optimizer& optimizer,
                                              const std::string& who);
 
+// The stepped parameters (OptimizedParameters::stepped) as a sharded optimizer keeps them: names,
+// tensors and parameter groups in canonical order. Throws std::invalid_argument ("<who>: parameter
+// 'x' is not floating point") for one it cannot shard.
+struct SteppedParameters {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  std::vector<std::size_t> groups;
+};
+SteppedParameters floating_stepped_parameters(const OptimizedParameters& matched, const std::string& who);
+
 // The one rule for a gradient-clipping threshold: finite and >= 0 (0 disables clipping). Empty
 // when it holds, else the problem in words.
 std::string max_grad_norm_problem(double max_grad_norm);

@@ -97,16 +97,10 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, "ZeroOptimizer");
   model_names_ = matched.model_names;
   model_params_ = matched.model_params;
-  std::vector<std::size_t> param_groups;
-  for (std::size_t s = 0; s < matched.stepped.size(); ++s) {
-    const auto i = matched.stepped[s];
-    if (!model_params_[i].is_floating_point()) {
-      throw std::invalid_argument(fmt::format("ZeroOptimizer: parameter '{}' is not floating point", model_names_[i]));
-    }
-    names_.push_back(model_names_[i]);
-    params_.push_back(model_params_[i]);
-    param_groups.push_back(matched.stepped_group[s]);
-  }
+  auto stepped = detail::floating_stepped_parameters(matched, "ZeroOptimizer");
+  names_ = std::move(stepped.names);
+  params_ = std::move(stepped.params);
+  const std::vector<std::size_t> param_groups = std::move(stepped.groups);
   for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
   const auto specs = model_->canonical_shard_specs();
   for (const auto& name : names_) tp_sharded_.push_back(specs.count(name) > 0);
