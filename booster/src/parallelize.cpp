@@ -3,6 +3,7 @@
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/dist/process_group.h>
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/optim/optimizer_state.h>
 #include <fmt/format.h>
@@ -11,6 +12,10 @@
 #include <unordered_set>
 
 namespace colo {
+
+void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device) {
+  if (precision == amp::Precision::kFp8) nn::use_fp8_linears(model, device);
+}
 
 void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group) {
   model.to(device);

@@ -9,8 +9,10 @@ namespace colo {
 
 PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& given) {
   PrecisionOptions o;
-  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16"},
-                                                   "working precision of weights, activations and gradients"));
+  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16", "fp8"},
+                                                   "working precision of weights, activations and gradients "
+                                                   "(fp8: bf16 with float8 linear layers; GPUs of compute "
+                                                   "capability 8.9 or newer)"));
   o.max_grad_norm = in.get_double("max_grad_norm", o.max_grad_norm, "clip gradients to this global L2 norm; 0: off");
 
   auto& s = o.loss_scaler;

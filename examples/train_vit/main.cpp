@@ -18,6 +18,7 @@
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/files/files.h>
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/pretrained.h>
 #include <colo/nn/resnet.h>
 #include <colo/nn/vision_transformer.h>
@@ -332,6 +333,8 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     // A layout that does not fit this model or data (too few layers for the stages, say).
     throw UsageError(fmt::format("--plugin {} cannot train this model so: {}", o.plugin, e.what()));
   }
+  // precision=fp8: which linear layers multiply in float8 (the plugin turned them on).
+  const std::string fp8_line = o.precision == "fp8" ? colo::nn::fp8_coverage(*model).summary() : "";
   // A pipeline stage keeps its own layers; the rest of the stack is freed with the last reference.
   model.reset();
   optimizer.reset();
@@ -409,6 +412,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                   config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
                   config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
   }
+  if (!fp8_line.empty()) console.print("{}", fp8_line);
   if (!o.init.empty()) {
     console.print("init: {}{}", o.init, fine_tune.notes.empty() ? " (every tensor as it was)" : "");
     for (const auto& note : fine_tune.notes) console.print("  {}", note);

@@ -19,7 +19,7 @@ namespace {
 constexpr unsigned kHelpWidth = 110;
 
 const std::vector<std::string> kDatasets = {"fashion-mnist", "cifar10", "synthetic", "imagefolder"};
-const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16"};
+const std::vector<std::string> kPrecisions = {"fp32", "bf16", "fp16", "fp8"};
 const std::vector<std::string> kOptimizers = {"adamw", "lamb", "sgd"};
 
 // The default model, tuned so that the main job (2 CPU ranks, one core each) passes 85%
@@ -77,7 +77,7 @@ po::options_description make_description(TrainOptions& o) {
        "option for the plugin (repeatable), e.g. --plugin-opt bucket_cap_mb=4; an unknown key makes the "
        "plugin list its valid keys")
       ("precision", po::value(&o.precision)->default_value(o.precision)->value_name("P"),
-       "fp32 | bf16 | fp16 (passed to the plugin as precision=...)")
+       "fp32 | bf16 | fp16 | fp8 (passed to the plugin as precision=...; fp8: bf16 with float8 linear layers, GPUs of compute capability 8.9 or newer)")
       ("threads", po::value(&o.threads)->default_value(o.threads)->value_name("N"),
        "LibTorch (and OpenBLAS) threads per rank; 0: this machine's cores divided by the ranks on this node")
       ("dry-run", po::bool_switch(&o.dry_run),

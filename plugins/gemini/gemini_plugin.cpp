@@ -36,6 +36,7 @@ Boosted GeminiPlugin::boost(BoostInputs inputs) {
   // 2.
   auto model = inputs.model;
   broadcast_model(*model, context_.device, *world);
+  apply_matmul_precision(*model, options_.gemini.precision(), context_.device);
   // 3.
   auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, model, world, options_.gemini);
   // 4.

@@ -121,6 +121,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
 
   // 2.
   broadcast_model(*stack, context_.device, *dp);
+  apply_matmul_precision(*stack, options_.precision(), context_.device);
 
   // 3.
   restrict_optimizer(*inputs.optimizer, *stack);

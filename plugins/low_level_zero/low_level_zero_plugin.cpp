@@ -69,6 +69,7 @@ Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
   // 2.
   auto model = inputs.model;
   broadcast_model(*model, context_.device, *world);
+  apply_matmul_precision(*model, options_.zero.precision(), context_.device);
 
   // 3.
   auto optimizer = std::make_shared<ZeroOptimizer>(inputs.optimizer, model, world, options_.zero);

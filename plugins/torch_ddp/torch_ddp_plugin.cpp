@@ -69,6 +69,7 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
 
   // 1-2. One device, one starting point for every replica (before any rounding to bf16/fp16).
   broadcast_model(*model, context_.device, *world);
+  apply_matmul_precision(*model, options_.precision(), context_.device);
 
   // 3. Casts the working weights and makes the masters.
   MixedPrecisionOptimizerOptions mp;

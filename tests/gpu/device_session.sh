@@ -8,7 +8,7 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b peer-6b build-imagefolder image-folder.
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 set -uo pipefail
@@ -303,6 +303,56 @@ for stage in "$@"; do
           --steps "${COLO_6B_STEPS:-3}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
         note "$tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log") $(grep -o 'Exit status.*\|Command terminated by signal.*' "$LOGS/$tag.log" | head -2 | tr '\n' ' ')"
         grep -v '^\s' "$LOGS/$tag.log" | grep -iv 'warn' | tail -4 >>"$LOGS/summary.txt"
+      done
+      ;;
+    build-fp8)
+      # Only what the fp8, main-fp8 and image-folder stages run (issues 24 and 23).
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_loader_bench train_vit \
+            colo_gpu_kernel_tests colo_plugin_torch_ddp
+      } >"$LOGS/build.log" 2>&1
+      note "build-fp8 rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      ;;
+    fp8)
+      # Issue 24's precision=fp8 on one GPU: the float8 kernel tests, then colo torch_ddp with precision bf16
+      # and fp8, alternately (COLO_FP8_REPEATS times, default 2), on ViT-L/16 batch 128 and ViT-B/16 batch
+      # 256 (COLO_FP8_MODELS). MFU is against the same bf16 peak (--peak-tflops 1: images/s are the figure).
+      build-gpu/bin/colo_gpu_kernel_tests --gtest_filter='Fp8*' >"$LOGS/fp8_tests.log" 2>&1
+      note "fp8 kernel tests rc=$?: $(grep -cE '^\[       OK' "$LOGS/fp8_tests.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/fp8_tests.log") failed, $(grep -cE '^\[  SKIPPED' "$LOGS/fp8_tests.log") skipped"
+      grep -E "Failure|Expected|Which is|actual|SKIPPED \]" "$LOGS/fp8_tests.log" | head -20 >>"$LOGS/summary.txt"
+      for model in ${COLO_FP8_MODELS:-large base}; do
+        batch=256
+        [ "$model" = large ] && batch=128
+        for ((i = 0; i < ${COLO_FP8_REPEATS:-2}; i++)); do
+          for p in bf16 fp8; do
+            timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+              --model "$model" --batch-size "$batch" --precision "$p" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
+              --peak-tflops 1 --json "$LOGS/fp8_${model}_${p}_$i.json" >"$LOGS/fp8_${model}_${p}_$i.log" 2>&1
+            note "$model $p run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1)"
+          done
+        done
+      done
+      python3 - "$LOGS" <<'PY' | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+import glob, json, sys
+for model in ("large", "base"):
+    mean = {}
+    for p in ("bf16", "fp8"):
+        runs = [json.load(open(f))["images_per_s"] for f in sorted(glob.glob(f"{sys.argv[1]}/fp8_{model}_{p}_*.json"))]
+        if runs:
+            mean[p] = sum(runs) / len(runs)
+    if len(mean) == 2:
+        print(f"fp8 {model}: bf16 {mean['bf16']:.1f} img/s, fp8 {mean['fp8']:.1f} img/s, ratio {mean['fp8'] / mean['bf16']:.3f}")
+PY
+      ;;
+    main-fp8)
+      # Issue 24: the main job (mini ViT, Fashion-MNIST, 6 epochs, torch_ddp) on one GPU with precision bf16
+      # and fp8; the metrics files come back in $OUT for the loss curves.
+      for p in bf16 fp8; do
+        timeout 280 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/train_vit --plugin torch_ddp --precision "$p" \
+          --metrics-file "$OUT/main_$p.jsonl" >"$LOGS/main_$p.log" 2>&1
+        note "main job $p rc=$?: $(grep -h 'fp8:' "$LOGS/main_$p.log" | head -1) $(tail -1 "$LOGS/main_$p.log") ($((SECONDS - start)) s)"
       done
       ;;
     build-imagefolder)

@@ -19,8 +19,13 @@ namespace {
 // ---- Precision and PrecisionPolicy -----------------------------------------------------------
 
 TEST(Precision, ParsesPrintsAndMapsToDtypes) {
-  for (auto p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) EXPECT_EQ(parse_precision(to_string(p)), p);
+  for (auto p : {Precision::kFp32, Precision::kFp16, Precision::kBf16, Precision::kFp8}) {
+    EXPECT_EQ(parse_precision(to_string(p)), p);
+  }
   EXPECT_EQ(to_string(Precision::kBf16), "bf16");
+  EXPECT_EQ(to_string(Precision::kFp8), "fp8");
+  // fp8's tensors between layers are bf16: only its linear layers' products are float8.
+  EXPECT_EQ(to_dtype(Precision::kFp8), torch::kBFloat16);
   EXPECT_EQ(to_dtype(Precision::kFp32), torch::kFloat);
   EXPECT_EQ(to_dtype(Precision::kFp16), torch::kHalf);
   EXPECT_EQ(to_dtype(Precision::kBf16), torch::kBFloat16);
@@ -33,7 +38,7 @@ TEST(Precision, UnknownNameListsTheValidOnes) {
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'float16'"), std::string::npos) << what;
-    EXPECT_NE(what.find("fp32, fp16, bf16"), std::string::npos) << what;
+    EXPECT_NE(what.find("fp32, fp16, bf16, fp8"), std::string::npos) << what;
   }
 }
 
@@ -49,6 +54,12 @@ TEST(PrecisionPolicy, DecidesDtypeMastersAndScaler) {
   EXPECT_TRUE(fp16.uses_master_weights());
   EXPECT_TRUE(fp16.needs_loss_scaler());
   EXPECT_FALSE(PrecisionPolicy(Precision::kBf16).master_weights(false).uses_master_weights());
+  const PrecisionPolicy fp8(Precision::kFp8);
+  EXPECT_EQ(fp8.compute_dtype(), torch::kBFloat16);
+  EXPECT_TRUE(fp8.uses_master_weights());
+  EXPECT_FALSE(fp8.needs_loss_scaler()) << "each float8 product scales its own operands";
+  EXPECT_TRUE(fp8.uses_fp8_matmuls());
+  for (const auto* other : {&fp32, &bf16, &fp16}) EXPECT_FALSE(other->uses_fp8_matmuls());
 
   EXPECT_EQ(bf16.cast_to_compute(torch::ones({2})).scalar_type(), torch::kBFloat16);
   EXPECT_EQ(bf16.cast_to_compute(torch::ones({2}, torch::kLong)).scalar_type(), torch::kLong);

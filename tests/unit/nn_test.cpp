@@ -19,6 +19,7 @@
 #include <colo/nn/deferred_weight_grads.h>
 #include <colo/nn/drop_path.h>
 #include <colo/nn/encoder_block.h>
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/init.h>
 #include <colo/nn/layer_norm.h>
 #include <colo/nn/layer_stack.h>
@@ -669,6 +670,68 @@ TEST(Linear, ModuleForwardIsColoLinear) {
   ASSERT_NE(out.grad_fn(), nullptr);
   // colo's backward node, not at::linear's (whose AddmmBackward0 sums the bias gradient's columns).
   EXPECT_NE(out.grad_fn()->name().find("LinearFunction"), std::string::npos) << out.grad_fn()->name();
+}
+
+// ---- precision=fp8's linear layers (their float8 products are tested on the GPU: tests/gpu) ----
+
+TEST(Fp8Linear, FitsOnlyFeaturesThatAreMultiplesOf16) {
+  EXPECT_TRUE(colo::nn::fp8_linear_fits(768, 2304));
+  EXPECT_TRUE(colo::nn::fp8_linear_fits(32, 96));
+  EXPECT_FALSE(colo::nn::fp8_linear_fits(768, 10));  // a 10-class head
+  EXPECT_FALSE(colo::nn::fp8_linear_fits(24, 32));
+  EXPECT_FALSE(colo::nn::fp8_linear_fits(0, 16));
+}
+
+TEST(Fp8Linear, TheCpuHasNoFloat8ProductsAndSaysSo) {
+  const auto reason = colo::nn::fp8_unavailable_reason(torch::kCPU);
+  ASSERT_FALSE(reason.empty());
+  EXPECT_NE(reason.find("compute capability 8.9"), std::string::npos) << reason;
+  const auto input = torch::randn({4, 32}).to(torch::kBFloat16);
+  const auto weight = torch::randn({16, 32}).to(torch::kBFloat16);
+  try {
+    colo::nn::fp8_linear(input, weight, torch::Tensor());
+    FAIL() << "fp8_linear ran on the CPU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fp8Linear, UseFp8LinearsOnTheCpuRefusesAndChangesNothing) {
+  auto model = colo::nn::make_vision_transformer(small_config());
+  try {
+    colo::nn::use_fp8_linears(*model, torch::kCPU);
+    FAIL() << "use_fp8_linears accepted the CPU";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("precision=fp8"), std::string::npos) << what;
+    EXPECT_NE(what.find("precision=bf16"), std::string::npos) << what;
+  }
+  const auto coverage = colo::nn::fp8_coverage(*model);
+  EXPECT_TRUE(coverage.converted.empty()) << coverage.summary();
+  // Every block linear fits; the head (10 classes) is the one layer that could not multiply in float8.
+  ASSERT_EQ(coverage.kept.size(), 1u) << coverage.summary();
+  EXPECT_NE(coverage.kept[0].find("head"), std::string::npos) << coverage.kept[0];
+  EXPECT_NE(coverage.kept[0].find("-> 10 features"), std::string::npos) << coverage.kept[0];
+}
+
+TEST(Fp8Linear, AnFp8LayerGivenAnotherDtypeMultipliesAsColoLinear) {
+  torch::manual_seed(8);
+  colo::nn::Linear layer(torch::nn::LinearOptions(32, 16));
+  layer->set_fp8(true);
+  EXPECT_TRUE(layer->fp8());
+  EXPECT_EQ(layer->fp8_features(), std::make_pair(int64_t{32}, int64_t{16}));
+  const auto input = torch::randn({3, 32});
+  EXPECT_TRUE(torch::equal(layer->forward(input), at::linear(input, layer->weight, layer->bias)));
+  // bf16 is what it multiplies in float8: on the CPU that is the clear error, not a silent bf16 product.
+  EXPECT_THROW(layer->forward(input.to(torch::kBFloat16)), std::invalid_argument);
+}
+
+TEST(Fp8Linear, CoverageSummaryNamesTheFirstKeptLayersAndCountsTheRest) {
+  colo::nn::Fp8Coverage coverage;
+  coverage.converted = {"a", "b"};
+  EXPECT_EQ(coverage.summary(), "fp8: 2 linear layers multiply in float8");
+  coverage.kept = {"k1", "k2", "k3", "k4", "k5"};
+  EXPECT_EQ(coverage.summary(), "fp8: 2 linear layers multiply in float8; kept in bf16: k1, k2, k3 and 2 more");
 }
 
 // colo::nn::layer_norm against at::layer_norm under autograd. On the CPU the backward is ATen's own

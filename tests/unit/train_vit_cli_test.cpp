@@ -149,10 +149,10 @@ TEST_F(TrainVitCli, UnknownOptionIsAUsageErrorWithASuggestion) {
 
 TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
   const Result r =
-      run({"--batch-size", "0", "--precision", "fp8", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue",
+      run({"--batch-size", "0", "--precision", "fp4", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue",
            "--max-nonfinite-steps=-1"});
   EXPECT_EQ(r.exit_code, 2);
-  for (const char* part : {"--batch-size 0", "--precision fp8: not one of fp32, bf16, fp16",
+  for (const char* part : {"--batch-size 0", "--precision fp4: not one of fp32, bf16, fp16, fp8",
                            "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue",
                            "--max-nonfinite-steps -1: must be >= 0"}) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;

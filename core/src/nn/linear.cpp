@@ -1,6 +1,7 @@
 #include <colo/nn/linear.h>
 
 #include <colo/nn/deferred_weight_grads.h>
+#include <colo/nn/fp8_linear.h>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -101,6 +102,10 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, co
   return bias.defined() ? LinearFunction::apply(input, weight, bias) : BiasFreeLinearFunction::apply(input, weight);
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& input) { return nn::linear(input, weight, bias); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
+  // fp8 multiplies bf16 activations; another dtype (a caller's fp32 check, say) multiplies as it is.
+  if (fp8_ && input.scalar_type() == torch::kBFloat16) return nn::fp8_linear(input, weight, bias);
+  return nn::linear(input, weight, bias);
+}
 
 }  // namespace colo::nn

@@ -2,6 +2,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/vit_config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/init.cpp
   ${CMAKE_CURRENT_LIST_DIR}/deferred_weight_grads.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/drop_path.cpp

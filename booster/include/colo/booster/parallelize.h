@@ -6,6 +6,7 @@
 // hybrid_parallel with its mesh's groups. The optimizer wrappers are the remaining steps:
 // MixedPrecisionOptimizer (precision, over a amp::GradNormPlan) and ZeroOptimizer (ZeRO-1/2 over
 // a data-parallel group).
+#include <colo/amp/precision.h>
 #include <colo/ddp/bucketed_all_reduce.h>
 
 #include <c10/core/Device.h>
@@ -30,6 +31,12 @@ namespace colo {
 // parameters and buffers are broadcast from the group's rank 0. Call it before any cast to a
 // lower precision, so that replicas agree on the fp32 values their masters keep.
 void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group);
+
+// precision=fp8: float8 products in every linear layer of `model` that fits (colo::nn::use_fp8_linears,
+// which also says why a layer stays bf16); nothing for other precisions. Call it after broadcast_model
+// (it checks the device the layers now live on) and after tensor-parallel sharding (a shard's own
+// features decide). Throws std::invalid_argument where the device has no float8 products.
+void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device);
 
 // Data-parallel gradient averaging over `group`: bucketed all-reduces driven by hooks on the
 // model's parameters, which must have their final device and dtype. Null when the group has one

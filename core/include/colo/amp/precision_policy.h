@@ -11,6 +11,9 @@ namespace colo::amp {
 //   fp32      float32         no (weights are fp32)  no
 //   bf16      bfloat16        yes (default)          no: bf16 has fp32's exponent range
 //   fp16      float16         yes (default)          yes: small gradients underflow fp16
+//   fp8       bfloat16, linear yes (default)          no: each product scales its operands
+//             layers' products                          to float8's range (per tensor, per step)
+//             in float8
 //
 // Master weights: the optimizer updates fp32 copies and the working weights are rounded copies
 // of them (see MasterWeights); updating bf16/fp16 weights directly loses every update smaller
@@ -38,6 +41,8 @@ class PrecisionPolicy {
   bool uses_master_weights() const { return precision_ != Precision::kFp32 && keep_master_weights_; }
   // True for fp16 only: the loss must be scaled up before backward (DynamicLossScaler).
   bool needs_loss_scaler() const { return precision_ == Precision::kFp16; }
+  // True for fp8: the model's linear layers multiply in float8 (colo::nn::use_fp8_linears).
+  bool uses_fp8_matmuls() const { return precision_ == Precision::kFp8; }
 
   // Floating tensors (e.g. input images) cast to the compute dtype; others returned unchanged.
   torch::Tensor cast_to_compute(const torch::Tensor& tensor) const {

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <colo/nn/fp8_switchable.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace colo::nn {
+
+// Linear layers whose products run in float8 (precision=fp8).
+//
+// y = input · weightᵀ + bias with both operands cast to float8 e4m3 and multiplied by cuBLASLt
+// (at::_scaled_mm) into bf16; in backward the output gradient is cast to e5m2 (float8 with bf16's
+// exponent width: gradients span more range than precision) and both gradient products run in
+// float8 too. Scaling is dynamic and per tensor: each operand is multiplied by
+// float8_max / max|operand| of that very call, so there is no scale history to keep or checkpoint.
+// The bias gradient is exact (bf16, as colo::nn::linear). The input is saved for backward as its
+// float8 copy (one byte per value, not bf16's two). Zero-bubble pipelines can defer its weight
+// gradient as colo::nn::linear's.
+//
+// Inputs and weights must be bf16 on a GPU that has float8 products (fp8_unavailable_reason), with
+// in and out features multiples of 16 (fp8_linear_fits); any number of token rows. Anything else is
+// a std::invalid_argument saying what.
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// Why float8 products cannot run on `device` with this build of colo; empty when they can. They
+// need a CUDA build of colo against LibTorch 2.1 or newer and an NVIDIA GPU of compute capability
+// 8.9 or newer (Ada, Hopper, Blackwell).
+std::string fp8_unavailable_reason(const c10::Device& device);
+
+// Whether a layer of these features can multiply in float8: cuBLASLt's float8 products need both
+// multiples of 16.
+bool fp8_linear_fits(int64_t in_features, int64_t out_features);
+
+// What use_fp8_linears did: the layers now in float8 and those kept in bf16 (with why), by name.
+struct Fp8Coverage {
+  std::vector<std::string> converted;
+  std::vector<std::string> kept;  // "head (10 output features: not a multiple of 16)"
+  // One line for the console: "fp8: 96 linear layers multiply in float8; kept in bf16: head (...)".
+  std::string summary() const;
+};
+
+// Turns float8 products on in every Fp8Switchable layer of `model` that fits (the others stay
+// bf16 and are listed). Throws std::invalid_argument when `device` has no float8 products
+// (fp8_unavailable_reason, and to use precision=bf16) or when no layer fits.
+Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device);
+
+// Where `model` stands now: its layers that multiply in float8, and those that cannot (and why).
+Fp8Coverage fp8_coverage(const torch::nn::Module& model);
+
+}  // namespace colo::nn

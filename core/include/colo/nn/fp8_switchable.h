@@ -1,0 +1,20 @@
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace colo::nn {
+
+// A layer whose matrix products can run in float8 (colo::nn::Linear, the shardformer's parallel
+// linears), through colo::nn::fp8_linear. Off until colo::nn::use_fp8_linears (precision=fp8)
+// turns it on. Kept free of LibTorch so that light headers can derive from it.
+class Fp8Switchable {
+ public:
+  virtual ~Fp8Switchable() = default;
+  // The layer's (in, out) features as it multiplies them (a tensor-parallel shard's own).
+  virtual std::pair<int64_t, int64_t> fp8_features() const = 0;
+  virtual void set_fp8(bool on) = 0;
+  virtual bool fp8() const = 0;
+};
+
+}  // namespace colo::nn

@@ -1,0 +1,99 @@
+#include "fp8_cast.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+namespace colo::kernels {
+namespace {
+
+// One block converts a tile of 32 rows x 64 columns: 256 threads, each one 16-byte load of eight
+// bf16 values. The row-major copy is written straight from registers (eight bytes per thread);
+// the transposed copy goes through shared memory, so that its writes are eight contiguous bytes
+// of the token dimension as well.
+constexpr int kTileRows = 32;
+constexpr int kTileCols = 64;
+constexpr int kThreads = 256;
+constexpr int kSharedStride = kTileCols + 8;  // bytes per shared row, padded against bank conflicts
+
+template <__nv_fp8_interpretation_t kFormat>
+__device__ uint2 convert8(const uint4& raw, float scale) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  uint2 out;
+  auto* bytes = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 v = __bfloat1622float2(pairs[i]);
+    v.x *= scale;
+    v.y *= scale;
+    bytes[i] = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, kFormat);
+  }
+  return out;
+}
+
+template <__nv_fp8_interpretation_t kFormat>
+__global__ void __launch_bounds__(kThreads)
+    fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols, const float* amax,
+                           float format_max, uint8_t* __restrict__ row_major, uint8_t* __restrict__ transposed,
+                           int64_t transposed_ld) {
+  __shared__ __align__(16) uint8_t tile[kTileRows][kSharedStride];
+  const float scale = format_max / fmaxf(*amax, 1e-12f);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTileCols;
+  const int t = threadIdx.x;
+
+  // Load and convert: thread t takes row t / 8 of the tile, columns 8 * (t % 8) .. + 7.
+  const int r = t / 8;
+  const int c = 8 * (t % 8);
+  const int64_t row = row0 + r;
+  const int64_t col = col0 + c;
+  uint2 converted = make_uint2(0, 0);  // zeros past the last row (the transposed copy's padding)
+  if (row < rows && col < cols) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(in + row * cols + col);
+    converted = convert8<kFormat>(raw, scale);
+    if (row_major != nullptr) *reinterpret_cast<uint2*>(row_major + row * cols + col) = converted;
+  }
+  if (transposed == nullptr) return;
+  *reinterpret_cast<uint2*>(&tile[r][c]) = converted;
+  __syncthreads();
+
+  // Write transposed: thread t takes output row (input column) t / 4, eight input rows from
+  // 8 * (t % 4).
+  const int oc = t / 4;
+  const int orow = 8 * (t % 4);
+  const int64_t out_row = col0 + oc;
+  const int64_t out_col = row0 + orow;
+  if (out_row >= cols || out_col >= transposed_ld) return;
+  uint2 packed;
+  auto* bytes = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) bytes[j] = tile[orow + j][oc];
+  *reinterpret_cast<uint2*>(transposed + out_row * transposed_ld + out_col) = packed;
+}
+
+}  // namespace
+
+float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
+                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream) {
+  if (cols % 8 != 0 || (transposed != nullptr && (transposed_ld % 8 != 0 || transposed_ld < rows))) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t covered_rows = transposed != nullptr ? transposed_ld : rows;
+  if (covered_rows == 0 || cols == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((covered_rows + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>((cols + kTileCols - 1) / kTileCols));
+  const auto* src = static_cast<const __nv_bfloat16*>(in);
+  auto* rm = static_cast<uint8_t*>(row_major);
+  auto* tr = static_cast<uint8_t*>(transposed);
+  if (format == Fp8Format::kE4M3) {
+    fp8_scaled_cast_kernel<__NV_E4M3><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), rm, tr,
+                                                                     transposed_ld);
+  } else {
+    fp8_scaled_cast_kernel<__NV_E5M2><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), rm, tr,
+                                                                     transposed_ld);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace colo::kernels

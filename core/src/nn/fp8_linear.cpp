@@ -1,0 +1,249 @@
+#include <colo/nn/fp8_linear.h>
+
+#include <colo/compat/torch_compat.h>
+#include <colo/nn/deferred_weight_grads.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+// Float8 products need LibTorch's float8 types and at::_scaled_mm (2.1 on) and colo's cast kernel.
+#if defined(COLO_WITH_CUDA_KERNELS) && COLO_TORCH_AT_LEAST(2, 1)
+#define COLO_WITH_FP8 1
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "../kernels/fp8_cast.h"
+#endif
+
+namespace colo::nn {
+namespace {
+
+[[maybe_unused]] int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+#ifdef COLO_WITH_FP8
+
+// One operand in float8: its row-major and/or transposed copies and the scale that undoes the
+// cast (max|x| / float8_max: _scaled_mm multiplies the product by both operands' such scales).
+struct Fp8Operand {
+  torch::Tensor row_major;   // [rows, cols]
+  torch::Tensor transposed;  // [cols, ld], columns rows..ld-1 zero
+  torch::Tensor inverse_scale;
+};
+
+bool starts_16_byte_aligned(const torch::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// x: bf16 [rows, cols] on the GPU.
+Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_major, bool transposed, int64_t ld) {
+  x = x.contiguous();
+  if (!starts_16_byte_aligned(x)) x = x.clone();
+  const int64_t rows = x.size(0), cols = x.size(1);
+  const auto dtype = format == kernels::Fp8Format::kE4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+  // max|x| in one reduction (exact in bf16: it is one of the values), then fp32 for the kernel.
+  const auto amax = at::linalg_vector_norm(x, INFINITY).to(torch::kFloat);
+  Fp8Operand out;
+  out.inverse_scale = amax.clamp_min(1e-12) / kernels::fp8_max(format);
+  const auto options = x.options().dtype(dtype);
+  if (row_major) out.row_major = torch::empty({rows, cols}, options);
+  if (transposed) out.transposed = torch::empty({cols, ld}, options);
+  const auto status = kernels::fp8_scaled_cast(
+      format, x.data_ptr(), rows, cols, amax.data_ptr<float>(), row_major ? out.row_major.data_ptr() : nullptr,
+      transposed ? out.transposed.data_ptr() : nullptr, ld, c10::cuda::getCurrentCUDAStream(x.device().index()));
+  if (status != cudaSuccess) {
+    throw std::runtime_error(fmt::format(
+        "colo::nn::fp8_linear: colo's float8 cast kernel did not launch on {} ({} x {} values): {}{}", x.device().str(),
+        rows, cols, cudaGetErrorString(status),
+        status == cudaErrorNoKernelImageForDevice
+            ? " (colo was compiled for other GPU architectures: rebuild with -DCOLO_CUDA_ARCHITECTURES=<this GPU's, e.g. 89>)"
+            : ""));
+  }
+  return out;
+}
+
+torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const Fp8Operand& sa, const torch::Tensor& sb,
+                        const torch::Tensor& bias, bool fast_accumulation) {
+  return at::_scaled_mm(a, b, sa.inverse_scale, sb, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt,
+                        std::nullopt, torch::kBFloat16, fast_accumulation);
+}
+
+// Saved: the input's transposed e4m3 copy (for the weight gradient), the weight's transposed e4m3
+// copy (for the input gradient), their scales, and the weight and bias themselves (the targets of
+// a deferred weight gradient).
+struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode) {
+    const int64_t in = weight.size(1), out = weight.size(0);
+    const auto x = input.reshape({-1, in});
+    const int64_t rows = x.size(0), padded = round_up(rows, 16);
+    // The transposed copies serve backward only: none under no_grad (evaluation).
+    const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded);
+    const auto wo = cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out);
+    // Forward products take the fast (less often re-normalised) accumulation, as the float8
+    // recipes of cuBLAS and torchao do; gradients the exact one.
+    auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
+    ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight, bias});
+    ctx->saved_data["rows"] = rows;
+    auto sizes = input.sizes().vec();
+    sizes.back() = out;
+    return y.view(sizes);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &input_t = saved[0], &weight_t = saved[1], &input_scale = saved[2], &weight_scale = saved[3];
+    const auto &weight = saved[4], &bias = saved[5];
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    const int64_t in = weight.size(1), out = weight.size(0);
+    const bool need_input = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    const bool need_bias = bias.defined() && ctx->needs_input_grad(2);
+    const auto g = grads[0].reshape({-1, out});
+    const auto go =
+        cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_input, need_weight, need_weight ? input_t.size(1) : rows);
+
+    torch::Tensor grad_input, grad_weight, grad_bias;
+    if (need_input) {
+      auto sizes = grads[0].sizes().vec();
+      sizes.back() = in;
+      grad_input = scaled_mm(go.row_major, weight_t.t(), go, weight_scale, torch::Tensor(), false).view(sizes);
+    }
+    auto weight_grad = [go, input_t, input_scale] {
+      return scaled_mm(go.transposed, input_t.t(), go, input_scale, torch::Tensor(), false);
+    };
+    auto bias_grad = [g] { return at::mv(g.t(), torch::ones({g.size(0)}, g.options())); };
+    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
+      deferred->add([weight_grad, bias_grad, weight, bias, need_weight, need_bias] {
+        if (need_weight) accumulate_grad(weight, weight_grad());
+        if (need_bias) accumulate_grad(bias, bias_grad());
+      });
+      return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+    if (need_weight) grad_weight = weight_grad();
+    if (need_bias) grad_bias = bias_grad();
+    return {grad_input, grad_weight, grad_bias, torch::Tensor()};
+  }
+};
+
+#endif  // COLO_WITH_FP8
+
+}  // namespace
+
+bool fp8_linear_fits(int64_t in_features, int64_t out_features) {
+  return in_features > 0 && out_features > 0 && in_features % 16 == 0 && out_features % 16 == 0;
+}
+
+std::string fp8_unavailable_reason(const c10::Device& device) {
+#ifdef COLO_WITH_FP8
+  if (!device.is_cuda()) {
+    return fmt::format("float8 products need an NVIDIA GPU of compute capability 8.9 or newer; the device is {}",
+                       device.str());
+  }
+  const int index = device.has_index() ? device.index() : static_cast<int>(c10::cuda::current_device());
+  const auto* properties = at::cuda::getDeviceProperties(index);
+  if (properties->major * 10 + properties->minor < 89) {
+    return fmt::format(
+        "float8 products need compute capability 8.9 or newer (Ada, Hopper, Blackwell); {} ({}) has {}.{}",
+        device.str(), properties->name, properties->major, properties->minor);
+  }
+  return "";
+#elif defined(COLO_WITH_CUDA_KERNELS)
+  (void)device;
+  return fmt::format("colo was compiled against LibTorch {}, which has no float8 products (2.1 or newer has them)",
+                     TORCH_VERSION);
+#else
+  return fmt::format(
+      "this build of colo has no CUDA (LibTorch {} for CPUs; the device is {}): float8 products need colo's CUDA "
+      "build and an NVIDIA GPU of compute capability 8.9 or newer",
+      TORCH_VERSION, device.str());
+#endif
+}
+
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (const auto reason = fp8_unavailable_reason(input.device()); !reason.empty()) {
+    throw std::invalid_argument("colo::nn::fp8_linear: " + reason);
+  }
+  if (input.scalar_type() != torch::kBFloat16 || weight.scalar_type() != torch::kBFloat16 ||
+      (bias.defined() && bias.scalar_type() != torch::kBFloat16)) {
+    throw std::invalid_argument(fmt::format("colo::nn::fp8_linear: input, weight and bias must be bf16 (got {}, {}, {})",
+                                            c10::toString(input.scalar_type()), c10::toString(weight.scalar_type()),
+                                            bias.defined() ? c10::toString(bias.scalar_type()) : "no bias"));
+  }
+  if (weight.dim() != 2 || input.dim() < 1 || input.size(-1) != weight.size(1) ||
+      !fp8_linear_fits(weight.size(1), weight.size(0))) {
+    throw std::invalid_argument(fmt::format(
+        "colo::nn::fp8_linear: input {} and weight {} must be [..., in] and [out, in] with in and out multiples of 16",
+        fmt::join(input.sizes(), "x"), fmt::join(weight.sizes(), "x")));
+  }
+#ifdef COLO_WITH_FP8
+  return Fp8LinearFunction::apply(input, weight, bias, torch::GradMode::is_enabled());
+#else
+  return {};  // unreachable: fp8_unavailable_reason is never empty here
+#endif
+}
+
+std::string Fp8Coverage::summary() const {
+  std::string line = fmt::format("fp8: {} linear layer{} multiply in float8", converted.size(),
+                                 converted.size() == 1 ? "" : "s");
+  if (kept.empty()) return line;
+  constexpr size_t kShown = 3;
+  line += "; kept in bf16: ";
+  for (size_t i = 0; i < kept.size() && i < kShown; ++i) line += (i ? ", " : "") + kept[i];
+  if (kept.size() > kShown) line += fmt::format(" and {} more", kept.size() - kShown);
+  return line;
+}
+
+namespace {
+
+// Visits every Fp8Switchable layer of `model` with its name, and whether it fits.
+template <typename Visit>
+void for_each_switchable(const torch::nn::Module& model, Visit visit) {
+  for (const auto& item : model.named_modules()) {
+    auto* layer = dynamic_cast<Fp8Switchable*>(item.value().get());
+    if (layer == nullptr) continue;
+    const auto [in, out] = layer->fp8_features();
+    visit(item.key().empty() ? std::string("(the model)") : item.key(), *layer, in, out);
+  }
+}
+
+std::string why_kept(const std::string& name, int64_t in, int64_t out) {
+  return fmt::format("{} ({} -> {} features: float8 products need multiples of 16)", name, in, out);
+}
+
+}  // namespace
+
+Fp8Coverage fp8_coverage(const torch::nn::Module& model) {
+  Fp8Coverage coverage;
+  for_each_switchable(model, [&](const std::string& name, Fp8Switchable& layer, int64_t in, int64_t out) {
+    if (layer.fp8()) coverage.converted.push_back(name);
+    if (!fp8_linear_fits(in, out)) coverage.kept.push_back(why_kept(name, in, out));
+  });
+  return coverage;
+}
+
+Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device) {
+  if (const auto reason = fp8_unavailable_reason(device); !reason.empty()) {
+    throw std::invalid_argument(fmt::format("precision=fp8: {}. Use precision=bf16 on this machine.", reason));
+  }
+  Fp8Coverage coverage;
+  for_each_switchable(model, [&](const std::string& name, Fp8Switchable& layer, int64_t in, int64_t out) {
+    if (fp8_linear_fits(in, out)) {
+      layer.set_fp8(true);
+      coverage.converted.push_back(name);
+    } else {
+      coverage.kept.push_back(why_kept(name, in, out));
+    }
+  });
+  if (coverage.converted.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "precision=fp8: no linear layer of this model can multiply in float8 ({}). colo's float8 products are for "
+        "colo::nn::Linear and the shardformer's parallel linears with in and out features multiples of 16; use "
+        "precision=bf16 for this model.",
+        coverage.kept.empty() ? std::string("it has no colo::nn::Linear layers") : coverage.summary()));
+  }
+  return coverage;
+}
+
+}  // namespace colo::nn

@@ -1,0 +1,59 @@
+// precision=fp8 under every plugin that has `precision`. Where this rank's device has float8
+// products (an H100/H200 under NCCL) the boosted ViT's linear layers multiply in float8 (all but
+// the 10-class head) and training follows the bf16 run closely; everywhere else (every CPU, the
+// CI) boost refuses before training, saying why and which precision to use.
+#include <colo/booster/booster.h>
+#include <colo/nn/fp8_linear.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "dist_test_env.h"
+#include "plugin_equivalence.h"
+
+namespace colo::test {
+namespace {
+
+const char* const kPrecisionPlugins[] = {"torch_ddp", "low_level_zero", "gemini", "hybrid_parallel"};
+
+Trajectory train_with(const std::string& plugin_name, const std::string& precision, const GlobalBatches& data,
+                      nn::Fp8Coverage* coverage) {
+  auto model = make_vit();
+  auto plugin = make_plugin(plugin_name, {{"precision", precision}});
+  auto b = plugin->boost({model, conditioned_adamw(*model), cross_entropy, nullptr, nullptr});
+  if (coverage != nullptr) *coverage = nn::fp8_coverage(*model);
+  return train_boosted(*plugin, b, data);
+}
+
+TEST(Fp8Precision, EveryPluginRefusesWithoutFloat8ProductsOrTrainsNearBf16) {
+  const auto reason = nn::fp8_unavailable_reason(device());
+  const auto data = make_batches(3, kPerRankBatch * world()->size());
+  for (const std::string name : kPrecisionPlugins) {
+    SCOPED_TRACE(name);
+    if (!reason.empty()) {
+      try {
+        train_with(name, "fp8", data, nullptr);
+        ADD_FAILURE() << "precision=fp8 trained on " << device().str();
+      } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("precision=fp8"), std::string::npos) << what;
+        EXPECT_NE(what.find(reason), std::string::npos) << what;
+        EXPECT_NE(what.find("precision=bf16"), std::string::npos) << what;
+      }
+      continue;
+    }
+    nn::Fp8Coverage coverage;
+    const auto fp8 = train_with(name, "fp8", data, &coverage);
+    const auto bf16 = train_with(name, "bf16", data, nullptr);
+    // tiny_vit: 2 blocks of qkv, proj, fc1, fc2 (widths 32, 96, 128); the head's 10 classes stay bf16.
+    EXPECT_EQ(coverage.converted.size(), 8u) << coverage.summary();
+    ASSERT_EQ(coverage.kept.size(), 1u) << coverage.summary();
+    EXPECT_NE(coverage.kept[0].find("head"), std::string::npos) << coverage.summary();
+    // e4m3 keeps 3 mantissa bits: a few per cent per product, far less on the loss.
+    expect_losses_near(fp8, bf16, 0.02);
+  }
+}
+
+}  // namespace
+}  // namespace colo::test
