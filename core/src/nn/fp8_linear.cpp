@@ -71,59 +71,86 @@ torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const Fp
 
 // Saved: the input's transposed e4m3 copy (for the weight gradient), the weight's transposed e4m3
 // copy (for the input gradient), their scales, and the weight and bias themselves (the targets of
-// a deferred weight gradient).
+// a deferred weight gradient). `bias` may be undefined (the bias-free function below).
+torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                          const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const auto x = input.reshape({-1, in});
+  const int64_t rows = x.size(0), padded = round_up(rows, 16);
+  // The transposed copies serve backward only: none under no_grad (evaluation).
+  const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded);
+  const auto wo = cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out);
+  // Forward products take the fast (less often re-normalised) accumulation, as the float8
+  // recipes of cuBLAS and torchao do; gradients the exact one.
+  auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
+  ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight});
+  if (bias.defined()) ctx->saved_data["bias"] = bias;
+  ctx->saved_data["rows"] = rows;
+  auto sizes = input.sizes().vec();
+  sizes.back() = out;
+  return y.view(sizes);
+}
+
+// Input, weight and bias gradients (the bias's undefined for a bias-free layer).
+torch::autograd::tensor_list fp8_backward(torch::autograd::AutogradContext* ctx, const torch::Tensor& grad,
+                                          bool need_bias) {
+  const auto saved = ctx->get_saved_variables();
+  const auto &input_t = saved[0], &weight_t = saved[1], &input_scale = saved[2], &weight_scale = saved[3];
+  const auto& weight = saved[4];
+  const auto bias = need_bias ? ctx->saved_data["bias"].toTensor() : torch::Tensor();
+  const int64_t rows = ctx->saved_data["rows"].toInt();
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const bool need_input = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+  const auto g = grad.reshape({-1, out});
+  const auto go =
+      cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_input, need_weight, need_weight ? input_t.size(1) : rows);
+
+  torch::Tensor grad_input, grad_weight, grad_bias;
+  if (need_input) {
+    auto sizes = grad.sizes().vec();
+    sizes.back() = in;
+    grad_input = scaled_mm(go.row_major, weight_t.t(), go, weight_scale, torch::Tensor(), false).view(sizes);
+  }
+  auto weight_grad = [go, input_t, input_scale] {
+    return scaled_mm(go.transposed, input_t.t(), go, input_scale, torch::Tensor(), false);
+  };
+  auto bias_grad = [g] { return at::mv(g.t(), torch::ones({g.size(0)}, g.options())); };
+  if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
+    deferred->add([weight_grad, bias_grad, weight, bias, need_weight, need_bias] {
+      if (need_weight) accumulate_grad(weight, weight_grad());
+      if (need_bias) accumulate_grad(bias, bias_grad());
+    });
+    return {grad_input, torch::Tensor(), torch::Tensor()};
+  }
+  if (need_weight) grad_weight = weight_grad();
+  if (need_bias) grad_bias = bias_grad();
+  return {grad_input, grad_weight, grad_bias};
+}
+
 struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode) {
-    const int64_t in = weight.size(1), out = weight.size(0);
-    const auto x = input.reshape({-1, in});
-    const int64_t rows = x.size(0), padded = round_up(rows, 16);
-    // The transposed copies serve backward only: none under no_grad (evaluation).
-    const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded);
-    const auto wo = cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out);
-    // Forward products take the fast (less often re-normalised) accumulation, as the float8
-    // recipes of cuBLAS and torchao do; gradients the exact one.
-    auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
-    ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight, bias});
-    ctx->saved_data["rows"] = rows;
-    auto sizes = input.sizes().vec();
-    sizes.back() = out;
-    return y.view(sizes);
+    return fp8_forward(ctx, input, weight, bias, grad_mode);
   }
-
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const auto &input_t = saved[0], &weight_t = saved[1], &input_scale = saved[2], &weight_scale = saved[3];
-    const auto &weight = saved[4], &bias = saved[5];
-    const int64_t rows = ctx->saved_data["rows"].toInt();
-    const int64_t in = weight.size(1), out = weight.size(0);
-    const bool need_input = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
-    const bool need_bias = bias.defined() && ctx->needs_input_grad(2);
-    const auto g = grads[0].reshape({-1, out});
-    const auto go =
-        cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_input, need_weight, need_weight ? input_t.size(1) : rows);
+    auto out = fp8_backward(ctx, grads[0], ctx->needs_input_grad(2));
+    out.push_back(torch::Tensor());  // grad_mode
+    return out;
+  }
+};
 
-    torch::Tensor grad_input, grad_weight, grad_bias;
-    if (need_input) {
-      auto sizes = grads[0].sizes().vec();
-      sizes.back() = in;
-      grad_input = scaled_mm(go.row_major, weight_t.t(), go, weight_scale, torch::Tensor(), false).view(sizes);
-    }
-    auto weight_grad = [go, input_t, input_scale] {
-      return scaled_mm(go.transposed, input_t.t(), go, input_scale, torch::Tensor(), false);
-    };
-    auto bias_grad = [g] { return at::mv(g.t(), torch::ones({g.size(0)}, g.options())); };
-    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
-      deferred->add([weight_grad, bias_grad, weight, bias, need_weight, need_bias] {
-        if (need_weight) accumulate_grad(weight, weight_grad());
-        if (need_bias) accumulate_grad(bias, bias_grad());
-      });
-      return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    }
-    if (need_weight) grad_weight = weight_grad();
-    if (need_bias) grad_bias = bias_grad();
-    return {grad_input, grad_weight, grad_bias, torch::Tensor()};
+// The same without a bias (custom functions take no undefined inputs, in 2.x as in 1.13).
+struct Fp8BiasFreeLinearFunction : torch::autograd::Function<Fp8BiasFreeLinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, bool grad_mode) {
+    return fp8_forward(ctx, input, weight, torch::Tensor(), grad_mode);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto out = fp8_backward(ctx, grads[0], false);
+    out.back() = torch::Tensor();  // grad_mode's place
+    return out;
   }
 };
 
@@ -178,7 +205,9 @@ torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight
         fmt::join(input.sizes(), "x"), fmt::join(weight.sizes(), "x")));
   }
 #ifdef COLO_WITH_FP8
-  return Fp8LinearFunction::apply(input, weight, bias, torch::GradMode::is_enabled());
+  const bool grad_mode = torch::GradMode::is_enabled();
+  return bias.defined() ? Fp8LinearFunction::apply(input, weight, bias, grad_mode)
+                        : Fp8BiasFreeLinearFunction::apply(input, weight, grad_mode);
 #else
   return {};  // unreachable: fp8_unavailable_reason is never empty here
 #endif
