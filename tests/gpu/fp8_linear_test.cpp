@@ -54,14 +54,20 @@ TEST_F(Fp8Linear, CastKernelMatchesAtenBitForBitInBothLayouts) {
       // Values over many binades, and some exact zeros.
       auto x = (torch::randn({rows, cols}, cuda) * torch::exp(torch::randn({rows, cols}, cuda) * 3)).to(torch::kBFloat16);
       x.index_put_({0, 0}, 0.0);
-      const auto amax = x.abs().max().to(torch::kFloat);
+      // colo's one-pass max|x| equals ATen's, exactly.
+      auto amax = torch::zeros({}, cuda.dtype(torch::kFloat));
+      ASSERT_EQ(colo::kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), nullptr), cudaSuccess);
+      EXPECT_EQ(amax.item<float>(), x.abs().max().to(torch::kFloat).item<float>());
+      auto inverse_scale = torch::zeros({}, cuda.dtype(torch::kFloat));
       const int64_t ld = (rows + 15) / 16 * 16;
       auto row_major = torch::empty({rows, cols}, cuda.dtype(dtype));
       auto transposed = torch::full({cols, ld}, 1.0, cuda.dtype(torch::kFloat)).to(dtype);  // padding must be zeroed
       ASSERT_EQ(colo::kernels::fp8_scaled_cast(format, x.data_ptr(), rows, cols, amax.data_ptr<float>(),
-                                               row_major.data_ptr(), transposed.data_ptr(), ld, nullptr),
+                                               inverse_scale.data_ptr<float>(), row_major.data_ptr(),
+                                               transposed.data_ptr(), ld, nullptr),
                 cudaSuccess);
       const auto scale = colo::kernels::fp8_max(format) / amax.clamp_min(1e-12);
+      EXPECT_FLOAT_EQ(inverse_scale.item<float>(), (amax.clamp_min(1e-12) / colo::kernels::fp8_max(format)).item<float>());
       const auto expected = (x.to(torch::kFloat) * scale).to(dtype);
       // Compared as bytes: float8 has no ATen comparison kernels everywhere.
       EXPECT_TRUE(torch::equal(row_major.view(torch::kUInt8), expected.view(torch::kUInt8)));

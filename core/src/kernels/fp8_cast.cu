@@ -33,10 +33,14 @@ __device__ uint2 convert8(const uint4& raw, float scale) {
 template <__nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
     fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols, const float* amax,
-                           float format_max, uint8_t* __restrict__ row_major, uint8_t* __restrict__ transposed,
-                           int64_t transposed_ld) {
+                           float format_max, float* inverse_scale, uint8_t* __restrict__ row_major,
+                           uint8_t* __restrict__ transposed, int64_t transposed_ld) {
   __shared__ __align__(16) uint8_t tile[kTileRows][kSharedStride];
-  const float scale = format_max / fmaxf(*amax, 1e-12f);
+  const float top = fmaxf(*amax, 1e-12f);
+  const float scale = format_max / top;
+  if (inverse_scale != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    *inverse_scale = top / format_max;
+  }
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTileCols;
   const int t = threadIdx.x;
@@ -70,12 +74,51 @@ __global__ void __launch_bounds__(kThreads)
   *reinterpret_cast<uint2*>(transposed + out_row * transposed_ld + out_col) = packed;
 }
 
+constexpr int kMaxThreads = 256;
+
+__global__ void __launch_bounds__(kMaxThreads) bf16_abs_max_kernel(const __nv_bfloat16* __restrict__ in, int64_t n,
+                                                                   float* amax) {
+  float m = 0.0f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t vectors = n / 8;
+  for (int64_t i = first; i < vectors; i += stride) {
+    const uint4 raw = reinterpret_cast<const uint4*>(in)[i];
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 v = __bfloat1622float2(pairs[j]);
+      m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
+    }
+  }
+  for (int64_t i = vectors * 8 + first; i < n; i += stride) m = fmaxf(m, fabsf(__bfloat162float(in[i])));
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  __shared__ float warp_max[kMaxThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) m = fmaxf(m, warp_max[w]);
+    // Non-negative floats order as their bit patterns do.
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
 }  // namespace
+
+cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  // Enough blocks to fill every multiprocessor of an H200 a few times; each thread loops over the rest.
+  const int64_t wanted = (n / 8 + kMaxThreads - 1) / kMaxThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 1056 ? 1056 : wanted));
+  bf16_abs_max_kernel<<<blocks, kMaxThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), n, amax);
+  return cudaGetLastError();
+}
 
 float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
 
 cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
-                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream) {
+                            float* inverse_scale, void* row_major, void* transposed, int64_t transposed_ld,
+                            cudaStream_t stream) {
   if (cols % 8 != 0 || (transposed != nullptr && (transposed_ld % 8 != 0 || transposed_ld < rows))) {
     return cudaErrorInvalidValue;
   }
@@ -87,10 +130,10 @@ cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int6
   auto* rm = static_cast<uint8_t*>(row_major);
   auto* tr = static_cast<uint8_t*>(transposed);
   if (format == Fp8Format::kE4M3) {
-    fp8_scaled_cast_kernel<__NV_E4M3><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), rm, tr,
+    fp8_scaled_cast_kernel<__NV_E4M3><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), inverse_scale, rm, tr,
                                                                      transposed_ld);
   } else {
-    fp8_scaled_cast_kernel<__NV_E5M2><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), rm, tr,
+    fp8_scaled_cast_kernel<__NV_E5M2><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), inverse_scale, rm, tr,
                                                                      transposed_ld);
   }
   return cudaGetLastError();

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
@@ -42,16 +41,22 @@ Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_majo
   if (!starts_16_byte_aligned(x)) x = x.clone();
   const int64_t rows = x.size(0), cols = x.size(1);
   const auto dtype = format == kernels::Fp8Format::kE4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
-  // max|x| in one reduction (exact in bf16: it is one of the values), then fp32 for the kernel.
-  const auto amax = at::linalg_vector_norm(x, INFINITY).to(torch::kFloat);
+  const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  // max|x| (colo's one-pass kernel, into a zeroed fp32 scalar), then the cast, which also writes
+  // the inverse scale: three launches per operand, no host sync.
+  const auto amax = torch::zeros({}, x.options().dtype(torch::kFloat));
   Fp8Operand out;
-  out.inverse_scale = amax.clamp_min(1e-12) / kernels::fp8_max(format);
+  out.inverse_scale = x.numel() == 0 ? torch::ones({}, amax.options()) : torch::empty({}, amax.options());
   const auto options = x.options().dtype(dtype);
   if (row_major) out.row_major = torch::empty({rows, cols}, options);
   if (transposed) out.transposed = torch::empty({cols, ld}, options);
-  const auto status = kernels::fp8_scaled_cast(
-      format, x.data_ptr(), rows, cols, amax.data_ptr<float>(), row_major ? out.row_major.data_ptr() : nullptr,
-      transposed ? out.transposed.data_ptr() : nullptr, ld, c10::cuda::getCurrentCUDAStream(x.device().index()));
+  auto status = kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream);
+  if (status == cudaSuccess) {
+    status = kernels::fp8_scaled_cast(format, x.data_ptr(), rows, cols, amax.data_ptr<float>(),
+                                      out.inverse_scale.data_ptr<float>(),
+                                      row_major ? out.row_major.data_ptr() : nullptr,
+                                      transposed ? out.transposed.data_ptr() : nullptr, ld, stream);
+  }
   if (status != cudaSuccess) {
     throw std::runtime_error(fmt::format(
         "colo::nn::fp8_linear: colo's float8 cast kernel did not launch on {} ({} x {} values): {}{}", x.device().str(),
