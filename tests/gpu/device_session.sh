@@ -351,7 +351,7 @@ PY
       # and fp8; the metrics files come back in $OUT for the loss curves.
       for p in bf16 fp8; do
         timeout 280 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/train_vit --plugin torch_ddp --precision "$p" \
-          --metrics-file "$OUT/main_$p.jsonl" >"$LOGS/main_$p.log" 2>&1
+          --metrics "$OUT/main_$p.jsonl" >"$LOGS/main_$p.log" 2>&1
         note "main job $p rc=$?: $(grep -h 'fp8:' "$LOGS/main_$p.log" | head -1) $(tail -1 "$LOGS/main_$p.log") ($((SECONDS - start)) s)"
       done
       ;;
