@@ -23,6 +23,11 @@ Precision recipes (--precision bf16/fp16):
                                 no autocast, no fp32 master copy.
 fp32 runs allow TF32 for matrix products (torch.set_float32_matmul_precision("high")), as colo does.
 
+--float8 tensorwise: torchao's float8 training (convert_to_float8_training, the "tensorwise" recipe:
+dynamic per-tensor scales, e4m3 forward, e5m2 gradients) on every nn.Linear whose in and out
+features are multiples of 16, the peer of colo's precision=fp8; torchao comes from PyPI (a wheel
+carried to the GPU machine: tests/gpu/device_session.sh, stage fp8-peers).
+
   python3 benchmarks/peers/timm_train_bench.py --mode eager --model base --batch-size 128 --json eager.json
   python3 -m torch.distributed.run --standalone --nproc-per-node 8 benchmarks/peers/timm_train_bench.py \\
       --mode fsdp2 --model base --batch-size 128 --json fsdp2.json
@@ -93,6 +98,8 @@ def parse_args(argv=None):
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=64, help="images per step per GPU")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
+    p.add_argument("--float8", choices=["off", "tensorwise"], default="off",
+                   help="torchao float8 training on the linears that fit (see above)")
     p.add_argument("--param-dtype", choices=["fp32", "bf16"], default="fp32",
                    help="fp32: autocast (or FSDP2 mixed precision); bf16: pure-bf16 parameters and optimizer state")
     p.add_argument("--optimizer-impl", choices=["auto", "fused", "foreach"], default="auto",
@@ -264,6 +271,14 @@ def main(argv=None):
     model = model.to(device)
 
     recipe = "fp32" if args.precision == "fp32" else ("pure-bf16" if pure else "autocast")
+    if args.float8 != "off":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        def fits(module, fqn):
+            return isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(args.float8), module_filter_fn=fits)
+        recipe += f"+float8-{args.float8}"
     if args.mode == "compile":
         model = torch.compile(model, mode=args.compile_mode)
     elif args.mode == "ddp":
@@ -402,7 +417,7 @@ def main(argv=None):
     mfu = tflops_per_gpu / peak_tflops
     kw = model_kwargs(args)
     custom = any(getattr(args, k) is not None for k in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio"))
-    plugin = f"timm-{args.mode}" + ("-compile" if args.compile else "")
+    plugin = f"timm-{args.mode}" + ("-compile" if args.compile else "") + ("-float8" if args.float8 != "off" else "")
 
     if uses_pg:
         dist.barrier()

@@ -8,9 +8,11 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8.
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
+# The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
+#   python3 -m pip download torchao --no-deps -d .gpu-deps
 set -uo pipefail
 OUT=${OUT:-/tmp/colo-out}
 LOGS=/tmp/colo-logs/$(date +%H%M%S)
@@ -345,6 +347,33 @@ for model in ("large", "base"):
     if len(mean) == 2:
         print(f"fp8 {model}: bf16 {mean['bf16']:.1f} img/s, fp8 {mean['fp8']:.1f} img/s, ratio {mean['fp8'] / mean['bf16']:.3f}")
 PY
+      ;;
+    fp8-peers)
+      # Issue 24: colo's precision=fp8 beside torchao's float8 training of timm (the "tensorwise" recipe,
+      # torch.compile, autocast bf16), each with its bf16 run, in one call: ViT-L/16 batch 128 and/or
+      # ViT-B/16 batch 256 (COLO_FP8_PEER_MODELS, default large). torchao's wheel is carried in .gpu-deps.
+      if [ ! -d /tmp/torchao ]; then
+        python3 -m pip install --quiet --no-deps --target /tmp/torchao .gpu-deps/torchao-*.whl >"$LOGS/torchao.log" 2>&1
+        note "torchao installed rc=$?: $(ls -d /tmp/torchao/torchao-*.dist-info 2>/dev/null | xargs -n1 basename)"
+      fi
+      for model in ${COLO_FP8_PEER_MODELS:-large}; do
+        batch=256
+        [ "$model" = large ] && batch=128
+        for p in bf16 fp8; do
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+            --model "$model" --batch-size "$batch" --precision "$p" --warmup-steps 10 --steps 30 --peak-tflops 1 \
+            --json "$LOGS/fp8p_${model}_colo_$p.json" >"$LOGS/fp8p_${model}_colo_$p.log" 2>&1
+          note "colo $model $p rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8p_${model}_colo_$p.json" 2>/dev/null | head -1)"
+        done
+        for f8 in off tensorwise; do
+          PYTHONPATH=/tmp/torchao TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1 timeout 240 python3 benchmarks/peers/timm_train_bench.py \
+            --mode compile --model "$model" --batch-size "$batch" --precision bf16 --warmup-steps 10 --steps 30 \
+            --peak-tflops 1 --float8 "$f8" --commit "${COLO_COMMIT:-}" --json "$LOGS/fp8p_${model}_timm_$f8.json" \
+            >"$LOGS/fp8p_${model}_timm_$f8.log" 2>&1
+          note "timm compile float8=$f8 $model rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8p_${model}_timm_$f8.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/fp8p_${model}_timm_$f8.json" 2>/dev/null | head -1)"
+          grep -E "Error|error" "$LOGS/fp8p_${model}_timm_$f8.log" | tail -3 >>"$LOGS/summary.txt"
+        done
+      done
       ;;
     main-fp8)
       # Issue 24: the main job (mini ViT, Fashion-MNIST, 6 epochs, torch_ddp) on one GPU with precision bf16
