@@ -136,7 +136,7 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("batch-size", po::value(&o.batch_size)->default_value(64),
        "images per step per data-parallel replica (= per GPU unless tp_size/pp_size > 1)")
       ("precision", po::value(&o.precision)->default_value("bf16"),
-       "fp32 | bf16 | fp16: passed to the plugin as precision=..., and the dtype of the peak matmul")
+       "fp32 | bf16 | fp16 | fp8: passed to the plugin as precision=..., and the dtype of the peak matmul (bf16 for fp8)")
       ("warmup-steps", po::value(&o.warmup_steps)->default_value(10), "untimed steps first")
       ("steps", po::value(&o.steps)->default_value(50), "timed steps")
       ("lr", po::value(&o.lr)->default_value(1e-4, "1e-4"), "AdamW learning rate")

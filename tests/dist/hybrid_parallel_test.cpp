@@ -326,12 +326,12 @@ TEST(HybridParallel, RejectsBadOptionsAllAtOnce) {
                                      {"zero_stage", "3"},
                                      {"num_model_chunks", "2"},
                                      {"pp_style", "1f1b"},
-                                     {"precision", "fp8"},
+                                     {"precision", "fp4"},
                                      {"layers_per_stage", "3,x"},
                                      {"bogus", "1"}},
                                     PluginContext{world(), device()});
   });
-  expect_contains(message, {"num_microbatches or microbatch_size", "ZeRO-3 is the gemini", "interleaved", "fp8",
+  expect_contains(message, {"num_microbatches or microbatch_size", "ZeRO-3 is the gemini", "interleaved", "fp4",
                             "'x' is not a positive", "unknown option 'bogus'", "valid options"});
   EXPECT_EQ(message.find("tp_size"), message.find("valid options: tp_size") + std::string("valid options: ").size())
       << "tp_size=2 is a valid option: " << message;

@@ -636,12 +636,12 @@ TEST(LowLevelZero, RejectsStageThreeAndBadOptionsAllAtOnce) {
     EXPECT_NE(std::string(e.what()).find("gemini"), std::string::npos) << e.what();
   }
   try {
-    low_level_zero_plugin({{"stage", "0"}, {"precision", "fp8"}, {"reduce_bucket_size_mb", "0"}, {"bucket_cap_mb", "1"}});
+    low_level_zero_plugin({{"stage", "0"}, {"precision", "fp4"}, {"reduce_bucket_size_mb", "0"}, {"bucket_cap_mb", "1"}});
     ADD_FAILURE() << "expected an error";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
     for (const char* needle :
-         {"stage must be 1 or 2", "fp8", "reduce_bucket_size_mb", "unknown option 'bucket_cap_mb'", "valid options"}) {
+         {"stage must be 1 or 2", "fp4", "reduce_bucket_size_mb", "unknown option 'bucket_cap_mb'", "valid options"}) {
       EXPECT_NE(message.find(needle), std::string::npos) << needle << " not in: " << message;
     }
   }

@@ -653,11 +653,11 @@ TEST(TorchDdp, ReshardsTheDataLoaderOverTheWorld) {
 
 TEST(TorchDdp, RejectsBadOptionsAllAtOnce) {
   try {
-    ddp_plugin({{"bucket_cap_mb", "-1"}, {"precision", "fp8"}, {"max_grad_norm", "-2"}, {"bogus", "1"}});
+    ddp_plugin({{"bucket_cap_mb", "-1"}, {"precision", "fp4"}, {"max_grad_norm", "-2"}, {"bogus", "1"}});
     ADD_FAILURE() << "expected an error";
   } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
-    for (const char* needle : {"bucket_cap_mb", "fp8", "max_grad_norm", "bogus"}) {
+    for (const char* needle : {"bucket_cap_mb", "fp4", "max_grad_norm", "bogus"}) {
       EXPECT_NE(message.find(needle), std::string::npos) << needle << " not in: " << message;
     }
   }

@@ -7,7 +7,7 @@
 namespace colo {
 
 // The options every mixed-precision plugin takes alike, declared, parsed and checked in one
-// place: `precision` fp32|fp16|bf16, `max_grad_norm` (0: no clipping) and the fp16 loss
+// place: `precision` fp32|fp16|bf16|fp8, `max_grad_norm` (0: no clipping) and the fp16 loss
 // scaler's (initial_scale, min_scale, max_scale, growth_factor, backoff_factor,
 // growth_interval, hysteresis). A loss-scaler key given with another precision is an error,
 // not silently ignored.
