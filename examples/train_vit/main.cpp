@@ -173,8 +173,14 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, c
 constexpr const char* kRunRecordFile = "train_vit.json";
 
 nlohmann::json run_record(const TrainOptions& o, int world_size) {
+  // The files a data set is read from (resolved: "./photos" and "photos" are one folder); none for
+  // synthetic data. --init only matters before the first step (a resume loads the saved weights).
+  const std::string data_dir =
+      o.dataset == "synthetic" || o.data_dir.empty() ? "" : colo::files::canonical_or_absolute(o.data_dir);
   return {{"world_size", world_size},
           {"dataset", o.dataset},
+          {"data_dir", data_dir},
+          {"init", o.init.empty() ? "" : colo::files::canonical_or_absolute(o.init)},
           {"synthetic_samples", o.synthetic_samples},
           {"batch_size", o.batch_size},
           {"grad_accum", o.grad_accum},
@@ -206,8 +212,8 @@ std::vector<std::string> check_resume(const TrainOptions& o, int world_size, con
   std::vector<std::string> errors, changes;
   for (const auto& [key, value] : now.items()) {
     if (!saved.contains(key) || saved[key] == value) continue;
-    const bool moves_data =
-        key == "dataset" || key == "synthetic_samples" || key == "batch_size" || key == "grad_accum";
+    const bool moves_data = key == "dataset" || key == "data_dir" || key == "synthetic_samples" ||
+                            key == "batch_size" || key == "grad_accum";
     (moves_data ? errors : changes).push_back(fmt::format("{} {} (saved: {})", key, value.dump(), saved[key].dump()));
   }
   if (!errors.empty()) {

@@ -533,6 +533,31 @@ TEST_F(TrainVitCli, InitOfAnotherArchitectureIsAShortError) {
   }
 }
 
+// A saved data position belongs to the folder it was read from: resuming on another one is refused,
+// naming both; the same folder under another spelling of its path resumes.
+TEST_F(TrainVitCli, ResumeOnAnotherImageFolderIsRejected) {
+  const std::string first = files::join(dir_, "photos"), second = files::join(dir_, "other");
+  write_image_folder(first, {"ant", "bee"}, {"ant", "bee"});
+  write_image_folder(second, {"ant", "bee"}, {"ant", "bee"});
+  const std::vector<std::string> common = {"--dataset", "imagefolder", "--model", "custom", "--image-size", "16",
+                                           "--patch-size", "8", "--embed-dim", "16", "--depth", "1", "--heads", "2",
+                                           "--batch-size", "4", "--eval-batch-size", "4", "--threads", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::string state = files::join(dir_, "state");
+  ASSERT_EQ(run(with({"--data-dir", first, "--max-steps", "1", "--save", state})).exit_code, 0);
+  const Result other = run(with({"--data-dir", second, "--max-steps", "2", "--resume", state}));
+  EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+  const std::string expected = "data_dir \"" + files::canonical_or_absolute(second) + "\" (saved: \"" +
+                               files::canonical_or_absolute(first) + "\")";
+  EXPECT_NE(other.err.find(expected), std::string::npos) << other.err;
+  const Result same = run(with({"--data-dir", first + "/.", "--max-steps", "2", "--resume", state}));
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+}
+
 TEST_F(TrainVitCli, ImageFolderNeedsItsDirectoryAndTheSameClassesInTrainAndVal) {
   Result result = run({"--dataset", "imagefolder"});
   EXPECT_EQ(result.exit_code, 2);
