@@ -12,6 +12,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -19,6 +21,9 @@
 #include <vector>
 
 #include "temporary_directory.h"
+
+// After <cstdio>: jpeglib.h uses FILE without including it.
+#include <jpeglib.h>
 
 namespace colo::data {
 namespace {
@@ -96,6 +101,62 @@ TEST(ImageCodecTest, JpegRoundTripIsClose) {
   ASSERT_EQ(image.width, 80);
   EXPECT_EQ(image.scale, 1.0);
   EXPECT_LT(mean_abs_difference(image.pixels, rgb), 3.0);
+}
+
+// A CMYK JPEG as Photoshop writes them (libjpeg adds the Adobe marker; samples inverted: 255 is no
+// ink), in memory. `inverted` is height x width x 4.
+std::vector<uint8_t> cmyk_jpeg(const std::vector<uint8_t>& inverted, int height, int width) {
+  jpeg_compress_struct c{};
+  jpeg_error_mgr errors{};
+  c.err = jpeg_std_error(&errors);
+  jpeg_create_compress(&c);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buffer, &size);
+  c.image_width = static_cast<JDIMENSION>(width);
+  c.image_height = static_cast<JDIMENSION>(height);
+  c.input_components = 4;
+  c.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, 95, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  for (int y = 0; y < height; ++y) {
+    auto* row = const_cast<JSAMPROW>(inverted.data() + static_cast<size_t>(y) * width * 4);
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  std::vector<uint8_t> bytes(buffer, buffer + size);
+  jpeg_destroy_compress(&c);
+  std::free(buffer);
+  return bytes;
+}
+
+// CMYK (and YCCK) JPEGs come out as RGB the way PIL's convert("RGB") makes them:
+// R = (255 - C)(255 - K) / 255 with the ink amounts, i.e. the inverted samples multiplied.
+TEST(ImageCodecTest, CmykJpegDecodesAsPilConvertsIt) {
+  const int height = 32, width = 40;
+  const auto rgb = picture(height, width);
+  std::vector<uint8_t> inverted, expected;
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const uint8_t* p = rgb.data() + (static_cast<size_t>(y) * width + x) * 3;
+      const int k = 255 - 4 * x;  // inverted K: from no black ink on the left to some on the right
+      for (int ch = 0; ch < 3; ++ch) {
+        inverted.push_back(p[ch]);
+        expected.push_back(static_cast<uint8_t>(p[ch] * k / 255));
+      }
+      inverted.push_back(static_cast<uint8_t>(k));
+    }
+  }
+  const auto bytes = cmyk_jpeg(inverted, height, width);
+  const DecodedImage image = decode_image(bytes.data(), bytes.size(), "cmyk.jpg");
+  ASSERT_EQ(image.height, height);
+  ASSERT_EQ(image.width, width);
+  EXPECT_LT(mean_abs_difference(image.pixels, expected), 3.0);
+  // Not read as if the samples were ink amounts: that would come out as the negative.
+  std::vector<uint8_t> negative;
+  for (const auto v : expected) negative.push_back(static_cast<uint8_t>(255 - v));
+  EXPECT_GT(mean_abs_difference(image.pixels, negative), 40.0);
 }
 
 TEST(ImageCodecTest, JpegRegionEqualsTheCropOfTheWholeImage) {
