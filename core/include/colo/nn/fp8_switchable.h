@@ -17,4 +17,14 @@ class Fp8Switchable {
   virtual bool fp8() const = 0;
 };
 
+// Fp8Switchable with the switch kept here: a layer adds only fp8_features() and reads fp8_.
+class Fp8SwitchableLayer : public Fp8Switchable {
+ public:
+  void set_fp8(bool on) override { fp8_ = on; }
+  bool fp8() const override { return fp8_; }
+
+ protected:
+  bool fp8_ = false;
+};
+
 }  // namespace colo::nn

@@ -20,18 +20,13 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, co
 // one addmm with the bias in the GEMM's epilogue. Measured: benchmarks/RESULTS.md, "Superseded
 // runs", 2026-11-22 "`nn::Linear` through `at::linear`".
 // Under precision=fp8 (set_fp8) its bf16 products run through colo::nn::fp8_linear instead.
-class LinearImpl : public torch::nn::LinearImpl, public Fp8Switchable {
+class LinearImpl : public torch::nn::LinearImpl, public Fp8SwitchableLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
 
   torch::Tensor forward(const torch::Tensor& input);
 
   std::pair<int64_t, int64_t> fp8_features() const override { return {options.in_features(), options.out_features()}; }
-  void set_fp8(bool on) override { fp8_ = on; }
-  bool fp8() const override { return fp8_; }
-
- private:
-  bool fp8_ = false;
 };
 
 TORCH_MODULE(Linear);

@@ -36,7 +36,7 @@ struct ParallelLinearOptions {
 // this rank's piece (set_data), so a parameter's identity survives (an optimizer built over the
 // model still holds it) and its name is the replaced module's ("attn.qkv.weight"). The math runs
 // through colo::nn::linear (so a zero-bubble pipeline can defer the weight gradient).
-class ColumnParallelLinearImpl : public torch::nn::Module, public nn::Fp8Switchable {
+class ColumnParallelLinearImpl : public torch::nn::Module, public nn::Fp8SwitchableLayer {
  public:
   ColumnParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, std::shared_ptr<dist::ProcessGroup> tp,
                            ParallelLinearOptions options = {});
@@ -51,11 +51,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module, public nn::Fp8Switcha
 
   // precision=fp8: this rank's piece multiplies in float8 (colo::nn::fp8_linear).
   std::pair<int64_t, int64_t> fp8_features() const override { return {weight.size(1), weight.size(0)}; }
-  void set_fp8(bool on) override { fp8_ = on; }
-  bool fp8() const override { return fp8_; }
 
  private:
-  bool fp8_ = false;
   std::shared_ptr<dist::ProcessGroup> tp_;
   ParallelLinearOptions options_;
 };
@@ -66,7 +63,7 @@ TORCH_MODULE(ColumnParallelLinear);
 // products are summed by reduce_from_tp (or, under sequence parallelism, reduce-scattered over
 // the tokens); b is whole on every rank and added once, after the sum.
 // Built like ColumnParallelLinear, from the whole layer's parameters.
-class RowParallelLinearImpl : public torch::nn::Module, public nn::Fp8Switchable {
+class RowParallelLinearImpl : public torch::nn::Module, public nn::Fp8SwitchableLayer {
  public:
   RowParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, std::shared_ptr<dist::ProcessGroup> tp,
                         ParallelLinearOptions options = {});
@@ -80,11 +77,8 @@ class RowParallelLinearImpl : public torch::nn::Module, public nn::Fp8Switchable
   torch::Tensor bias;
 
   std::pair<int64_t, int64_t> fp8_features() const override { return {weight.size(1), weight.size(0)}; }
-  void set_fp8(bool on) override { fp8_ = on; }
-  bool fp8() const override { return fp8_; }
 
  private:
-  bool fp8_ = false;
   std::shared_ptr<dist::ProcessGroup> tp_;
   ParallelLinearOptions options_;
 };
