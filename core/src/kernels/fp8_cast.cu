@@ -82,13 +82,25 @@ __global__ void __launch_bounds__(kMaxThreads) bf16_abs_max_kernel(const __nv_bf
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t vectors = n / 8;
-  for (int64_t i = first; i < vectors; i += stride) {
-    const uint4 raw = reinterpret_cast<const uint4*>(in)[i];
-    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  // Four 16-byte loads in flight per thread and iteration: with one, the loop waits on memory
+  // latency and moved half the bytes per second the cast kernel does (benchmarks/RESULTS.md, fp8).
+  constexpr int kUnroll = 4;
+  const auto* source = reinterpret_cast<const uint4*>(in);
+  for (int64_t i = first; i < vectors; i += kUnroll * stride) {
+    uint4 raw[kUnroll];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 v = __bfloat1622float2(pairs[j]);
-      m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = i + u * stride;
+      raw[u] = j < vectors ? source[j] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 v = __bfloat1622float2(pairs[k]);
+        m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
+      }
     }
   }
   for (int64_t i = vectors * 8 + first; i < n; i += stride) m = fmaxf(m, fabsf(__bfloat162float(in[i])));
