@@ -68,8 +68,8 @@ po::options_description make_description(TrainOptions& o) {
   general.add_options()
       ("help,h", "show this help and exit")
       ("config", po::value<std::string>()->value_name("FILE"),
-       "read the layout and recipe from a JSON file (examples/configs/; examples/train_vit/README.md lists its keys); options on "
-       "the command line override the file's")
+       "read the layout and recipe from a JSON file (examples/configs/; examples/train_vit/README.md lists "
+       "its keys); options on the command line override the file's")
       ("plugin", po::value(&o.plugin)->default_value(o.plugin)->value_name("NAME|PATH"),
        "training strategy: a plugin name (torch_ddp, low_level_zero, gemini, hybrid_parallel, or any "
        "libcolo_plugin_<name>.so on COLO_PLUGIN_PATH) or the path of a plugin .so")
