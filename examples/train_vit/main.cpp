@@ -336,8 +336,11 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   try {
     b = booster.boost(model, optimizer, criterion, loader);
   } catch (const std::invalid_argument& e) {
-    // A layout that does not fit this model or data (too few layers for the stages, say).
-    throw UsageError(fmt::format("--plugin {} cannot train this model so: {}", o.plugin, e.what()));
+    // A layout that does not fit this model or data (too few layers for the stages, say), or a
+    // precision this machine cannot run (fp8 without float8 products: the message says why).
+    const std::string what = e.what();
+    if (what.rfind("precision=fp8:", 0) == 0) throw UsageError(fmt::format("--precision fp8: {}", what.substr(15)));
+    throw UsageError(fmt::format("--plugin {} cannot train this model so: {}", o.plugin, what));
   }
   // precision=fp8: which linear layers multiply in float8 (the plugin turned them on).
   const std::string fp8_line = o.precision == "fp8" ? colo::nn::fp8_coverage(*model).summary() : "";

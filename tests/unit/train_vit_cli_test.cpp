@@ -400,6 +400,17 @@ TEST_F(TrainVitCli, ResumeFromADamagedRunRecordSaysSo) {
   EXPECT_NE(r.err.find("resume from another saved state"), std::string::npos) << r.err;
 }
 
+// precision=fp8 needs float8 products: on this CPU build it is a usage error saying why and what to
+// use instead, before any training.
+TEST_F(TrainVitCli, Fp8WithoutFloat8ProductsIsAUsageErrorBeforeTraining) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "train_vit would run on this machine's GPU";
+  const Result r = run(tiny({"--precision", "fp8"}));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--precision fp8: this build of colo has no CUDA"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Use precision=bf16"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("epoch 1/"), std::string::npos) << "it trained before failing: " << r.out;
+}
+
 TEST_F(TrainVitCli, Fp16WithoutCpuKernelsIsAUsageErrorBeforeTraining) {
   try {
     const auto a = torch::ones({2, 2}, torch::kHalf);
