@@ -157,6 +157,8 @@ TEST(Trainer, MatchesTheHandWrittenLoopUnderATwoStagePipeline) {
   if (world()->size() % 2 != 0) GTEST_SKIP() << "a pipeline of two stages needs an even world";
   auto group = consecutive_group(2, "trainer_pipeline");
   expect_trainer_matches_hand_loop("hybrid_parallel", {{"pp_size", "2"}, {"num_microbatches", "2"}}, group, 4, 1);
+  // No rank tears its pair's groups down while its partner still talks over them.
+  world()->barrier().wait();
 }
 
 TEST(Trainer, GradientAccumulationUnderAPipelineIsRefusedSayingWhatToSet) {
@@ -170,6 +172,10 @@ TEST(Trainer, GradientAccumulationUnderAPipelineIsRefusedSayingWhatToSet) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("microbatch option"), std::string::npos) << e.what();
   }
+  // fit refuses before any communication: without this a rank could close the pair's connections
+  // while its partner was still inside boost's last collective (seen once at 8 ranks: "Connection
+  // closed by peer" on the partner).
+  world()->barrier().wait();
 }
 
 // Records every record a hook is shown, and counts the events.
