@@ -3,6 +3,8 @@
 #include <colo/nn/deferred_weight_grads.h>
 #include <colo/nn/fp8_linear.h>
 
+#include "ones_vector.h"
+
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 namespace colo::nn {
+namespace detail {
 namespace {
 
 // The stream work on `device` is queued on now; none for the CPU.
@@ -17,6 +20,8 @@ std::optional<c10::Stream> current_stream(const c10::Device& device) {
   if (device.is_cpu() || !c10::impl::hasDeviceGuardImpl(device.type())) return std::nullopt;
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
 }
+
+}  // namespace
 
 // A vector of n ones in `like`'s dtype and device, for the bias gradient's matrix-vector product.
 // Kept per autograd thread (one per device) and grown as needed, so a step does not fill ~50 of
@@ -40,6 +45,12 @@ torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
   cache.push_back({torch::ones({n}, like.options()), stream});
   return cache.back().ones;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::ones_vector;
 
 // input, weight and bias gradients of y = input · weightᵀ (+ bias) from the output gradient.
 // `bias` may be undefined (no bias). Under a WeightGradDeferral the weight and bias gradients are
