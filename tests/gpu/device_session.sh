@@ -8,7 +8,7 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers.
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -192,6 +192,18 @@ for stage in "$@"; do
       # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256) on 1 GPU: colo torch_ddp vs timm
       # eager and FSDP2 (FSDP2's mixed precision is pure-bf16 compute like colo's).
       profile_runs 1 kernels.md "colo:torch_ddp" "timm:eager" "fsdp2:fsdp2"
+      ;;
+    profile1)
+      # colo's 1-GPU step beside compiled timm's (autocast), kernel by kernel (issue 24's fusion work).
+      profile_runs 1 kernels1.md "colo:torch_ddp" "timmc:ddp --compile"
+      ;;
+    fusion-probe)
+      # What each non-matmul ATen kernel of the step costs beside its Inductor-fused twin and its memory floor.
+      for model in ${COLO_PROBE_MODELS:-base large}; do
+        timeout 240 python3 benchmarks/peers/fusion_probe.py --model "$model" >"$LOGS/fusion_probe_$model.log" 2>&1
+        note "fusion probe $model rc=$?"
+        grep PROBE "$LOGS/fusion_probe_$model.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      done
       ;;
     profile2)
       # The same on 2 GPUs (traces of rank 0): what data parallelism adds to the step (NCCL kernels,
