@@ -8,7 +8,8 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe.
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
+# build-fused fused-tests fused-ab fused-peers.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -192,6 +193,77 @@ for stage in "$@"; do
       # Kernel-level comparison of one ViT-B/16 bf16 step (batch 256) on 1 GPU: colo torch_ddp vs timm
       # eager and FSDP2 (FSDP2's mixed precision is pure-bf16 compute like colo's).
       profile_runs 1 kernels.md "colo:torch_ddp" "timm:eager" "fsdp2:fsdp2"
+      ;;
+    build-fused)
+      # Issue 24's fused kernels: what fused-tests and fused-ab run, and, when the tree of an earlier commit
+      # is carried in .ab-base/ (git archive COMMIT | tar -x -C .ab-base), its libcolo_core in build-base/ for
+      # a same-machine A/B (LD_LIBRARY_PATH is searched before the binaries' RUNPATH).
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_gpu_kernel_tests \
+            colo_gpu_vit_parity colo_plugin_torch_ddp
+      } >"$LOGS/build.log" 2>&1
+      note "build-fused rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      if [ -d .ab-base ]; then
+        {
+          cmake -S .ab-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=OFF \
+            -DCOLO_BUILD_BENCHMARKS=OFF && cmake --build build-base -j "$(nproc)" --target colo_core
+        } >"$LOGS/build_base.log" 2>&1
+        note "build-base rc=$? ($((SECONDS - start)) s): $(cat .ab-base/COMMIT 2>/dev/null)"
+        grep -E "error|FAILED" "$LOGS/build_base.log" | head -10 | tee -a "$LOGS/summary.txt"
+      fi
+      ;;
+    fused-tests)
+      # The fused kernels against fp64 and ATen (with their timings beside ATen's), then timm parity on CUDA.
+      build-gpu/bin/colo_gpu_kernel_tests >"$LOGS/kernel_tests.log" 2>&1
+      note "kernel tests rc=$?: $(grep -cE '^\[       OK' "$LOGS/kernel_tests.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/kernel_tests.log") failed"
+      grep -E "Failure|Expected|Which is|actual|TIMING|FAILED  \]" "$LOGS/kernel_tests.log" | head -40 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      (cd build-gpu && timeout 240 ctest -L gpu -R 'oracle|VitBaseCudaParity' --output-on-failure -V) >"$LOGS/parity.log" 2>&1
+      note "gpu parity rc=$? ($((SECONDS - start)) s)"
+      grep -E "colo - timm|loss: colo|Passed|Failed|worst" "$LOGS/parity.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    fused-ab)
+      # colo torch_ddp with the fused kernels (this tree) and without (build-base's libcolo_core), alternately
+      # COLO_AB_REPEATS times (default 2), on ViT-B/16 batch 256 and ViT-L/16 batch 128 (COLO_AB_MODELS), bf16.
+      note "base library: $(LD_LIBRARY_PATH=$PWD/build-base/lib LD_DEBUG=libs build-gpu/bin/colo_vit_bench --help 2>&1 | grep -o 'init: [^ ]*libcolo_core.so' | head -1)"
+      for model in ${COLO_AB_MODELS:-base large}; do
+        batch=256
+        [ "$model" = large ] && batch=128
+        for ((i = 0; i < ${COLO_AB_REPEATS:-2}; i++)); do
+          for v in fused base; do
+            lib=""
+            [ "$v" = base ] && lib=$PWD/build-base/lib
+            LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 \
+              build-gpu/bin/colo_vit_bench --plugin torch_ddp --model "$model" --batch-size "$batch" --precision bf16 \
+              --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1 --json "$LOGS/ab_${model}_${v}_$i.json" \
+              >"$LOGS/ab_${model}_${v}_$i.log" 2>&1
+            note "$model $v run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ab_${model}_${v}_$i.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/ab_${model}_${v}_$i.json" 2>/dev/null | head -1)"
+          done
+        done
+      done
+      ;;
+    fused-peers)
+      # The peers in the same call: timm under torch.compile (autocast bf16; COLO_PEER_EXTRA adds e.g.
+      # "--param-dtype bf16" runs), and colo with master_weights=false, on COLO_AB_MODELS.
+      for model in ${COLO_AB_MODELS:-base large}; do
+        batch=256
+        [ "$model" = large ] && batch=128
+        for extra in "" ${COLO_PEER_EXTRA:+"$COLO_PEER_EXTRA"}; do
+          tag=$(echo "timm_${model}_$extra" | tr -c 'A-Za-z0-9_\n' '_')
+          timeout 240 python3 benchmarks/peers/timm_train_bench.py --mode compile --model "$model" --batch-size "$batch" \
+            --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1 $extra --commit "${COLO_COMMIT:-}" \
+            --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+          note "timm compile $model $extra rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null | head -1)"
+          grep -E "Error|error" "$LOGS/$tag.log" | tail -3 >>"$LOGS/summary.txt"
+        done
+        if [ -n "${COLO_PEER_EXTRA:-}" ]; then
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+            --plugin-opt master_weights=false --model "$model" --batch-size "$batch" --precision bf16 --warmup-steps 10 \
+            --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1 --json "$LOGS/colo_${model}_mwfalse.json" >"$LOGS/colo_${model}_mwfalse.log" 2>&1
+          note "colo $model master_weights=false rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/colo_${model}_mwfalse.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/colo_${model}_mwfalse.json" 2>/dev/null | head -1)"
+        fi
+      done
       ;;
     profile1)
       # colo's 1-GPU step beside compiled timm's (autocast), kernel by kernel (issue 24's fusion work).

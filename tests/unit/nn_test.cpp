@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/safetensors.h>
@@ -20,6 +21,7 @@
 #include <colo/nn/drop_path.h>
 #include <colo/nn/encoder_block.h>
 #include <colo/nn/fp8_linear.h>
+#include <colo/nn/gelu.h>
 #include <colo/nn/init.h>
 #include <colo/nn/layer_norm.h>
 #include <colo/nn/layer_stack.h>
@@ -783,6 +785,69 @@ TEST(LayerNorm, GivesOnlyTheGradientsAskedAndTakesTheModulesOptions) {
 
   // Without an affine transform it is at::layer_norm.
   EXPECT_TRUE(torch::equal(colo::nn::layer_norm(x, {6}, {}, {}, 1e-5), at::layer_norm(x, {6}, {}, {}, 1e-5)));
+}
+
+// The fused residual add + LayerNorm against the composite (x + branch, then at::layer_norm) under
+// autograd, with the sum used downstream too (as the block's second residual uses it). On the CPU
+// it runs ATen's add and native_layer_norm (the CUDA kernel is tested in tests/gpu).
+TEST(LayerNorm, AddLayerNormEqualsTheAddThenTheNorm) {
+  torch::manual_seed(9);
+  torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({8}).eps(1e-6));
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.normal_();
+    norm->bias.normal_();
+  }
+  const auto x = torch::randn({2, 5, 8});
+  const auto branch = torch::randn({2, 5, 8});
+  const auto g_sum = torch::randn({2, 5, 8});
+  const auto g_out = torch::randn({2, 5, 8});
+  std::vector<torch::Tensor> grads[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    norm->zero_grad();
+    auto xi = x.clone().requires_grad_();
+    auto bi = branch.clone().requires_grad_();
+    torch::Tensor sum, out;
+    if (fused) {
+      std::tie(sum, out) = colo::nn::add_layer_norm(xi, bi, *norm);
+    } else {
+      sum = xi + bi;
+      out = at::layer_norm(sum, {8}, norm->weight, norm->bias, 1e-6);
+    }
+    EXPECT_TRUE(torch::equal(sum, x + branch));
+    EXPECT_TRUE(torch::allclose(out, at::layer_norm(x + branch, {8}, norm->weight, norm->bias, 1e-6), 1e-6, 1e-6));
+    ((sum * g_sum).sum() + (out * g_out).sum()).backward();
+    grads[fused] = {xi.grad(), bi.grad(), norm->weight.grad().clone(), norm->bias.grad().clone()};
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(torch::allclose(grads[1][i], grads[0][i], 1e-5, 1e-6)) << "gradient " << i;
+
+  // Only the normalised output used: both inputs get the norm's input gradient alone.
+  auto xi = x.clone().requires_grad_();
+  auto [sum, out] = colo::nn::add_layer_norm(xi, branch, *norm);
+  out.backward(g_out);
+  auto xr = x.clone().requires_grad_();
+  at::layer_norm(xr + branch, {8}, norm->weight, norm->bias, 1e-6).backward(g_out);
+  EXPECT_TRUE(torch::allclose(xi.grad(), xr.grad(), 1e-5, 1e-6));
+
+  // A branch that broadcasts takes the composite path and still adds.
+  const auto row = torch::randn({8});
+  auto [bsum, bout] = colo::nn::add_layer_norm(x, row, *norm);
+  EXPECT_TRUE(torch::equal(bsum, x + row));
+  EXPECT_FALSE(colo::nn::layer_norm_rows_use_colo_kernel(x, norm->weight, norm->bias));  // the CPU
+}
+
+TEST(Gelu, IsTimmsExactGeluWithItsGradient) {
+  torch::manual_seed(10);
+  const auto x = torch::randn({3, 7, 11});
+  const auto g = torch::randn({3, 7, 11});
+  auto xi = x.clone().requires_grad_();
+  auto xr = x.clone().requires_grad_();
+  const auto out = colo::nn::gelu(xi);
+  EXPECT_TRUE(torch::equal(out, torch::gelu(x)));
+  out.backward(g);
+  torch::gelu(xr).backward(g);
+  EXPECT_TRUE(torch::equal(xi.grad(), xr.grad()));
+  EXPECT_FALSE(colo::nn::gelu_uses_colo_kernel(x));  // the CPU
 }
 
 }  // namespace

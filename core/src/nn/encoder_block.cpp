@@ -47,8 +47,11 @@ ActivationFootprint EncoderBlock::activation_footprint() const {
 std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }
 
 torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
-  auto h = x + drop_path(attn_->forward(layer_norm(x, *norm1_)), drop_path_, is_training());
-  return h + drop_path(mlp_->forward(layer_norm(h, *norm2_)), drop_path_, is_training());
+  // The first residual add and norm2 in one pass (colo::nn::add_layer_norm); the second add
+  // stays: the next block's norm1 is in another layer (a pipeline stage may end here).
+  auto [h, normed] = add_layer_norm(x, drop_path(attn_->forward(layer_norm(x, *norm1_)), drop_path_, is_training()),
+                                    *norm2_);
+  return h + drop_path(mlp_->forward(normed), drop_path_, is_training());
 }
 
 const std::vector<std::string>& EncoderBlock::replaceable_submodules() {

@@ -1,5 +1,6 @@
 #include <colo/nn/mlp.h>
 
+#include <colo/nn/gelu.h>
 #include <colo/nn/init.h>
 #include <colo/nn/linear.h>
 
@@ -32,7 +33,7 @@ void Mlp::set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too) {
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) {
-  auto h = torch::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
+  auto h = colo::nn::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
   {
     RegionRng::Scope hidden(sharded_rng_.get());
     h = torch::dropout(h, drop_, is_training());

@@ -33,8 +33,21 @@ torch::Tensor PatchEmbedding::forward(const torch::Tensor& x) {
         "matching ViTConfig::image_size / in_channels",
         config_.in_channels(), size, size, fmt::join(x.sizes(), ", ")));
   }
-  auto tokens = proj_->forward(x).flatten(2).transpose(1, 2);  // [B, N, D]
-  auto cls = cls_token_.expand({x.size(0), -1, -1});
+  // A convolution whose stride is its kernel size is one matrix product over the flattened
+  // patches: cuDNN ran ViT-B/16's at batch 256 in ~2.1 ms forward plus ~1.2 ms backward on an H200
+  // (a non-tensor-core kernel and layout conversions), the product takes ~0.1 ms each way.
+  // The weight is the convolution's, viewed as [D, C·p·p] in the patches' (channel, row, column)
+  // order, so checkpoints and timm's state_dict are unchanged.
+  const int64_t batch = x.size(0);
+  const int64_t channels = config_.in_channels();
+  const int64_t patch = config_.patch_size();
+  const int64_t grid = size / patch;
+  const auto patches = x.reshape({batch, channels, grid, patch, grid, patch})
+                           .permute({0, 2, 4, 1, 3, 5})
+                           .reshape({batch * grid * grid, channels * patch * patch});
+  auto tokens = at::linear(patches, proj_->weight.reshape({proj_->weight.size(0), -1}), proj_->bias)
+                    .view({batch, grid * grid, -1});  // [B, N, D]
+  auto cls = cls_token_.expand({batch, -1, -1});
   tokens = torch::cat({cls, tokens}, 1) + pos_embed_;
   tokens = torch::dropout(tokens, config_.drop_rate(), is_training());
   return output_mapping_ ? output_mapping_(tokens) : tokens;

@@ -1,0 +1,125 @@
+#include "gelu.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace colo::kernels {
+namespace {
+
+constexpr int kLoadBytes = 16;
+constexpr int kThreads = 256;
+constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1 / sqrt(2)
+constexpr float kInvSqrtTwoPi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// ATen's GeluCUDAKernelImpl and GeluBackwardCUDAKernelImpl (kNone), term for term.
+__device__ __forceinline__ float gelu(float h) { return h * 0.5f * (1.f + erff(h * kSqrtHalf)); }
+__device__ __forceinline__ float gelu_grad(float dout, float h) {
+  const float cdf = 0.5f * (1.f + erff(h * kSqrtHalf));
+  const float pdf = expf(-0.5f * h * h) * kInvSqrtTwoPi;
+  return dout * (cdf + h * pdf);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const T* h, int64_t n, T* out) {
+  constexpr int kSize = kLoadBytes / sizeof(T);
+  const int64_t vectors = n / kSize;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; v < vectors; v += stride) {
+    uint4 bits = reinterpret_cast<const uint4*>(h)[v];
+    T* e = reinterpret_cast<T*>(&bits);
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) e[i] = from_float<T>(gelu(to_float(e[i])));
+    reinterpret_cast<uint4*>(out)[v] = bits;
+  }
+  // The tail past the last whole vector, one element per thread of the first block.
+  if (blockIdx.x == 0 && threadIdx.x < n - vectors * kSize) {
+    const int64_t i = vectors * kSize + threadIdx.x;
+    out[i] = from_float<T>(gelu(to_float(h[i])));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) backward_kernel(const T* dout, const T* h, int64_t n, T* dh) {
+  constexpr int kSize = kLoadBytes / sizeof(T);
+  const int64_t vectors = n / kSize;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; v < vectors; v += stride) {
+    uint4 g_bits = reinterpret_cast<const uint4*>(dout)[v];
+    const uint4 h_bits = reinterpret_cast<const uint4*>(h)[v];
+    T* g = reinterpret_cast<T*>(&g_bits);
+    const T* x = reinterpret_cast<const T*>(&h_bits);
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) g[i] = from_float<T>(gelu_grad(to_float(g[i]), to_float(x[i])));
+    reinterpret_cast<uint4*>(dh)[v] = g_bits;
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n - vectors * kSize) {
+    const int64_t i = vectors * kSize + threadIdx.x;
+    dh[i] = from_float<T>(gelu_grad(to_float(dout[i]), to_float(h[i])));
+  }
+}
+
+// Enough blocks for every multiprocessor a few times over, no more than there are vectors.
+unsigned grid_for(int64_t n, int element_bytes) {
+  int device = 0;
+  int multiprocessors = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      multiprocessors <= 0) {
+    multiprocessors = 132;
+  }
+  const int64_t vectors = n / (kLoadBytes / element_bytes);
+  const int64_t needed = (vectors + kThreads - 1) / kThreads;
+  const int64_t wanted = 8 * static_cast<int64_t>(multiprocessors);
+  return static_cast<unsigned>(needed < 1 ? 1 : needed < wanted ? needed : wanted);
+}
+
+template <typename T>
+cudaError_t forward_as(const void* h, int64_t n, void* out, cudaStream_t stream) {
+  forward_kernel<T><<<grid_for(n, sizeof(T)), kThreads, 0, stream>>>(static_cast<const T*>(h), n, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t backward_as(const void* dout, const void* h, int64_t n, void* dh, cudaStream_t stream) {
+  backward_kernel<T><<<grid_for(n, sizeof(T)), kThreads, 0, stream>>>(static_cast<const T*>(dout),
+                                                                      static_cast<const T*>(h), n, static_cast<T*>(dh));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (dtype) {
+    case LayerNormDtype::kFloat: return forward_as<float>(h, n, out, stream);
+    case LayerNormDtype::kHalf: return forward_as<__half>(h, n, out, stream);
+    case LayerNormDtype::kBFloat16: return forward_as<__nv_bfloat16>(h, n, out, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t gelu_backward(LayerNormDtype dtype, const void* dout, const void* h, int64_t n, void* dh,
+                          cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (dtype) {
+    case LayerNormDtype::kFloat: return backward_as<float>(dout, h, n, dh, stream);
+    case LayerNormDtype::kHalf: return backward_as<__half>(dout, h, n, dh, stream);
+    case LayerNormDtype::kBFloat16: return backward_as<__nv_bfloat16>(dout, h, n, dh, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace colo::kernels

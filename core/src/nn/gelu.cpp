@@ -1,0 +1,64 @@
+#include <colo/nn/gelu.h>
+
+#ifdef COLO_WITH_CUDA_KERNELS
+#include "../kernels/gelu.h"
+#include "kernel_launch.h"
+#endif
+
+namespace colo::nn {
+namespace {
+
+#ifdef COLO_WITH_CUDA_KERNELS
+kernels::LayerNormDtype dtype_of(const torch::Tensor& t) {
+  kernels::LayerNormDtype dtype{};
+  detail::kernel_dtype(t.scalar_type(), dtype);
+  return dtype;
+}
+
+struct GeluFunction : torch::autograd::Function<GeluFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input) {
+    auto out = torch::empty_like(input);
+    detail::check_launch(
+        kernels::gelu_forward(dtype_of(input), input.data_ptr(), input.numel(), out.data_ptr(), detail::stream_of(input)),
+        "colo::nn::gelu forward", input.device());
+    ctx->save_for_backward({input});
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto input = ctx->get_saved_variables()[0];
+    auto grad = grads[0];
+    if (grad.scalar_type() != input.scalar_type() || !detail::vector_ready(grad)) {
+      grad = grad.to(input.scalar_type()).contiguous();
+      if (!detail::aligned16(grad)) return {at::gelu_backward(grad, input)};
+    }
+    auto d_input = torch::empty_like(input);
+    detail::check_launch(kernels::gelu_backward(dtype_of(input), grad.data_ptr(), input.data_ptr(), input.numel(),
+                                                d_input.data_ptr(), detail::stream_of(input)),
+                         "colo::nn::gelu backward", input.device());
+    return {d_input};
+  }
+};
+#endif
+
+}  // namespace
+
+bool gelu_uses_colo_kernel(const torch::Tensor& input) {
+#ifdef COLO_WITH_CUDA_KERNELS
+  kernels::LayerNormDtype dtype{};
+  return detail::vector_ready(input) && detail::kernel_dtype(input.scalar_type(), dtype);
+#else
+  (void)input;
+  return false;
+#endif
+}
+
+torch::Tensor gelu(const torch::Tensor& input) {
+#ifdef COLO_WITH_CUDA_KERNELS
+  if (gelu_uses_colo_kernel(input)) return GeluFunction::apply(input);
+#endif
+  return torch::gelu(input);
+}
+
+}  // namespace colo::nn
