@@ -3,8 +3,8 @@
 // The exact (erf) GELU and its gradient as CUDA kernels of colo's own (CUDA builds only):
 //   gelu(h) = h * Phi(h)      gelu'(h) = Phi(h) + h * phi(h)
 // with Phi and phi the standard normal's CDF and density, computed in fp32 as ATen does, so the
-// results are ATen's (timm's nn.GELU()). Elementwise, 16-byte loads and stores, a grid-stride
-// loop sized to the device: ATen's kernels reached ~2.8 TB/s (forward) and ~3.4 TB/s (backward)
+// results are ATen's (timm's nn.GELU()). Elementwise, 16-byte loads and stores, four loads in
+// flight per thread: ATen's kernels reached ~2.8 TB/s (forward) and ~3.4 TB/s (backward)
 // at ViT-B's MLP shape on an H200 whose copy bandwidth is ~4 TB/s
 // (benchmarks/peers/fusion_probe.py). Kept free of LibTorch headers: nvcc compiles it alone.
 #include <cuda_runtime_api.h>
@@ -22,5 +22,15 @@ cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* o
 // dh = dout * gelu'(h) over n elements. dh may alias dout.
 cudaError_t gelu_backward(LayerNormDtype dtype, const void* dout, const void* h, int64_t n, void* dh,
                           cudaStream_t stream);
+
+// The backward of gelu(x · Wᵀ + b) up to the bias: dh = dout * gelu'(h) over `rows` rows of `cols`
+// elements (cols a multiple of 16 bytes' worth), and the column sums of dh (the bias gradient) as
+// per-chunk partial sums: bias_partial is fp32 [chunks, cols], chunks from
+// gelu_bias_grad_chunks; the caller sums it over the chunks. The separate bias-gradient product
+// read dh once more (~77 us per ViT-B/16 fc1 at batch 256 on an H200).
+int64_t gelu_bias_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_t cols, int device);
+cudaError_t gelu_backward_bias_grad(LayerNormDtype dtype, const void* dout, const void* h, int64_t rows,
+                                    int64_t cols, int64_t chunks, void* dh, float* bias_partial,
+                                    cudaStream_t stream);
 
 }  // namespace colo::kernels
