@@ -231,7 +231,7 @@ for stage in "$@"; do
         batch=256
         [ "$model" = large ] && batch=128
         for ((i = 0; i < ${COLO_AB_REPEATS:-2}; i++)); do
-          for v in fused base; do
+          for v in fused $([ -f build-base/lib/libcolo_core.so ] && echo base); do
             lib=""
             [ "$v" = base ] && lib=$PWD/build-base/lib
             LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 \

@@ -230,9 +230,10 @@ TEST_F(FusedKernels, GeluMatchesAtenForwardAndBackward) {
       const auto aten = torch::gelu(xr);
       ours.backward(g);
       aten.backward(g);
-      // The same fp32 arithmetic as ATen's: equal up to one rounding of erff/expf's last bit.
+      // The forward is ATen's fp32 arithmetic; the backward's exponential is the hardware's
+      // approximation (a few ulp of fp32).
       EXPECT_LT(max_rel(ours, aten), dtype == torch::kFloat ? 1e-6 : 8e-3);
-      EXPECT_LT(max_rel(xi.grad(), xr.grad()), dtype == torch::kFloat ? 1e-6 : 8e-3);
+      EXPECT_LT(max_rel(xi.grad(), xr.grad()), dtype == torch::kFloat ? 1e-5 : 8e-3);
       // And against fp64.
       const auto x64 = x.to(torch::kDouble);
       const auto ref = x64 * 0.5 * (1 + torch::erf(x64 / std::sqrt(2.0)));

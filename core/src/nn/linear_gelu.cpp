@@ -45,6 +45,10 @@ struct LinearGeluFunction : torch::autograd::Function<LinearGeluFunction> {
     detail::check_launch(kernels::gelu_backward_bias_grad(dtype, grad.data_ptr(), h.data_ptr(), rows, cols, chunks,
                                                           dh.data_ptr(), partial.data_ptr<float>(), detail::stream_of(h)),
                          "colo::nn::linear_gelu backward", h.device());
+    // The output gradient is spent: let its memory go before the products allocate theirs (as it
+    // goes between GELU's backward and the linear's in the unfused graph).
+    grad = torch::Tensor();
+    grads.clear();
     const bool need_weight = ctx->needs_input_grad(1);
     const bool need_bias = ctx->needs_input_grad(2);
     const auto dh_rows = dh.view({rows, cols});
