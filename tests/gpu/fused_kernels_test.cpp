@@ -13,16 +13,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include <colo/nn/deferred_weight_grads.h>
 #include <colo/nn/gelu.h>
 #include <colo/nn/layer_norm.h>
-#include <colo/nn/linear_gelu.h>
-#include <colo/nn/vision_transformer.h>
 
 namespace fused_kernels_test {
 namespace {
@@ -256,78 +252,6 @@ TEST_F(FusedKernels, GeluMatchesAtenForwardAndBackward) {
   EXPECT_LT(max_rel(xi.grad(), xr.grad()), 8e-3);
 }
 
-// fc1 + GELU as one function: forward as gelu(at::linear), the bias gradient (summed in the GELU
-// backward kernel) against fp64 column sums of the pre-activation gradient, the weight and input
-// gradients against autograd's through ATen.
-TEST_F(FusedKernels, LinearGeluMatchesLinearThenGelu) {
-  torch::manual_seed(25);
-  struct LinearCase {
-    int64_t rows, in, out;
-    torch::ScalarType dtype;
-    bool kernel;
-  };
-  const std::vector<LinearCase> cases{
-      {256 * 197, 768, 3072, torch::kBFloat16, true},  // ViT-B/16's fc1 at batch 256
-      {4 * 197, 1024, 4096, torch::kBFloat16, true},   {4 * 197, 384, 1536, torch::kHalf, true},
-      {3 * 197, 64, 256, torch::kFloat, true},         {5, 16, 40, torch::kBFloat16, true},  // a partial column tile
-      {7, 16, 12, torch::kBFloat16, false},             // 12 bf16 outputs: not a 16-byte multiple
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.in) + "->" + std::to_string(c.out) + " " +
-                 c10::toString(c.dtype));
-    const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(c.dtype);
-    const auto x = torch::randn({c.rows, c.in}).to(options);
-    const auto w = (torch::randn({c.out, c.in}) / std::sqrt(static_cast<double>(c.in))).to(options);
-    const auto b = torch::randn({c.out}).to(options);
-    const auto g = torch::randn({c.rows, c.out}).to(options);
-    ASSERT_EQ(colo::nn::linear_gelu_uses_colo_kernel(x, w, b), c.kernel);
-    auto xi = x.clone().requires_grad_();
-    auto wi = w.clone().requires_grad_();
-    auto bi = b.clone().requires_grad_();
-    const auto ours = colo::nn::linear_gelu(xi, wi, bi);
-    ours.backward(g);
-    auto xr = x.clone().requires_grad_();
-    auto wr = w.clone().requires_grad_();
-    auto br = b.clone().requires_grad_();
-    const auto h = at::linear(xr, wr, br);
-    const auto ref = torch::gelu(h);
-    ref.backward(g);
-    EXPECT_LT(max_rel(ours, ref), c.dtype == torch::kFloat ? 1e-6 : 8e-3);
-    EXPECT_LT(max_rel(xi.grad(), xr.grad()), c.dtype == torch::kFloat ? 1e-5 : 8e-3);
-    EXPECT_LT(max_rel(wi.grad(), wr.grad()), c.dtype == torch::kFloat ? 1e-5 : 8e-3);
-    const auto dh = at::gelu_backward(g, h.detach()).to(torch::kDouble).sum(0);
-    EXPECT_LT(max_rel(bi.grad(), dh), c.dtype == torch::kFloat ? 1e-5 : 8e-3);
-  }
-}
-
-// Under a zero-bubble deferral, a CUDA ViT's weight and bias gradients (fc1's from the fused
-// kernel among them) arrive later and equal one whole backward.
-TEST_F(FusedKernels, LinearGeluDefersItsWeightAndBiasGradients) {
-  torch::manual_seed(26);
-  const auto config = colo::nn::ViTConfig().image_size(32).patch_size(8).embed_dim(64).depth(2).num_heads(4).num_classes(10);
-  const auto model = colo::nn::make_vision_transformer(config);
-  model->to(torch::kCUDA, torch::kBFloat16);
-  const auto images = torch::randn({3, 3, 32, 32}).to(torch::kCUDA, torch::kBFloat16);
-  const auto labels = torch::randint(0, 10, {3}).to(torch::kCUDA);
-  auto loss_of = [&] { return torch::nn::functional::cross_entropy(model->forward(images).to(torch::kFloat), labels); };
-  loss_of().backward();
-  std::map<std::string, torch::Tensor> whole;
-  for (const auto& item : model->canonical_named_parameters()) whole[item.key()] = item.value().grad().clone();
-  model->zero_grad(/*set_to_none=*/true);
-  colo::nn::DeferredWeightGrads deferred;
-  {
-    colo::nn::WeightGradDeferral scope(deferred);
-    loss_of().backward();
-  }
-  EXPECT_FALSE(model->canonical_named_parameters()["blocks.0.mlp.fc1.bias"].grad().defined());
-  EXPECT_FALSE(model->canonical_named_parameters()["blocks.0.mlp.fc1.weight"].grad().defined());
-  deferred.run();
-  for (const auto& item : model->canonical_named_parameters()) {
-    ASSERT_TRUE(item.value().grad().defined()) << item.key();
-    EXPECT_TRUE(torch::equal(item.value().grad(), whole[item.key()])) << item.key();
-  }
-}
-
 TEST_F(FusedKernels, GeluTimeBesideAten) {
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   const auto h = torch::randn({256 * 197, 3072}, options);
@@ -341,21 +265,6 @@ TEST_F(FusedKernels, GeluTimeBesideAten) {
   const double bwd_aten = median_us([&] { at::gelu_backward(g, h); });
   std::printf("TIMING gelu 50432x3072 bf16: forward colo %.1f us, ATen %.1f us; backward colo %.1f us, ATen %.1f us\n",
               fwd, fwd_aten, bwd, bwd_aten);
-  {
-    // fc1's backward up to the products: GELU's gradient with the bias gradient summed in, against
-    // ATen's GELU backward then the bias gradient as colo::nn::linear computes it (a product with ones).
-    torch::AutoGradMode grad_mode(true);
-    const auto x = torch::randn({256 * 197, 768}, options).requires_grad_(false);
-    auto w = torch::randn({3072, 768}, options).mul_(0.03).requires_grad_();
-    auto b = torch::zeros({3072}, options).requires_grad_();
-    const auto fused = colo::nn::linear_gelu(x, w, b);
-    const double ours_fused = median_us([&] { torch::autograd::grad({fused}, {b}, {g}, true); });
-    const auto ones = torch::ones({256 * 197}, options);
-    const double aten_pair = median_us([&] { at::mv(at::gelu_backward(g, h).t(), ones); });
-    std::printf("TIMING fc1 backward without the products 50432x3072 bf16: colo (GELU + bias gradient in one kernel) "
-                "%.1f us, ATen GELU backward + mv %.1f us\n",
-                ours_fused, aten_pair);
-  }
   EXPECT_TRUE(out.requires_grad());
 }
 

@@ -3,8 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <type_traits>
 
 namespace colo::kernels {
 namespace {
@@ -26,17 +24,6 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <typename T>
-constexpr LayerNormDtype dtype_of() {
-  if constexpr (sizeof(T) == 4) {
-    return LayerNormDtype::kFloat;
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return LayerNormDtype::kHalf;
-  } else {
-    return LayerNormDtype::kBFloat16;
-  }
-}
 
 // ATen's GeluCUDAKernelImpl and GeluBackwardCUDAKernelImpl (kNone), term for term but for the
 // backward's exponential (below).
@@ -123,95 +110,6 @@ unsigned grid_for(int64_t n, int element_bytes) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
-// Block (32, kWarps): lane l covers columns [(blockIdx.x * 32 + l) * kSize, + kSize) of the rows
-// [blockIdx.y * rows_per_chunk, + rows_per_chunk), warp w every kWarps-th row; dh is written as it
-// is computed and summed per column, then the warps' sums meet in shared memory (as in
-// layer_norm_affine_grad.cu) and one partial sum per chunk is written.
-constexpr int kWarps = 8;
-
-template <typename T>
-__global__ void __launch_bounds__(32 * kWarps)
-    backward_bias_kernel(const T* __restrict__ dout, const T* __restrict__ h, int64_t rows, int64_t cols,
-                         int64_t rows_per_chunk, T* __restrict__ dh, float* __restrict__ bias_partial) {
-  constexpr int kSize = kLoadBytes / sizeof(T);
-  const int lane = threadIdx.x;
-  const int warp = threadIdx.y;
-  const int64_t col = (static_cast<int64_t>(blockIdx.x) * 32 + lane) * kSize;
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  float sums[kSize];
-#pragma unroll
-  for (int i = 0; i < kSize; ++i) sums[i] = 0.f;
-  if (col < cols) {
-    int64_t r = begin + warp;
-    // Two rows per iteration, both loaded before either is computed.
-    for (; r + kWarps < end; r += 2 * kWarps) {
-      uint4 g_bits[2];
-      uint4 h_bits[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        g_bits[u] = *reinterpret_cast<const uint4*>(dout + (r + u * kWarps) * cols + col);
-        h_bits[u] = *reinterpret_cast<const uint4*>(h + (r + u * kWarps) * cols + col);
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        T* g = reinterpret_cast<T*>(&g_bits[u]);
-        const T* x = reinterpret_cast<const T*>(&h_bits[u]);
-#pragma unroll
-        for (int i = 0; i < kSize; ++i) {
-          g[i] = from_float<T>(gelu_grad(to_float(g[i]), to_float(x[i])));
-          sums[i] += to_float(g[i]);  // the rounded dh, as a product over dh would sum it
-        }
-        *reinterpret_cast<uint4*>(dh + (r + u * kWarps) * cols + col) = g_bits[u];
-      }
-    }
-    if (r < end) {
-      uint4 g_bits = *reinterpret_cast<const uint4*>(dout + r * cols + col);
-      const uint4 h_bits = *reinterpret_cast<const uint4*>(h + r * cols + col);
-      T* g = reinterpret_cast<T*>(&g_bits);
-      const T* x = reinterpret_cast<const T*>(&h_bits);
-#pragma unroll
-      for (int i = 0; i < kSize; ++i) {
-        g[i] = from_float<T>(gelu_grad(to_float(g[i]), to_float(x[i])));
-        sums[i] += to_float(g[i]);
-      }
-      *reinterpret_cast<uint4*>(dh + r * cols + col) = g_bits;
-    }
-  }
-  __shared__ float warp_sums[kWarps][kLoadBytes / 2][32];
-#pragma unroll
-  for (int i = 0; i < kSize; ++i) warp_sums[warp][i][lane] = sums[i];
-  __syncthreads();
-  const int t = warp * 32 + lane;
-  if (t < kSize * 32) {
-    const int i = t / 32;
-    const int l = t % 32;
-    const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + l) * kSize + i;
-    if (c < cols) {
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) total += warp_sums[w][i][l];
-      bias_partial[static_cast<int64_t>(blockIdx.y) * cols + c] = total;
-    }
-  }
-}
-
-int64_t column_tiles(LayerNormDtype dtype, int64_t cols) {
-  const int64_t per_block = 32 * static_cast<int64_t>(dtype == LayerNormDtype::kFloat ? 4 : 8);
-  return (cols + per_block - 1) / per_block;
-}
-
-template <typename T>
-cudaError_t backward_bias_as(const void* dout, const void* h, int64_t rows, int64_t cols, int64_t chunks,
-                             void* dh, float* bias_partial, cudaStream_t stream) {
-  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  const dim3 grid(static_cast<unsigned>(column_tiles(dtype_of<T>(), cols)), static_cast<unsigned>(chunks));
-  backward_bias_kernel<T><<<grid, dim3(32, kWarps), 0, stream>>>(static_cast<const T*>(dout),
-                                                                 static_cast<const T*>(h), rows, cols,
-                                                                 rows_per_chunk, static_cast<T*>(dh), bias_partial);
-  return cudaGetLastError();
-}
-
 template <typename T>
 cudaError_t forward_as(const void* h, int64_t n, void* out, cudaStream_t stream) {
   forward_kernel<T><<<grid_for(n, sizeof(T)), kThreads, 0, stream>>>(static_cast<const T*>(h), n, static_cast<T*>(out));
@@ -244,33 +142,6 @@ cudaError_t gelu_backward(LayerNormDtype dtype, const void* dout, const void* h,
     case LayerNormDtype::kFloat: return backward_as<float>(dout, h, n, dh, stream);
     case LayerNormDtype::kHalf: return backward_as<__half>(dout, h, n, dh, stream);
     case LayerNormDtype::kBFloat16: return backward_as<__nv_bfloat16>(dout, h, n, dh, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
-int64_t gelu_bias_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_t cols, int device) {
-  int multiprocessors = 0;
-  if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      multiprocessors <= 0) {
-    multiprocessors = 132;
-  }
-  // Four blocks of 256 threads per multiprocessor over all column tiles, each chunk at least two
-  // rows per warp; at most 65535 chunks (the grid's y limit).
-  const int64_t wanted = 4 * static_cast<int64_t>(multiprocessors) / std::max<int64_t>(1, column_tiles(dtype, cols));
-  const int64_t most = std::min<int64_t>(65535, std::max<int64_t>(1, (rows + 2 * kWarps - 1) / (2 * kWarps)));
-  return std::clamp<int64_t>(wanted, 1, most);
-}
-
-cudaError_t gelu_backward_bias_grad(LayerNormDtype dtype, const void* dout, const void* h, int64_t rows,
-                                    int64_t cols, int64_t chunks, void* dh, float* bias_partial,
-                                    cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0 || chunks <= 0) return cudaSuccess;
-  if (cols % (dtype == LayerNormDtype::kFloat ? 4 : 8) != 0) return cudaErrorInvalidValue;
-  switch (dtype) {
-    case LayerNormDtype::kFloat: return backward_bias_as<float>(dout, h, rows, cols, chunks, dh, bias_partial, stream);
-    case LayerNormDtype::kHalf: return backward_bias_as<__half>(dout, h, rows, cols, chunks, dh, bias_partial, stream);
-    case LayerNormDtype::kBFloat16:
-      return backward_bias_as<__nv_bfloat16>(dout, h, rows, cols, chunks, dh, bias_partial, stream);
   }
   return cudaErrorInvalidValue;
 }

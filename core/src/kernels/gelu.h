@@ -23,14 +23,4 @@ cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* o
 cudaError_t gelu_backward(LayerNormDtype dtype, const void* dout, const void* h, int64_t n, void* dh,
                           cudaStream_t stream);
 
-// The backward of gelu(x · Wᵀ + b) up to the bias: dh = dout * gelu'(h) over `rows` rows of `cols`
-// elements (cols a multiple of 16 bytes' worth), and the column sums of dh (the bias gradient) as
-// per-chunk partial sums: bias_partial is fp32 [chunks, cols], chunks from
-// gelu_bias_grad_chunks; the caller sums it over the chunks. The separate bias-gradient product
-// read dh once more (~77 us per ViT-B/16 fc1 at batch 256 on an H200).
-int64_t gelu_bias_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_t cols, int device);
-cudaError_t gelu_backward_bias_grad(LayerNormDtype dtype, const void* dout, const void* h, int64_t rows,
-                                    int64_t cols, int64_t chunks, void* dh, float* bias_partial,
-                                    cudaStream_t stream);
-
 }  // namespace colo::kernels

@@ -2,7 +2,6 @@
 
 #include <colo/nn/gelu.h>
 #include <colo/nn/init.h>
-#include <colo/nn/linear_gelu.h>
 #include <colo/nn/linear.h>
 
 namespace colo::nn {
@@ -34,16 +33,7 @@ void Mlp::set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too) {
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) {
-  // Exact (erf) GELU, as timm's nn.GELU(). fc1 as colo's own Linear in bf16/fp16/fp32 products:
-  // the product and GELU as one autograd function (the bias gradient in GELU's backward kernel);
-  // any other fc1 (a tensor-parallel replacement, float8 products) through its own forward.
-  torch::Tensor h;
-  auto* fc1 = fc1_.ptr()->as<LinearImpl>();
-  if (fc1 != nullptr && !fc1->fp8()) {
-    h = linear_gelu(x, fc1->weight, fc1->bias);
-  } else {
-    h = colo::nn::gelu(fc1_.forward(x));
-  }
+  auto h = colo::nn::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
   {
     RegionRng::Scope hidden(sharded_rng_.get());
     h = torch::dropout(h, drop_, is_training());

@@ -6,7 +6,6 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/linear_gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/drop_path.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shard_spec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer.cpp
