@@ -1,5 +1,5 @@
 // colo's row-wise LayerNorm kernels (forward, optionally after the residual add, and the input
-// gradient, optionally plus the residual's gradient) and its GELU kernels (core/src/kernels),
+// gradient, optionally plus the residual's gradient) and its GELU forward kernel (core/src/kernels),
 // through colo::nn::layer_norm, add_layer_norm and gelu: against fp64 references and ATen, over
 // the widths of timm's ViTs and the edges of what the kernels take. Shapes they do not take must
 // fall back to ATen and give its answers. Each test also prints the kernels' time beside ATen's at
@@ -226,10 +226,9 @@ TEST_F(FusedKernels, GeluMatchesAtenForwardAndBackward) {
       const auto aten = torch::gelu(xr);
       ours.backward(g);
       aten.backward(g);
-      // The forward is ATen's fp32 arithmetic; the backward's exponential is the hardware's
-      // approximation (a few ulp of fp32).
+      // The forward is ATen's fp32 arithmetic (equal up to erff's last bit); the backward is ATen's.
       EXPECT_LT(max_rel(ours, aten), dtype == torch::kFloat ? 1e-6 : 8e-3);
-      EXPECT_LT(max_rel(xi.grad(), xr.grad()), dtype == torch::kFloat ? 1e-5 : 8e-3);
+      EXPECT_TRUE(torch::equal(xi.grad(), xr.grad()));
       // And against fp64.
       const auto x64 = x.to(torch::kDouble);
       const auto ref = x64 * 0.5 * (1 + torch::erf(x64 / std::sqrt(2.0)));
@@ -243,7 +242,7 @@ TEST_F(FusedKernels, GeluMatchesAtenForwardAndBackward) {
   EXPECT_FALSE(colo::nn::gelu_uses_colo_kernel(shifted));
   EXPECT_TRUE(torch::equal(colo::nn::gelu(shifted), torch::gelu(shifted)));
   EXPECT_FALSE(colo::nn::gelu_uses_colo_kernel(torch::randn({8, 16}, options).t()));
-  // A non-contiguous output gradient is made contiguous and still goes through.
+  // A non-contiguous output gradient.
   auto xi = torch::randn({16, 8}, options).requires_grad_();
   auto xr = xi.detach().clone().requires_grad_();
   const auto g = torch::randn({8, 16}, options).t();
@@ -258,13 +257,10 @@ TEST_F(FusedKernels, GeluTimeBesideAten) {
   const auto g = torch::randn({256 * 197, 3072}, options);
   auto hi = h.clone().requires_grad_();
   const auto out = colo::nn::gelu(hi);
-  const double bwd = median_us([&] { torch::autograd::grad({out}, {hi}, {g}, /*retain_graph=*/true); });
   torch::NoGradGuard no_grad;
   const double fwd = median_us([&] { colo::nn::gelu(h); });
   const double fwd_aten = median_us([&] { torch::gelu(h); });
-  const double bwd_aten = median_us([&] { at::gelu_backward(g, h); });
-  std::printf("TIMING gelu 50432x3072 bf16: forward colo %.1f us, ATen %.1f us; backward colo %.1f us, ATen %.1f us\n",
-              fwd, fwd_aten, bwd, bwd_aten);
+  std::printf("TIMING gelu forward 50432x3072 bf16: colo %.1f us, ATen %.1f us\n", fwd, fwd_aten);
   EXPECT_TRUE(out.requires_grad());
 }
 

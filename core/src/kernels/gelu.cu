@@ -10,7 +10,6 @@ namespace {
 constexpr int kLoadBytes = 16;
 constexpr int kThreads = 256;
 constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1 / sqrt(2)
-constexpr float kInvSqrtTwoPi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -25,17 +24,8 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// ATen's GeluCUDAKernelImpl and GeluBackwardCUDAKernelImpl (kNone), term for term but for the
-// backward's exponential (below).
+// ATen's GeluCUDAKernelImpl (kNone), term for term.
 __device__ __forceinline__ float gelu(float h) { return h * 0.5f * (1.f + erff(h * kSqrtHalf)); }
-// The density's exponential by the hardware's approximation (__expf, ~2 ulp): the backward is
-// bound by arithmetic, not memory, at these sizes, and expf's accurate path costs several
-// instructions more per element; erff (the forward's value) stays ATen's.
-__device__ __forceinline__ float gelu_grad(float dout, float h) {
-  const float cdf = 0.5f * (1.f + erff(h * kSqrtHalf));
-  const float pdf = __expf(-0.5f * h * h) * kInvSqrtTwoPi;
-  return dout * (cdf + h * pdf);
-}
 
 // Each thread takes kUnroll vectors kThreads apart, all loaded before any is computed or stored:
 // the loads in flight are what reach the memory bandwidth (out may alias the input, so the
@@ -70,38 +60,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const T* h, int64_t n
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) backward_kernel(const T* dout, const T* h, int64_t n, T* dh) {
-  constexpr int kSize = kLoadBytes / sizeof(T);
-  const int64_t vectors = n / kSize;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x;
-  uint4 g_bits[kUnroll];
-  uint4 h_bits[kUnroll];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t v = first + u * kThreads;
-    if (v < vectors) {
-      g_bits[u] = reinterpret_cast<const uint4*>(dout)[v];
-      h_bits[u] = reinterpret_cast<const uint4*>(h)[v];
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t v = first + u * kThreads;
-    if (v < vectors) {
-      T* g = reinterpret_cast<T*>(&g_bits[u]);
-      const T* x = reinterpret_cast<const T*>(&h_bits[u]);
-#pragma unroll
-      for (int i = 0; i < kSize; ++i) g[i] = from_float<T>(gelu_grad(to_float(g[i]), to_float(x[i])));
-      reinterpret_cast<uint4*>(dh)[v] = g_bits[u];
-    }
-  }
-  if (blockIdx.x == 0 && threadIdx.x < n - vectors * kSize) {
-    const int64_t i = vectors * kSize + threadIdx.x;
-    dh[i] = from_float<T>(gelu_grad(to_float(dout[i]), to_float(h[i])));
-  }
-}
-
 // One block per kThreads x kUnroll vectors (at least one block: the tail needs it).
 unsigned grid_for(int64_t n, int element_bytes) {
   const int64_t vectors = n / (kLoadBytes / element_bytes);
@@ -116,13 +74,6 @@ cudaError_t forward_as(const void* h, int64_t n, void* out, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t backward_as(const void* dout, const void* h, int64_t n, void* dh, cudaStream_t stream) {
-  backward_kernel<T><<<grid_for(n, sizeof(T)), kThreads, 0, stream>>>(static_cast<const T*>(dout),
-                                                                      static_cast<const T*>(h), n, static_cast<T*>(dh));
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* out, cudaStream_t stream) {
@@ -131,17 +82,6 @@ cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* o
     case LayerNormDtype::kFloat: return forward_as<float>(h, n, out, stream);
     case LayerNormDtype::kHalf: return forward_as<__half>(h, n, out, stream);
     case LayerNormDtype::kBFloat16: return forward_as<__nv_bfloat16>(h, n, out, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t gelu_backward(LayerNormDtype dtype, const void* dout, const void* h, int64_t n, void* dh,
-                          cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  switch (dtype) {
-    case LayerNormDtype::kFloat: return backward_as<float>(dout, h, n, dh, stream);
-    case LayerNormDtype::kHalf: return backward_as<__half>(dout, h, n, dh, stream);
-    case LayerNormDtype::kBFloat16: return backward_as<__nv_bfloat16>(dout, h, n, dh, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -4,10 +4,10 @@
 
 namespace colo::nn {
 
-// The exact (erf) GELU, timm's nn.GELU(): on CUDA through colo's kernels (core/src/kernels/gelu.h:
-// ATen's fp32 arithmetic, the backward's exponential by the hardware's approximation; 16-byte loads
-// and stores), elsewhere torch::gelu. Saves its input for the backward, as ATen's does.
-// Differentiable once.
+// The exact (erf) GELU, timm's nn.GELU(): on CUDA the forward through colo's kernel
+// (core/src/kernels/gelu.h: ATen's fp32 arithmetic with more loads in flight, ~11 % faster at
+// ViT-B's MLP width on an H200) and the backward ATen's gelu_backward; elsewhere torch::gelu.
+// Saves its input for the backward, as ATen's does. Differentiable once.
 torch::Tensor gelu(const torch::Tensor& input);
 
 // Whether colo's kernels run for this tensor (a test hook): a CUDA fp32, fp16 or bf16 tensor,
