@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "float_convert.cuh"
+
 
 namespace colo::kernels {
 namespace {
@@ -11,18 +13,8 @@ constexpr int kLoadBytes = 16;
 constexpr int kThreads = 256;
 constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1 / sqrt(2)
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using detail::from_float;
+using detail::to_float;
 
 // ATen's GeluCUDAKernelImpl (kNone), term for term.
 __device__ __forceinline__ float gelu(float h) { return h * 0.5f * (1.f + erff(h * kSqrtHalf)); }

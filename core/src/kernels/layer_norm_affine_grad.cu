@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "float_convert.cuh"
+
 #include <algorithm>
 
 namespace colo::kernels {
@@ -12,9 +14,7 @@ constexpr int kLoadBytes = 16;
 constexpr int kWarps = 8;  // warps per block, each on its own rows of the chunk
 constexpr int kMaxVector = kLoadBytes / 2;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+using detail::to_float;
 
 // Block (32, kWarps): lane l covers columns [(blockIdx.x * 32 + l) * kVector, + kVector) of the
 // rows [blockIdx.y * rows_per_chunk, + rows_per_chunk), warp w taking every kWarps-th row.
