@@ -68,12 +68,12 @@ cudaError_t forward_as(const void* h, int64_t n, void* out, cudaStream_t stream)
 
 }  // namespace
 
-cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* out, cudaStream_t stream) {
+cudaError_t gelu_forward(ElementType dtype, const void* h, int64_t n, void* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   switch (dtype) {
-    case LayerNormDtype::kFloat: return forward_as<float>(h, n, out, stream);
-    case LayerNormDtype::kHalf: return forward_as<__half>(h, n, out, stream);
-    case LayerNormDtype::kBFloat16: return forward_as<__nv_bfloat16>(h, n, out, stream);
+    case ElementType::kFloat: return forward_as<float>(h, n, out, stream);
+    case ElementType::kHalf: return forward_as<__half>(h, n, out, stream);
+    case ElementType::kBFloat16: return forward_as<__nv_bfloat16>(h, n, out, stream);
   }
   return cudaErrorInvalidValue;
 }

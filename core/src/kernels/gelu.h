@@ -11,12 +11,12 @@
 
 #include <cstdint>
 
-#include "layer_norm_affine_grad.h"
+#include "element_type.h"
 
 namespace colo::kernels {
 
-// The dtypes are LayerNorm's (float, half, bfloat16); every pointer must be 16-byte aligned.
+// Every pointer must be 16-byte aligned.
 // out = gelu(h) over n elements. out may alias h.
-cudaError_t gelu_forward(LayerNormDtype dtype, const void* h, int64_t n, void* out, cudaStream_t stream);
+cudaError_t gelu_forward(ElementType dtype, const void* h, int64_t n, void* out, cudaStream_t stream);
 
 }  // namespace colo::kernels

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-int64_t column_tiles(LayerNormDtype dtype, int64_t cols) {
+int64_t column_tiles(ElementType dtype, int64_t cols) {
   const int64_t per_block = 32 * static_cast<int64_t>(layer_norm_affine_grad_vector_width(dtype));
   return (cols + per_block - 1) / per_block;
 }
@@ -99,11 +99,11 @@ cudaError_t launch(const void* grad, const void* input, const float* mean, const
 
 }  // namespace
 
-int layer_norm_affine_grad_vector_width(LayerNormDtype dtype) {
-  return dtype == LayerNormDtype::kFloat ? kLoadBytes / 4 : kLoadBytes / 2;
+int layer_norm_affine_grad_vector_width(ElementType dtype) {
+  return dtype == ElementType::kFloat ? kLoadBytes / 4 : kLoadBytes / 2;
 }
 
-int64_t layer_norm_affine_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_t cols, int device) {
+int64_t layer_norm_affine_grad_chunks(ElementType dtype, int64_t rows, int64_t cols, int device) {
   int multiprocessors = 0;
   if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       multiprocessors <= 0) {
@@ -116,18 +116,18 @@ int64_t layer_norm_affine_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_
   return std::clamp<int64_t>(wanted, 1, most);
 }
 
-cudaError_t layer_norm_affine_grad_partials(LayerNormDtype dtype, const void* grad, const void* input,
+cudaError_t layer_norm_affine_grad_partials(ElementType dtype, const void* grad, const void* input,
                                             const float* mean, const float* rstd, int64_t rows, int64_t cols,
                                             int64_t chunks, float* gamma_partial, float* beta_partial,
                                             cudaStream_t stream) {
   if (rows <= 0 || cols <= 0 || chunks <= 0) return cudaSuccess;
   const int64_t tiles = column_tiles(dtype, cols);
   switch (dtype) {
-    case LayerNormDtype::kFloat:
+    case ElementType::kFloat:
       return launch<float>(grad, input, mean, rstd, rows, cols, chunks, tiles, gamma_partial, beta_partial, stream);
-    case LayerNormDtype::kHalf:
+    case ElementType::kHalf:
       return launch<__half>(grad, input, mean, rstd, rows, cols, chunks, tiles, gamma_partial, beta_partial, stream);
-    case LayerNormDtype::kBFloat16:
+    case ElementType::kBFloat16:
       return launch<__nv_bfloat16>(grad, input, mean, rstd, rows, cols, chunks, tiles, gamma_partial, beta_partial,
                                    stream);
   }

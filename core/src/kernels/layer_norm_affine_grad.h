@@ -15,21 +15,21 @@
 
 #include <cstdint>
 
+#include "element_type.h"
+
 namespace colo::kernels {
 
-enum class LayerNormDtype { kFloat, kHalf, kBFloat16 };
-
 // Elements per 16-byte load: `cols` must be a multiple of it, and dy and x 16-byte aligned.
-int layer_norm_affine_grad_vector_width(LayerNormDtype dtype);
+int layer_norm_affine_grad_vector_width(ElementType dtype);
 
 // How many row chunks the kernel splits `rows` into on `device`: the first dimension of the
 // partial sums the caller allocates (enough blocks to fill every multiprocessor a few times).
-int64_t layer_norm_affine_grad_chunks(LayerNormDtype dtype, int64_t rows, int64_t cols, int device);
+int64_t layer_norm_affine_grad_chunks(ElementType dtype, int64_t rows, int64_t cols, int device);
 
 // Writes the per-chunk partial sums: gamma_partial and beta_partial are [chunks, cols] fp32,
 // chunks from layer_norm_affine_grad_chunks; the caller sums them over the chunks. mean and rstd
 // are fp32 [rows]. Returns the launch's error (cudaSuccess when the kernel was queued).
-cudaError_t layer_norm_affine_grad_partials(LayerNormDtype dtype, const void* grad, const void* input,
+cudaError_t layer_norm_affine_grad_partials(ElementType dtype, const void* grad, const void* input,
                                             const float* mean, const float* rstd, int64_t rows, int64_t cols,
                                             int64_t chunks, float* gamma_partial, float* beta_partial,
                                             cudaStream_t stream);

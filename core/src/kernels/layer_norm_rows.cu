@@ -168,10 +168,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   }
 }
 
-int vector_size(LayerNormDtype dtype) { return dtype == LayerNormDtype::kFloat ? kLoadBytes / 4 : kLoadBytes / 2; }
+int vector_size(ElementType dtype) { return dtype == ElementType::kFloat ? kLoadBytes / 4 : kLoadBytes / 2; }
 
 // Vectors per lane, rounded up: 1 … kMaxVectorsPerLane.
-int vectors_per_lane(LayerNormDtype dtype, int64_t cols) {
+int vectors_per_lane(ElementType dtype, int64_t cols) {
   const int64_t vectors = cols / vector_size(dtype);
   return static_cast<int>((vectors + 31) / 32);
 }
@@ -241,22 +241,22 @@ struct InputGrad {
 };
 
 template <template <typename, int> class F, typename... Args>
-cudaError_t dispatch(LayerNormDtype dtype, int vectors, Args... args) {
+cudaError_t dispatch(ElementType dtype, int vectors, Args... args) {
   switch (dtype) {
-    case LayerNormDtype::kFloat: return by_width<float, F>(vectors, args...);
-    case LayerNormDtype::kHalf: return by_width<__half, F>(vectors, args...);
-    case LayerNormDtype::kBFloat16: return by_width<__nv_bfloat16, F>(vectors, args...);
+    case ElementType::kFloat: return by_width<float, F>(vectors, args...);
+    case ElementType::kHalf: return by_width<__half, F>(vectors, args...);
+    case ElementType::kBFloat16: return by_width<__nv_bfloat16, F>(vectors, args...);
   }
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-bool layer_norm_rows_supported(LayerNormDtype dtype, int64_t cols) {
+bool layer_norm_rows_supported(ElementType dtype, int64_t cols) {
   return cols > 0 && cols % vector_size(dtype) == 0 && vectors_per_lane(dtype, cols) <= kMaxVectorsPerLane;
 }
 
-cudaError_t layer_norm_rows_forward(LayerNormDtype dtype, const void* x, const void* residual, void* sum,
+cudaError_t layer_norm_rows_forward(ElementType dtype, const void* x, const void* residual, void* sum,
                                     const void* gamma, const void* beta, float eps, int64_t rows, int64_t cols,
                                     void* y, float* mean, float* rstd, cudaStream_t stream) {
   if (!layer_norm_rows_supported(dtype, cols)) return cudaErrorInvalidValue;
@@ -265,7 +265,7 @@ cudaError_t layer_norm_rows_forward(LayerNormDtype dtype, const void* x, const v
                            mean, rstd, stream);
 }
 
-cudaError_t layer_norm_rows_input_grad(LayerNormDtype dtype, const void* dy, const void* x, const float* mean,
+cudaError_t layer_norm_rows_input_grad(ElementType dtype, const void* dy, const void* x, const float* mean,
                                        const float* rstd, const void* gamma, const void* residual_grad,
                                        int64_t rows, int64_t cols, void* dx, cudaStream_t stream) {
   if (!layer_norm_rows_supported(dtype, cols)) return cudaErrorInvalidValue;

@@ -9,8 +9,8 @@ namespace colo::nn {
 namespace {
 
 #ifdef COLO_WITH_CUDA_KERNELS
-kernels::LayerNormDtype dtype_of(const torch::Tensor& t) {
-  kernels::LayerNormDtype dtype{};
+kernels::ElementType dtype_of(const torch::Tensor& t) {
+  kernels::ElementType dtype{};
   detail::kernel_dtype(t.scalar_type(), dtype);
   return dtype;
 }
@@ -38,7 +38,7 @@ struct GeluFunction : torch::autograd::Function<GeluFunction> {
 
 bool gelu_uses_colo_kernel(const torch::Tensor& input) {
 #ifdef COLO_WITH_CUDA_KERNELS
-  kernels::LayerNormDtype dtype{};
+  kernels::ElementType dtype{};
   return detail::vector_ready(input) && detail::kernel_dtype(input.scalar_type(), dtype);
 #else
   (void)input;

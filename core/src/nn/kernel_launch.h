@@ -12,16 +12,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "../kernels/layer_norm_affine_grad.h"
+#include "../kernels/element_type.h"
 
 namespace colo::nn::detail {
 
 // The kernels' dtype for a tensor's (fp32, fp16, bf16), or false for any other.
-inline bool kernel_dtype(torch::ScalarType type, kernels::LayerNormDtype& out) {
+inline bool kernel_dtype(torch::ScalarType type, kernels::ElementType& out) {
   switch (type) {
-    case torch::kFloat: out = kernels::LayerNormDtype::kFloat; return true;
-    case torch::kHalf: out = kernels::LayerNormDtype::kHalf; return true;
-    case torch::kBFloat16: out = kernels::LayerNormDtype::kBFloat16; return true;
+    case torch::kFloat: out = kernels::ElementType::kFloat; return true;
+    case torch::kHalf: out = kernels::ElementType::kHalf; return true;
+    case torch::kBFloat16: out = kernels::ElementType::kBFloat16; return true;
     default: return false;
   }
 }

@@ -20,7 +20,7 @@ namespace {
 std::pair<torch::Tensor, torch::Tensor> affine_grads_on_gpu(const torch::Tensor& grad, const torch::Tensor& input,
                                                             const torch::Tensor& mean, const torch::Tensor& rstd,
                                                             int64_t cols) {
-  kernels::LayerNormDtype dtype{};
+  kernels::ElementType dtype{};
   detail::kernel_dtype(input.scalar_type(), dtype);
   const int64_t rows = input.numel() / cols;
   const auto mean32 = mean.to(torch::kFloat).contiguous();
@@ -81,7 +81,7 @@ Normalized normalize(const torch::Tensor& input, const torch::Tensor& residual,
 #ifdef COLO_WITH_CUDA_KERNELS
   if (layer_norm_rows_use_colo_kernel(input, weight, bias) && shapes_match(input, normalized_shape, weight) &&
       rows_kernel_takes(residual, input)) {
-    kernels::LayerNormDtype dtype{};
+    kernels::ElementType dtype{};
     detail::kernel_dtype(input.scalar_type(), dtype);
     const int64_t cols = weight.numel();
     Normalized n;
@@ -146,7 +146,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> norm_backward(const Save
     if (layer_norm_rows_use_colo_kernel(s.input, s.weight, s.bias) && s.mean.scalar_type() == torch::kFloat &&
         s.mean.is_contiguous() && s.rstd.is_contiguous() && rows_kernel_takes(grad, s.input) &&
         rows_kernel_takes(residual_grad, s.input)) {
-      kernels::LayerNormDtype dtype{};
+      kernels::ElementType dtype{};
       detail::kernel_dtype(s.input.scalar_type(), dtype);
       const int64_t cols = s.weight.numel();
       d_input = torch::empty_like(s.input);
@@ -243,7 +243,7 @@ struct AddLayerNormFunction : torch::autograd::Function<AddLayerNormFunction> {
 
 bool layer_norm_uses_colo_kernel(const torch::Tensor& grad, const torch::Tensor& input, int64_t normalized_size) {
 #ifdef COLO_WITH_CUDA_KERNELS
-  kernels::LayerNormDtype dtype{};
+  kernels::ElementType dtype{};
   return input.is_cuda() && grad.is_cuda() && grad.scalar_type() == input.scalar_type() &&
          detail::kernel_dtype(input.scalar_type(), dtype) && input.is_contiguous() && grad.is_contiguous() &&
          normalized_size > 0 && grad.numel() == input.numel() &&
@@ -259,7 +259,7 @@ bool layer_norm_uses_colo_kernel(const torch::Tensor& grad, const torch::Tensor&
 
 bool layer_norm_rows_use_colo_kernel(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef COLO_WITH_CUDA_KERNELS
-  kernels::LayerNormDtype dtype{};
+  kernels::ElementType dtype{};
   const auto same = [&](const torch::Tensor& t) {
     return t.scalar_type() == input.scalar_type() && t.device() == input.device() && detail::vector_ready(t);
   };
