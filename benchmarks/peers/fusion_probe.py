@@ -17,22 +17,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, reps=25):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+from backward_reduction_probe import median_ms  # CUDA-event median, this directory's probes share it
 
 
 def main():
