@@ -329,7 +329,13 @@ def main(argv=None):
             return model.no_sync()
         return contextlib.nullcontext()
 
+    # CUDA-graph modes (reduce-overhead, max-autotune) replay into the same output buffers: tell
+    # them where a step begins, so that no output of the previous one is taken as still in use.
+    graphs = args.compile_mode in ("reduce-overhead", "max-autotune")
+
     def train_step():
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         ctx = torch.autocast(device.type, dtype=compute_dtype) if autocast_on else contextlib.nullcontext()
         total = 0.0
         for m in range(args.grad_accum):

@@ -244,20 +244,23 @@ for stage in "$@"; do
       done
       ;;
     fused-peers)
-      # The peers in the same call: timm under torch.compile (autocast bf16; COLO_PEER_EXTRA adds e.g.
-      # "--param-dtype bf16" runs), and colo with master_weights=false, on COLO_AB_MODELS.
+      # The peers in the same call: timm under torch.compile (autocast bf16), plus one run per variant
+      # in COLO_PEER_EXTRA, separated by ';' (e.g. "--param-dtype bf16;--compile-mode max-autotune"),
+      # each limited to COLO_PEER_TIMEOUT seconds (default 240; max-autotune compiles for minutes);
+      # with a "--param-dtype bf16" variant also colo with master_weights=false, on COLO_AB_MODELS.
+      IFS=';' read -ra peer_extras <<<"${COLO_PEER_EXTRA:-}"
       for model in ${COLO_AB_MODELS:-base large}; do
         batch=256
         [ "$model" = large ] && batch=128
-        for extra in "" ${COLO_PEER_EXTRA:+"$COLO_PEER_EXTRA"}; do
+        for extra in "" "${peer_extras[@]}"; do
           tag=$(echo "timm_${model}_$extra" | tr -c 'A-Za-z0-9_\n' '_')
-          timeout 240 python3 benchmarks/peers/timm_train_bench.py --mode compile --model "$model" --batch-size "$batch" \
+          timeout "${COLO_PEER_TIMEOUT:-240}" python3 benchmarks/peers/timm_train_bench.py --mode compile --model "$model" --batch-size "$batch" \
             --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1 $extra --commit "${COLO_COMMIT:-}" \
             --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
           note "timm compile $model $extra rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null | head -1)"
           grep -E "Error|error" "$LOGS/$tag.log" | tail -3 >>"$LOGS/summary.txt"
         done
-        if [ -n "${COLO_PEER_EXTRA:-}" ]; then
+        if [[ "${COLO_PEER_EXTRA:-}" == *"--param-dtype bf16"* ]]; then
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
             --plugin-opt master_weights=false --model "$model" --batch-size "$batch" --precision bf16 --warmup-steps 10 \
             --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1 --json "$LOGS/colo_${model}_mwfalse.json" >"$LOGS/colo_${model}_mwfalse.log" 2>&1
