@@ -1,5 +1,4 @@
-// colo::nn::linear's backward with the bias gradient summed in the weight gradient's cuBLASLt
-// product, and colo's row-wise LayerNorm kernels (forward, optionally after the residual add, and the input
+// colo's row-wise LayerNorm kernels (forward, optionally after the residual add, and the input
 // gradient, optionally plus the residual's gradient) and its GELU forward kernel (core/src/kernels),
 // through colo::nn::layer_norm, add_layer_norm and gelu: against fp64 references and ATen, over
 // the widths of timm's ViTs and the edges of what the kernels take. Shapes they do not take must
@@ -20,7 +19,6 @@
 
 #include <colo/nn/gelu.h>
 #include <colo/nn/layer_norm.h>
-#include <colo/nn/linear.h>
 
 namespace fused_kernels_test {
 namespace {
@@ -264,90 +262,6 @@ TEST_F(FusedKernels, GeluTimeBesideAten) {
   const double fwd_aten = median_us([&] { torch::gelu(h); });
   std::printf("TIMING gelu forward 50432x3072 bf16: colo %.1f us, ATen %.1f us\n", fwd, fwd_aten);
   EXPECT_TRUE(out.requires_grad());
-}
-
-// y = x·wᵀ + b's three gradients, from colo::nn::linear (the bias gradient in the weight gradient's
-// cuBLASLt epilogue) against ATen's autograd and fp64, at ViT-B's four linear shapes (16 images),
-// odd widths and a misaligned input (which cuBLASLt may decline; then the two-product path runs).
-TEST_F(FusedKernels, LinearBiasGradInWeightGemmMatchesReferences) {
-  torch::manual_seed(25);
-  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes{
-      {16 * 197, 768, 2304}, {16 * 197, 768, 768}, {16 * 197, 768, 3072}, {16 * 197, 3072, 768}, {1, 8, 8},
-      {37, 24, 40},          {7, 5, 3}};
-  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
-    for (const auto& [m, k, n] : shapes) {
-      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(k) + "->" + std::to_string(n) + " " + c10::toString(dtype));
-      const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
-      // A batch dimension in front, as the ViT's [B, T, D] activations have.
-      const auto x = torch::randn({1, m, k}, options);
-      const auto w = (torch::randn({n, k}) / std::sqrt(static_cast<double>(k))).to(options);
-      const auto b = torch::randn({n}, options);
-      const auto g = torch::randn({1, m, n}, options);
-      if (k % 8 == 0 && n % 8 == 0) EXPECT_TRUE(colo::nn::linear_sums_bias_grad_in_weight_gemm(g, x));
-      auto xo = x.clone().requires_grad_(), wo = w.clone().requires_grad_(), bo = b.clone().requires_grad_();
-      auto xa = x.clone().requires_grad_(), wa = w.clone().requires_grad_(), ba = b.clone().requires_grad_();
-      colo::nn::linear(xo, wo, bo).backward(g);
-      at::linear(xa, wa, ba).backward(g);
-      const double tol = tolerance(dtype);
-      EXPECT_LT(max_rel(xo.grad(), xa.grad()), tol);
-      EXPECT_LT(max_rel(wo.grad(), wa.grad()), tol);
-      EXPECT_LT(max_rel(bo.grad(), ba.grad()), tol);
-      const auto g64 = g.to(torch::kDouble).reshape({m, n});
-      EXPECT_LT(max_rel(wo.grad(), g64.t().mm(x.to(torch::kDouble).reshape({m, k}))), tol);
-      EXPECT_LT(max_rel(bo.grad(), g64.sum(0)), tol);
-    }
-  }
-  // A misaligned input (2 bytes past an allocation) and a transposed output gradient.
-  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto x = torch::randn({64 * 32 + 1}, options).narrow(0, 1, 64 * 32).view({64, 32});
-  auto xo = x.clone().narrow(0, 0, 64);  // a copy: aligned
-  const auto w = torch::randn({16, 32}, options);
-  const auto b = torch::randn({16}, options);
-  for (const auto& [input, grad] : {std::make_pair(x, torch::randn({64, 16}, options)),
-                                    std::make_pair(xo, torch::randn({16, 64}, options).t())}) {
-    auto wo = w.clone().requires_grad_(), bo = b.clone().requires_grad_();
-    auto wa = w.clone().requires_grad_(), ba = b.clone().requires_grad_();
-    colo::nn::linear(input, wo, bo).backward(grad);
-    at::linear(input, wa, ba).backward(grad);
-    EXPECT_LT(max_rel(wo.grad(), wa.grad()), tolerance(torch::kBFloat16));
-    EXPECT_LT(max_rel(bo.grad(), ba.grad()), tolerance(torch::kBFloat16));
-  }
-  // fp32 keeps the two products (and TF32 as ATen allows it).
-  EXPECT_FALSE(colo::nn::linear_sums_bias_grad_in_weight_gemm(torch::randn({4, 8}, torch::kCUDA),
-                                                              torch::randn({4, 8}, torch::kCUDA)));
-}
-
-// The weight and bias gradients at ViT-B/16's shapes (batch 256), with the bias gradient in the
-// weight gradient's product, as two products (the previous path: a GEMM and a matrix-vector
-// product with ones), and ATen's autograd.
-TEST_F(FusedKernels, LinearWeightAndBiasGradTimeBesideTwoProducts) {
-  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
-  const int64_t m = 256 * 197;
-  double fused_total = 0, split_total = 0;
-  for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
-    const auto x = torch::randn({m, k}, options);
-    const auto g = torch::randn({m, n}, options);
-    auto w = torch::randn({n, k}, options).requires_grad_();
-    auto b = torch::randn({n}, options).requires_grad_();
-    const auto out = colo::nn::linear(x, w, b);
-    const auto aten_out = at::linear(x, w, b);
-    const auto ones = torch::ones({m}, options);
-    const double fused = median_us([&] { torch::autograd::grad({out}, {w, b}, {g}, true); });
-    const double aten = median_us([&] { torch::autograd::grad({aten_out}, {w, b}, {g}, true); });
-    torch::NoGradGuard no_grad;
-    const double split = median_us([&] {
-      g.t().mm(x);
-      at::mv(g.t(), ones);
-    });
-    std::printf("TIMING linear weight+bias grad %ldx%ld->%ld bf16: one cuBLASLt product %.1f us, two products %.1f us, "
-                "ATen autograd %.1f us\n",
-                static_cast<long>(m), static_cast<long>(k), static_cast<long>(n), fused, split, aten);
-    fused_total += fused;
-    split_total += split;
-  }
-  std::printf("TIMING linear weight+bias grad, ViT-B block's four layers: %.1f us against %.1f us\n", fused_total,
-              split_total);
-  EXPECT_GT(fused_total, 0.0);
 }
 
 }  // namespace

@@ -4,13 +4,11 @@
 #include <colo/nn/fp8_linear.h>
 
 #include "ones_vector.h"
-#include "weight_bias_grad_gemm.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <optional>
-#include <utility>
 #include <vector>
 
 namespace colo::nn {
@@ -53,22 +51,6 @@ torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
 namespace {
 
 using detail::ones_vector;
-using detail::weight_and_bias_grad;
-using detail::weight_bias_grad_gemm_applies;
-
-// The weight and bias gradients (each undefined where not needed) from the output gradient's rows
-// and the input's. Both at once, on CUDA in bf16/fp16: one cuBLASLt product whose epilogue sums the
-// bias gradient while the weight gradient reads the output gradient anyway. Otherwise two products.
-std::pair<torch::Tensor, torch::Tensor> weight_and_bias_grads(const torch::Tensor& rows, const torch::Tensor& input_rows,
-                                                              bool need_weight, bool need_bias) {
-  if (need_weight && need_bias && weight_bias_grad_gemm_applies(rows, input_rows)) {
-    if (auto grads = weight_and_bias_grad(rows, input_rows)) return *grads;
-  }
-  torch::Tensor grad_weight, grad_bias;
-  if (need_weight) grad_weight = rows.t().mm(input_rows);
-  if (need_bias) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
-  return {grad_weight, grad_bias};
-}
 
 // input, weight and bias gradients of y = input · weightᵀ (+ bias) from the output gradient.
 // `bias` may be undefined (no bias). Under a WeightGradDeferral the weight and bias gradients are
@@ -78,21 +60,19 @@ torch::autograd::tensor_list linear_backward(const torch::Tensor& input, const t
                                              bool need_weight, bool need_bias) {
   // Every leading dimension of the input is a row of one matrix product, as in at::linear.
   const auto rows = grad.reshape({-1, weight.size(0)});
-  torch::Tensor grad_input;
+  torch::Tensor grad_input, grad_weight, grad_bias;
   if (need_input) grad_input = grad.matmul(weight);
   if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
     // Zero bubble's W: the same products later, into .grad directly (the saved weight and bias
     // are the parameters themselves: leaves are saved as they are).
     deferred->add([rows, input, weight, bias, need_weight, need_bias] {
-      const auto [grad_weight, grad_bias] =
-          weight_and_bias_grads(rows, input.reshape({-1, weight.size(1)}), need_weight, need_bias);
-      if (need_weight) accumulate_grad(weight, grad_weight);
-      if (need_bias) accumulate_grad(bias, grad_bias);
+      if (need_weight) accumulate_grad(weight, rows.t().mm(input.reshape({-1, weight.size(1)})));
+      if (need_bias) accumulate_grad(bias, at::mv(rows.t(), ones_vector(rows.size(0), rows)));
     });
     return {grad_input, torch::Tensor(), torch::Tensor()};
   }
-  auto [grad_weight, grad_bias] =
-      weight_and_bias_grads(rows, input.reshape({-1, weight.size(1)}), need_weight, need_bias);
+  if (need_weight) grad_weight = rows.t().mm(input.reshape({-1, weight.size(1)}));
+  if (need_bias) grad_bias = at::mv(rows.t(), ones_vector(rows.size(0), rows));
   return {grad_input, grad_weight, grad_bias};
 }
 
@@ -131,11 +111,6 @@ struct BiasFreeLinearFunction : torch::autograd::Function<BiasFreeLinearFunction
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
   return bias.defined() ? LinearFunction::apply(input, weight, bias) : BiasFreeLinearFunction::apply(input, weight);
-}
-
-bool linear_sums_bias_grad_in_weight_gemm(const torch::Tensor& grad_output, const torch::Tensor& input) {
-  return detail::weight_bias_grad_gemm_applies(grad_output.reshape({-1, grad_output.size(-1)}),
-                                               input.reshape({-1, input.size(-1)}));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& input) {

@@ -4,7 +4,6 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/deferred_weight_grads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/weight_bias_grad_gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/drop_path.cpp

@@ -6,18 +6,13 @@
 namespace colo::nn {
 
 // y = input · weightᵀ + bias, as at::linear, with a backward that computes the bias gradient (the
-// sum of the output gradient over every token row) without autograd's column reduction: on CUDA in
-// bf16/fp16, inside the weight gradient's cuBLASLt product (its BGRADB epilogue, so the output
-// gradient is read once); elsewhere as a matrix-vector product with a vector of ones, which at ViT
-// token counts is faster than the reduction. The input gradient is the product autograd would
-// compute; a bias-free call has no bias gradient. Differentiable once (no double backward). Zero-bubble pipelines defer its weight
+// sum of the output gradient over every token row) as a matrix-vector product with a vector of
+// ones: at ViT token counts cuBLAS's product is faster than the column reduction autograd uses.
+// The weight and input gradients are the products autograd would compute; a bias-free call has no
+// bias gradient. Differentiable once (no double backward). Zero-bubble pipelines defer its weight
 // gradient (nn::WeightGradDeferral). Measured: benchmarks/RESULTS.md, "The bias gradient as a
 // matrix-vector product".
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
-
-// Whether linear's backward sums the bias gradient inside the weight gradient's product for this
-// output gradient and input (a test hook): a CUDA build, both CUDA bf16 or fp16 and contiguous.
-bool linear_sums_bias_grad_in_weight_gemm(const torch::Tensor& grad_output, const torch::Tensor& input);
 
 // torch::nn::Linear (same options, parameters "weight" and "bias", same init hooks) whose
 // forward is colo::nn::linear above, because the C++ frontend's own forward adds the bias of
