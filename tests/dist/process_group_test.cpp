@@ -182,6 +182,30 @@ TEST(ProcessGroup, DeadPeerFailsFastNamingTheGroup) {
   expect_lonely_all_reduce_fails(/*peer_stays=*/false, std::chrono::milliseconds(20000));
 }
 
+// Rank 0 asks for a {0, 1} group that rank 1 never asks for: the creation fails at the group's
+// timeout with an error that names the group, its ranks and what every member must do, not
+// only the backend's words about a store key. (NCCL creates its communicators lazily, at the
+// first collective, so there the creation itself does not wait.)
+TEST(ProcessGroup, AHalfMadeGroupNamesItselfAndWhatToDo) {
+  COLO_SKIP_ON_NCCL_OR_ONE_RANK();
+  if (world()->rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      world()->new_subgroup({0, 1}, "half_made", std::chrono::milliseconds(1500));
+      ADD_FAILURE() << "new_subgroup returned a group that rank 1 never created";
+    } catch (const DistError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 0: creating the gloo group 'half_made' of global ranks [0,1] failed"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("Every member must call new_subgroup with the same ranks and name"), std::string::npos)
+          << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  }
+  world()->barrier().wait();
+}
+
 // A group of the whole world whose last member skips all_reduce #2: every member that waited
 // names the last one, and only it, with where it was last seen waiting (#1, where rank 0's late
 // arrival kept everyone else waiting long enough to record it).

@@ -466,7 +466,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   const std::string prefix = fmt::format("colo/group/{}/{}", key, generation);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   auto impl = std::make_unique<Impl>();
-  impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
+  try {
+    impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
+  } catch (const std::exception& e) {
+    // Usually a member that never asked for the group (or asked with other ranks or another name),
+    // or one that died: the backend's own words name a store key, not the group.
+    throw DistError(fmt::format(
+        "rank {}: creating the {} group '{}' of global ranks [{}] failed: {}. Every member must call new_subgroup "
+        "with the same ranks and name, in the same order as its other group creations; one that did not, or died, "
+        "leaves the others waiting up to the group's timeout ({} ms)",
+        global_rank(rank_), backend_name(backend_), name, fmt::join(global_ranks, ","), e.what(),
+        group_timeout.count()));
+  }
   impl->creations = impl_->creations;
   impl->store = impl_->store;
   impl->progress = std::make_unique<CollectiveProgress>(impl_->store, prefix, my_rank, global_ranks);

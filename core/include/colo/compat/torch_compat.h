@@ -64,9 +64,6 @@ inline constexpr bool kHasNccl =
     false;
 #endif
 
-// The LibTorch version colo was compiled against ("1.13.1", "2.11.0"): plugins must match it.
-inline std::string torch_version_string() { return TORCH_VERSION; }
-
 inline CommBackendPtr make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                         std::chrono::milliseconds timeout) {
 #if COLO_HAS_GLOO
