@@ -195,6 +195,13 @@ Record Trainer::evaluate(data::DataLoader& loader) {
   return record;
 }
 
+void Trainer::request_stop(const std::string& reason) {
+  if (stop_requested_) return;
+  stop_requested_ = true;
+  stop_reason_ = reason;
+  if (options_.progress()) print(fmt::format("stopping at step {}: {}", global_step_, reason));
+}
+
 FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoader* test_loader, int64_t test_interval,
                        std::vector<std::shared_ptr<TrainerHook>> hooks) {
   if (epochs < 1) throw std::invalid_argument(fmt::format("Trainer::fit: epochs {}: must be at least 1", epochs));
@@ -233,16 +240,18 @@ FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoade
   train_seconds_ = 0;
   last_evaluated_step_ = -1;
   last_evaluation_ = Record();
+  stop_requested_ = false;
+  stop_reason_.clear();
   // A tiny op queued after the last step: reading it waits for the device's queued work, which
   // belongs to training, not to the evaluation's time.
   auto device_sync = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
 
   for (auto& hook : hooks_) hook->before_fit(*this);
-  for (epoch_ = loader.epoch(); epoch_ < epochs && global_step_ < stop_step_; ++epoch_) {
+  for (epoch_ = loader.epoch(); epoch_ < epochs && global_step_ < stop_step_ && !stop_requested_; ++epoch_) {
     if (loader.epoch() != epoch_) loader.set_epoch(epoch_);  // keeps a resumed position
     boosted_.model->train();
     for (auto& hook : hooks_) hook->before_epoch(*this);
-    while (global_step_ < stop_step_ && !epoch_finished(loader)) {
+    while (global_step_ < stop_step_ && !stop_requested_ && !epoch_finished(loader)) {
       for (auto& hook : hooks_) hook->before_step(*this);
       const auto step_start = Clock::now();
       StepResult step = run_step(loader);
@@ -272,6 +281,8 @@ FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoade
   result.global_step = global_step_;
   result.train_seconds = train_seconds_;
   result.last_evaluation = last_evaluation_;
+  result.stopped = stop_requested_;
+  result.stop_reason = stop_reason_;
   train_loader_ = nullptr;
   hooks_.clear();
   return result;

@@ -1,5 +1,6 @@
 // The hooks that act on the run: MetricsLogHook writes the records, CheckpointHook saves the
-// training state, NonFiniteLossHook stops a diverged run.
+// training state, NonFiniteLossHook stops a diverged run, EarlyStoppingHook one that stopped
+// improving.
 #include <colo/booster/booster.h>
 #include <colo/booster/state_directory.h>
 #include <colo/booster/trainer.h>
@@ -9,8 +10,14 @@
 #include <colo/dist/process_group.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <variant>
 
@@ -87,6 +94,52 @@ void NonFiniteLossHook::end_step(Trainer& trainer) {
   if (guard_->due(trainer.global_step(), trainer.stop_step())) {
     guard_->check(trainer.global_step(), trainer.world(), trainer.boosted().optimizer->skipped_steps());
   }
+}
+
+EarlyStoppingHook::EarlyStoppingHook(EarlyStoppingOptions options)
+    : options_(std::move(options)), best_(std::numeric_limits<double>::quiet_NaN()) {
+  if (options_.patience() < 1) {
+    throw std::invalid_argument(fmt::format("EarlyStoppingOptions::patience {}: must be at least 1 (records without "
+                                            "improvement that stop the run)",
+                                            options_.patience()));
+  }
+  if (!(options_.min_delta() >= 0.0)) {
+    throw std::invalid_argument(
+        fmt::format("EarlyStoppingOptions::min_delta {}: must be at least 0", options_.min_delta()));
+  }
+  if (options_.event() != "eval" && options_.event() != "train") {
+    throw std::invalid_argument(
+        fmt::format("EarlyStoppingOptions::event '{}': records are \"eval\" or \"train\"", options_.event()));
+  }
+}
+
+void EarlyStoppingHook::before_fit(Trainer&) {
+  best_ = std::numeric_limits<double>::quiet_NaN();
+  records_without_improvement_ = 0;
+}
+
+void EarlyStoppingHook::report(Trainer& trainer, const Record& record) {
+  if (record.text_of("event") != options_.event()) return;
+  const auto& metric = options_.metric();
+  if (!record.has(metric)) {
+    std::vector<std::string> fields;
+    for (const auto& [key, value] : record.values()) fields.push_back(key);
+    throw std::invalid_argument(fmt::format(
+        "EarlyStoppingHook watches '{}', which the {} records lack (they have: {}): add the hook that fills it "
+        "(AccuracyHook: top1, LossHook: loss) before this one, or watch another field",
+        metric, options_.event(), fmt::join(fields, ", ")));
+  }
+  const double value = record.number(metric);
+  const double sign = options_.higher_is_better() ? 1.0 : -1.0;
+  if (std::isfinite(value) && (std::isnan(best_) || sign * (value - best_) > options_.min_delta())) {
+    best_ = value;
+    records_without_improvement_ = 0;
+    return;
+  }
+  if (++records_without_improvement_ < options_.patience()) return;
+  trainer.request_stop(fmt::format("{} has not improved on its best, {:.6g}, for {} {} record{} (patience {})", metric,
+                                   best_, records_without_improvement_, options_.event(),
+                                   records_without_improvement_ == 1 ? "" : "s", options_.patience()));
 }
 
 }  // namespace colo

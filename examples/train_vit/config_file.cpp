@@ -74,6 +74,7 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"seed", {Kind::kInteger, "seed"}},
         {"max_steps", {Kind::kInteger, "max-steps"}},
         {"max_nonfinite_steps", {Kind::kInteger, "max-nonfinite-steps"}},
+        {"early_stop", {Kind::kInteger, "early-stop"}},
         {"log_every", {Kind::kInteger, "log-every"}},
         {"eval_batch_size", {Kind::kInteger, "eval-batch-size"}}}},
       {"optimizer",

@@ -459,6 +459,9 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
           .max_steps(o.max_nonfinite_steps)
           .limit_name("--max-nonfinite-steps")
           .advice("Lower --lr, lengthen --warmup, clip gradients (--clip), or train in another --precision")));
+  if (o.early_stop > 0) {
+    hooks.push_back(std::make_shared<colo::EarlyStoppingHook>(colo::EarlyStoppingOptions().patience(o.early_stop)));
+  }
 
   colo::Trainer trainer(booster, b,
                         colo::TrainerOptions()
@@ -470,8 +473,9 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                             .started(job_start));
   const colo::FitResult fit = trainer.fit(train_loader, o.epochs, &test_loader, 1, hooks);
 
-  console.print("trained {} steps in {}, {} in all", fit.steps, colo::format_duration(fit.train_seconds),
-                colo::format_duration(seconds_since(job_start)));
+  console.print("trained {} steps in {}, {} in all{}", fit.steps, colo::format_duration(fit.train_seconds),
+                colo::format_duration(seconds_since(job_start)),
+                fit.stopped ? fmt::format(" (stopped early: {})", fit.stop_reason) : "");
   // The last line: what the job achieved.
   console.print("final test top-1: {:.2f}%", 100.0 * fit.last_evaluation.number("top1"));
   return 0;

@@ -163,7 +163,10 @@ po::options_description make_description(TrainOptions& o) {
        "the learning-rate schedule still spans --epochs; 0: no limit")
       ("max-nonfinite-steps", po::value(&o.max_nonfinite_steps)->default_value(o.max_nonfinite_steps)->value_name("N"),
        "stop with an error when the loss is NaN or infinite for N consecutive optimizer steps on any rank (checked "
-       "every N steps); the fp16 loss scaler's skipped steps do not count; 0: never stop");
+       "every N steps); the fp16 loss scaler's skipped steps do not count; 0: never stop")
+      ("early-stop", po::value(&o.early_stop)->default_value(o.early_stop)->value_name("N"),
+       "stop early (no error) when the test top-1 has not improved for N evaluations in a row (one per epoch), "
+       "saving (with --save) and printing the final line as at the end; 0: never");
 
   po::options_description io("Checkpoints and logs", kHelpWidth, kHelpWidth / 2);
   io.add_options()
@@ -282,6 +285,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   at_least("log-every", o.log_every, 1, "must be at least 1");
   at_least("max-steps", o.max_steps, 0, "must be >= 0 (0: no limit)");
   at_least("max-nonfinite-steps", o.max_nonfinite_steps, 0, "must be >= 0 (0: never stop)");
+  at_least("early-stop", o.early_stop, 0, "must be >= 0 (0: never stop early)");
   at_least("threads", o.threads, 0, "must be >= 0 (0: cores / ranks on this node)");
   at_least("synthetic-samples", o.synthetic_samples, 5, "must be at least 5 (the test split gets a fifth)");
   at_least("eval-batch-size", o.eval_batch_size, 1, "must be at least 1");

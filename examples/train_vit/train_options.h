@@ -77,6 +77,8 @@ struct TrainOptions {
   // never). 10: a diverged run stops within 20 steps of diverging, while a brief overflow (an fp16
   // forward, a few bad batches) passes.
   int64_t max_nonfinite_steps = 10;
+  // Evaluations in a row without a better test top-1 that end the run early, without an error (0: never).
+  int64_t early_stop = 0;
   int64_t eval_batch_size = 500;
   int threads = 0;  // 0: this machine's cores / ranks on this node
 

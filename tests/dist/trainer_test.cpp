@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -333,6 +334,85 @@ TEST(Trainer, NonFiniteLossHookStopsADivergedRun) {
     EXPECT_NE(std::string(e.what()).find("max_nonfinite_steps 3 is the limit"), std::string::npos) << e.what();
   }
   EXPECT_EQ(events->steps, 3);
+}
+
+// Adds "score" to the records of one event, from a fixed sequence (the same on every rank, as a
+// reduced metric is), so that a test controls what EarlyStoppingHook sees.
+class ScriptedScore : public TrainerHook {
+ public:
+  ScriptedScore(std::string event, std::vector<double> scores) : event_(std::move(event)), scores_(std::move(scores)) {}
+  void collect(Trainer&, Record& record) override {
+    if (record.text_of("event") != event_) return;
+    record.real("score", scores_.at(std::min(next_++, scores_.size() - 1)));
+  }
+  std::size_t shown() const { return next_; }
+
+ private:
+  std::string event_;
+  std::vector<double> scores_;
+  std::size_t next_ = 0;
+};
+
+TEST(Trainer, EarlyStoppingEndsTheRunWhenTheEvaluationStalls) {
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  auto test_loader = trainer_loader(trainer_test_set(), run.boosted, 8, false);
+  // Best 0.6 at the second evaluation; the third ties it and the fourth is worse: patience 2 ends
+  // the run after the fourth epoch, of ten.
+  auto score = std::make_shared<ScriptedScore>("eval", std::vector<double>{0.5, 0.6, 0.6, 0.55, 0.9});
+  auto stopper = std::make_shared<EarlyStoppingHook>(EarlyStoppingOptions().metric("score").patience(2));
+  auto events = std::make_shared<EventLog>();
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().progress(false));
+  const int64_t steps_per_epoch = run.boosted.dataloader->num_batches();
+  const auto fit = trainer.fit(*run.boosted.dataloader, 10, test_loader.get(), 1, {score, stopper, events});
+  EXPECT_TRUE(fit.stopped);
+  EXPECT_EQ(fit.stop_reason, "score has not improved on its best, 0.6, for 2 eval records (patience 2)");
+  EXPECT_EQ(fit.steps, 4 * steps_per_epoch);
+  EXPECT_EQ(events->epochs, 4);
+  EXPECT_EQ(score->shown(), 4u);  // no second evaluation of the last step
+  EXPECT_DOUBLE_EQ(stopper->best(), 0.6);
+  EXPECT_DOUBLE_EQ(fit.last_evaluation.number("score"), 0.55);
+}
+
+TEST(Trainer, EarlyStoppingOnTrainingRecordsStopsMidEpochKeepingTheLoadersPlace) {
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  // A record every step; the loss-like score does not fall after the first: patience 1 stops at
+  // step 2, before the first epoch (48 / (2 x world) >= 3 steps) is over.
+  auto score = std::make_shared<ScriptedScore>("train", std::vector<double>{1.0, 1.0});
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().log_every(1).progress(false));
+  const auto fit = trainer.fit(
+      *run.boosted.dataloader, 2, nullptr, 1,
+      {score, std::make_shared<EarlyStoppingHook>(
+                  EarlyStoppingOptions().metric("score").event("train").higher_is_better(false).patience(1))});
+  EXPECT_TRUE(fit.stopped);
+  EXPECT_EQ(fit.steps, 2);
+  EXPECT_EQ(run.boosted.dataloader->epoch(), 0);
+  // The next fit() goes on from there, with no stop carried over.
+  Trainer again(*run.booster, run.boosted, TrainerOptions().start_step(2).max_steps(3).progress(false));
+  const auto more = again.fit(*run.boosted.dataloader, 2, nullptr, 1, {});
+  EXPECT_FALSE(more.stopped);
+  EXPECT_EQ(more.global_step, 3);
+}
+
+TEST(Trainer, EarlyStoppingOnAFieldTheRecordsLackSaysWhichTheyHave) {
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  auto test_loader = trainer_loader(trainer_test_set(), run.boosted, 8, false);
+  Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(1).progress(false));
+  try {
+    trainer.fit(*run.boosted.dataloader, 1, test_loader.get(), 1,
+                {std::make_shared<AccuracyHook>(), std::make_shared<EarlyStoppingHook>()});
+    trainer.fit(*run.boosted.dataloader, 1, test_loader.get(), 1,
+                {std::make_shared<LossHook>(), std::make_shared<EarlyStoppingHook>()});
+    ADD_FAILURE() << "watching top1 without AccuracyHook went on";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("EarlyStoppingHook watches 'top1', which the eval records lack (they have: "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("loss"), std::string::npos) << what;
+    EXPECT_NE(what.find("AccuracyHook: top1"), std::string::npos) << what;
+  }
+  EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().patience(0)), std::invalid_argument);
+  EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().event("epoch")), std::invalid_argument);
 }
 
 }  // namespace

@@ -133,7 +133,8 @@ TEST_F(TrainVitCli, HelpListsTheOptionsAndExitsZero) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* option : {"--plugin", "--plugin-opt", "--batch-size", "--grad-accum", "--warmup", "--resume",
-                             "--metrics", "--max-steps", "--threads", "--max-nonfinite-steps"}) {
+                             "--metrics", "--max-steps", "--threads", "--max-nonfinite-steps",
+                             "--early-stop"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option << " missing from --help";
   }
 }
@@ -150,11 +151,11 @@ TEST_F(TrainVitCli, UnknownOptionIsAUsageErrorWithASuggestion) {
 TEST_F(TrainVitCli, EveryInvalidValueIsReportedAtOnce) {
   const Result r =
       run({"--batch-size", "0", "--precision", "fp4", "--optimizer", "adam", "--lr=-1", "--plugin-opt", "novalue",
-           "--max-nonfinite-steps=-1"});
+           "--max-nonfinite-steps=-1", "--early-stop=-2"});
   EXPECT_EQ(r.exit_code, 2);
   for (const char* part : {"--batch-size 0", "--precision fp4: not one of fp32, bf16, fp16, fp8",
                            "--optimizer adam: not one of adamw, lamb, sgd", "--lr -1", "--plugin-opt novalue",
-                           "--max-nonfinite-steps -1: must be >= 0"}) {
+                           "--max-nonfinite-steps -1: must be >= 0", "--early-stop -2: must be >= 0"}) {
     EXPECT_NE(r.err.find(part), std::string::npos) << part << " not in: " << r.err;
   }
 }

@@ -53,6 +53,8 @@ struct FitResult {
   int64_t global_step = 0;     // in all, with those before start_step
   double train_seconds = 0.0;  // time in training steps, not in evaluations or saves
   Record last_evaluation;      // empty without a test loader
+  bool stopped = false;        // a hook asked to stop (Trainer::request_stop) before the planned end
+  std::string stop_reason;     // what it said
 };
 
 // The training loop over a boosted model, for every plugin: a pipelined one's steps go through
@@ -107,6 +109,15 @@ class Trainer {
   // A line on rank 0's console (flushed: colo-run forwards whole lines).
   void print(const std::string& line) const;
 
+  // Ends fit() early, without an error: training stops after the current step (after its
+  // end_step hooks) or, asked during an epoch's evaluation or end_epoch, at the end of that
+  // epoch; the epoch's after_epoch and end_epoch hooks run, then the final evaluation where the
+  // last step was not evaluated, then after_fit; the train loader keeps its position (a state
+  // saved then resumes there). Every rank must ask at the same step: a hook deciding from a
+  // record does, since records hold values reduced over the ranks. The first reason is kept.
+  void request_stop(const std::string& reason);
+  bool stop_requested() const { return stop_requested_; }
+
  private:
   StepResult run_step(data::DataLoader& loader);
   void log_step();
@@ -128,6 +139,8 @@ class Trainer {
   int64_t last_evaluated_step_ = -1;
   double train_seconds_ = 0.0;
   Record last_evaluation_;
+  bool stop_requested_ = false;
+  std::string stop_reason_;
 };
 
 }  // namespace colo

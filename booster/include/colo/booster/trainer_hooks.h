@@ -170,4 +170,34 @@ class NonFiniteLossHook : public TrainerHook {
   std::unique_ptr<detail::NonFiniteLossGuard> guard_;
 };
 
+struct EarlyStoppingOptions {
+  // The record field watched, in records of `event` ("eval": evaluations; "train": log points).
+  TORCH_ARG(std::string, metric) = "top1";
+  TORCH_ARG(std::string, event) = "eval";
+  // Whether a larger value is better (accuracy) or a smaller one (loss).
+  TORCH_ARG(bool, higher_is_better) = true;
+  // Records in a row without an improvement of more than min_delta over the best so far that
+  // stop the run (at least 1).
+  TORCH_ARG(int64_t, patience) = 3;
+  TORCH_ARG(double, min_delta) = 0.0;
+};
+
+// Stops the run (Trainer::request_stop, no error) once the watched metric has not improved for
+// `patience` records in a row; a NaN counts as no improvement. A record of that event without the
+// field is a std::invalid_argument naming the fields it has (AccuracyHook gives "top1", LossHook
+// "loss"). Put it after the hooks that fill the field.
+class EarlyStoppingHook : public TrainerHook {
+ public:
+  explicit EarlyStoppingHook(EarlyStoppingOptions options = {});
+  void before_fit(Trainer& trainer) override;
+  void report(Trainer& trainer, const Record& record) override;
+  // The best value seen in this fit() (NaN before the first record).
+  double best() const { return best_; }
+
+ private:
+  EarlyStoppingOptions options_;
+  double best_;
+  int64_t records_without_improvement_ = 0;
+};
+
 }  // namespace colo
