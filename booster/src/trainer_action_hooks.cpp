@@ -23,6 +23,7 @@
 
 #include "metrics_log.h"
 #include "nonfinite_loss_guard.h"
+#include "over_ranks.h"
 
 namespace colo {
 
@@ -129,7 +130,8 @@ void EarlyStoppingHook::report(Trainer& trainer, const Record& record) {
         "(AccuracyHook: top1, LossHook: loss) before this one, or watch another field",
         metric, options_.event(), fmt::join(fields, ", ")));
   }
-  const double value = record.number(metric);
+  const double ranks = trainer.world() ? static_cast<double>(trainer.world()->size()) : 1.0;
+  const double value = detail::reduce_over_ranks(trainer, {record.number(metric)})[0] / ranks;
   const double sign = options_.higher_is_better() ? 1.0 : -1.0;
   if (std::isfinite(value) && (std::isnan(best_) || sign * (value - best_) > options_.min_delta())) {
     best_ = value;

@@ -11,18 +11,13 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "over_ranks.h"
 #include "throughput_window.h"
 
 namespace colo {
 namespace {
 
-// Sums `values` (fp64) over the trainer's world, on its device (NCCL reduces only GPU tensors).
-std::vector<double> sum_over_ranks(Trainer& trainer, const std::vector<double>& values) {
-  auto t = torch::tensor(values, torch::kFloat64).to(trainer.device());
-  if (trainer.world() && trainer.world()->size() > 1) trainer.world()->all_reduce(t).wait();
-  t = t.cpu();
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-}
+using detail::reduce_over_ranks;
 
 bool is_eval(const Record& record) { return record.text_of("event") == "eval"; }
 
@@ -50,7 +45,7 @@ void LossHook::evaluation_batch(Trainer&, const at::Tensor& logits, const at::Te
 
 void LossHook::collect(Trainer& trainer, Record& record) {
   if (is_eval(record)) {
-    const auto sums = sum_over_ranks(trainer, {eval_sum_, eval_count_});
+    const auto sums = reduce_over_ranks(trainer, {eval_sum_, eval_count_});
     record.real("loss", sums[1] > 0 ? sums[0] / sums[1] : 0.0);
     return;
   }
@@ -71,7 +66,7 @@ void AccuracyHook::evaluation_batch(Trainer&, const at::Tensor& logits, const at
 
 void AccuracyHook::collect(Trainer& trainer, Record& record) {
   if (!is_eval(record)) return;
-  const auto sums = sum_over_ranks(trainer, {correct_, counted_});
+  const auto sums = reduce_over_ranks(trainer, {correct_, counted_});
   record.real("top1", sums[1] > 0 ? sums[0] / sums[1] : 0.0);
 }
 
@@ -116,13 +111,15 @@ void ThroughputHook::collect(Trainer& trainer, Record& record) {
   const double images_per_s = window_->take(std::chrono::steady_clock::now());
   record.real("images_per_s", images_per_s);
   // The loader's own speed (images per CPU-second of its threads, this rank) and the time the loop
-  // waited for it since the last record.
+  // waited for it since the last record: the longest wait of any rank (one slow loader holds
+  // every rank back at the next gradient reduction).
   const auto stats = trainer.train_loader().stats();
   if (stats.worker_cpu_seconds > loader_cpu_seconds_) {
     record.real("loader_images_per_cpu_s", static_cast<double>(stats.images - loader_images_) /
                                                (stats.worker_cpu_seconds - loader_cpu_seconds_));
   }
-  record.real("data_wait_s", stats.wait_seconds - loader_wait_seconds_);
+  record.real("data_wait_s",
+              reduce_over_ranks(trainer, {stats.wait_seconds - loader_wait_seconds_}, dist::ReduceOp::kMax)[0]);
   loader_images_ = stats.images;
   loader_cpu_seconds_ = stats.worker_cpu_seconds;
   loader_wait_seconds_ = stats.wait_seconds;

@@ -233,6 +233,12 @@ TEST(Trainer, HooksLogLossLrAccuracyAndThroughput) {
     EXPECT_NEAR(record.number("loss"), sum / static_cast<double>(step - window_start), 1e-9) << "step " << step;
     window_start = step;
     EXPECT_GT(record.number("images_per_s"), 0.0);
+    // The longest wait of any rank: the same number on every rank.
+    EXPECT_GE(record.number("data_wait_s"), 0.0);
+    auto waits = torch::tensor({record.number("data_wait_s"), -record.number("data_wait_s")}, torch::kFloat64)
+                     .to(device());
+    world()->all_reduce(waits, dist::ReduceOp::kMax).wait();
+    EXPECT_EQ(waits[0].item<double>(), -waits[1].item<double>()) << "step " << step;
     EXPECT_NEAR(record.number("mfu"), record.number("images_per_s") * 1e6 / (1e9 * world()->size()), 1e-9);
     EXPECT_GT(record.number("lr"), 0.0);
     EXPECT_TRUE(record.has("elapsed_s") && record.has("skipped_steps"));

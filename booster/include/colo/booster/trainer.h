@@ -113,8 +113,8 @@ class Trainer {
   // end_step hooks) or, asked during an epoch's evaluation or end_epoch, at the end of that
   // epoch; the epoch's after_epoch and end_epoch hooks run, then the final evaluation where the
   // last step was not evaluated, then after_fit; the train loader keeps its position (a state
-  // saved then resumes there). Every rank must ask at the same step: a hook deciding from a
-  // record does, since records hold values reduced over the ranks. The first reason is kept.
+  // saved then resumes there). Every rank must ask at the same step: decide from values reduced
+  // over the ranks (EarlyStoppingHook averages its field over them first). The first reason is kept.
   void request_stop(const std::string& reason);
   bool stop_requested() const { return stop_requested_; }
 

@@ -75,7 +75,8 @@ struct ThroughputOptions {
 };
 
 // "images_per_s": training images per second since the last log point, evaluations and saves left
-// out; "data_wait_s": the time the loop waited for the loader; "loader_images_per_cpu_s": the
+// out; "data_wait_s": the longest any rank's loop waited for its loader (reduced over the ranks:
+// collect is collective); "loader_images_per_cpu_s": the
 // loader's own speed (when its workers measured any); "mfu" where ThroughputOptions allow.
 class ThroughputHook : public TrainerHook {
  public:
@@ -182,8 +183,9 @@ struct EarlyStoppingOptions {
   TORCH_ARG(double, min_delta) = 0.0;
 };
 
-// Stops the run (Trainer::request_stop, no error) once the watched metric has not improved for
-// `patience` records in a row; a NaN counts as no improvement. A record of that event without the
+// Stops the run (Trainer::request_stop, no error) once the watched metric, averaged over the ranks
+// (so that every rank decides alike, whether or not the field was reduced already), has not
+// improved for `patience` records in a row; a NaN counts as no improvement. A record of that event without the
 // field is a std::invalid_argument naming the fields it has (AccuracyHook gives "top1", LossHook
 // "loss"). Put it after the hooks that fill the field.
 class EarlyStoppingHook : public TrainerHook {
