@@ -127,7 +127,7 @@ void EarlyStoppingHook::report(Trainer& trainer, const Record& record) {
     for (const auto& [key, value] : record.values()) fields.push_back(key);
     throw std::invalid_argument(fmt::format(
         "EarlyStoppingHook watches '{}', which the {} records lack (they have: {}): add the hook that fills it "
-        "(AccuracyHook: top1, LossHook: loss) before this one, or watch another field",
+        "(AccuracyHook: top1, LossHook: loss) or watch another field",
         metric, options_.event(), fmt::join(fields, ", ")));
   }
   const double ranks = trainer.world() ? static_cast<double>(trainer.world()->size()) : 1.0;

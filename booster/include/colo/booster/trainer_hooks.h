@@ -183,11 +183,11 @@ struct EarlyStoppingOptions {
   TORCH_ARG(double, min_delta) = 0.0;
 };
 
-// Stops the run (Trainer::request_stop, no error) once the watched metric, averaged over the ranks
-// (so that every rank decides alike, whether or not the field was reduced already), has not
-// improved for `patience` records in a row; a NaN counts as no improvement. A record of that event without the
-// field is a std::invalid_argument naming the fields it has (AccuracyHook gives "top1", LossHook
-// "loss"). Put it after the hooks that fill the field.
+// Stops the run (Trainer::request_stop, no error) once the watched field, averaged over the
+// ranks (so that every rank decides alike, whether or not the field was reduced already), has not
+// improved for `patience` records in a row; a NaN counts as no improvement. A record of that
+// event without the field is a std::invalid_argument naming the fields it has (AccuracyHook gives
+// "top1", LossHook "loss"; every hook's collect runs before any report, so hook order is free).
 class EarlyStoppingHook : public TrainerHook {
  public:
   explicit EarlyStoppingHook(EarlyStoppingOptions options = {});
