@@ -47,8 +47,12 @@ std::string signature_of(const torch::Tensor& t) {
                      t.requires_grad() ? "grad" : "nograd");
 }
 
-// One input shape's graphs and their static tensors (which live as long as the graphs).
-struct Captured {
+}  // namespace
+
+// One input shape's graphs and their static tensors (which live as long as the graphs). Named,
+// not anonymous: CudaGraphedStack::Impl, a member type of an exported class, holds them.
+namespace detail {
+struct CapturedGraphs {
   at::cuda::CUDAGraph forward_graph;
   at::cuda::CUDAGraph backward_graph;
   torch::Tensor static_input;
@@ -56,8 +60,8 @@ struct Captured {
   torch::Tensor static_grad_output;
   torch::Tensor static_grad_input;  // defined when the input needs a gradient
 };
-
-}  // namespace
+}  // namespace detail
+using Captured = detail::CapturedGraphs;
 
 struct CudaGraphedStack::Impl {
   CudaGraphOptions options;
@@ -66,7 +70,7 @@ struct CudaGraphedStack::Impl {
   std::map<std::string, std::unique_ptr<Captured>> captured;
   std::optional<at::cuda::MempoolId_t> pool;  // shared by every capture (one shape's graphs run at a time)
   torch::Tensor anchor;                       // makes the replay's output require a gradient
-  std::weak_ptr<torch::autograd::Node> pending;  // the last training forward, while its backward is owed
+  std::optional<compat::WeakNode> pending;    // the last training forward, while its backward is owed
   int64_t replays = 0;
 
   // Before a backward replay: every parameter's .grad is its buffer, holding what was
@@ -266,7 +270,7 @@ torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) {
     throw std::invalid_argument(fmt::format("cuda_graphs: the input is on {}; the graphed model runs on GPUs",
                                             input.device().str()));
   }
-  if (!impl_->pending.expired()) {
+  if (impl_->pending && !impl_->pending->expired()) {
     throw std::logic_error(
         "cuda_graphs: a training forward ran before the previous one's backward; graph replays share their "
         "activations, so each forward's backward must come first (gradient accumulation and a one-stage pipeline's "
@@ -275,7 +279,7 @@ torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) {
   auto it = impl_->captured.find(signature_of(input));
   Captured& captured = it != impl_->captured.end() ? *it->second : impl_->capture(*stack_, input);
   auto output = GraphReplay::apply(input, impl_->anchor, impl_.get(), &captured);
-  impl_->pending = output.grad_fn();
+  impl_->pending.emplace(output.grad_fn());
   return output;
 }
 
