@@ -9,7 +9,7 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile graphs pp-debug.
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs pp-debug.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -667,6 +667,16 @@ PY
       note "build-multi rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
       gcc -shared -fPIC -O1 -o build-gpu/libsegv_backtrace.so tests/gpu/segv_backtrace.c >>"$LOGS/build.log" 2>&1
+      ;;
+    build-graphs)
+      # Only what the graphs stage runs (a short device budget: no dist tests, no unit tests).
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp \
+            colo_plugin_hybrid_parallel colo_gpu_graph_tests
+      } >"$LOGS/build.log" 2>&1
+      note "build-graphs rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       ;;
     graphs)
       # Issue 44: the CUDA-graph tests (graphed against eager, bit for bit), then one GPU, alternating:
