@@ -245,7 +245,7 @@ void expect_every_parameter_held(const std::vector<std::string>& names, const st
   group.all_reduce(counts).wait();
   counts = counts.cpu();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    EXPECT_EQ(counts[static_cast<int64_t>(i)].item<double>(), row.layout.dp * row.layout.tp)
+    EXPECT_EQ(counts[static_cast<int64_t>(i)].item<double>(), static_cast<double>(row.layout.dp * row.layout.tp))
         << names[i] << ": ranks of the group that hold it";
   }
 }
