@@ -643,9 +643,13 @@ TEST(TorchDdp, Bf16WithoutMasterWeightsStepsTheBf16WeightsThemselves) {
 // What fp32 masters are for: updates below half a bf16 ulp of their weights. Plain SGD at lr 1e-5
 // moves a weight by 1e-5 x its gradient per step, while a bf16 weight of magnitude 2^-k can move
 // no less than 2^-(k+8) (half an ulp): for most of the tiny ViT's weights, one step is too small
-// to change a bf16 weight, and without masters the step is lost. Each run's update (its final
-// weights less its own starting ones, so that the initial rounding to bf16 does not count) against
-// the fp32 reference's, as the relative L2 error over all parameters: MEASURED.
+// to change a bf16 weight. With masters, the fp32 masters (what the optimizer steps) take every
+// update, even while the bf16 working copies rounded from them have not moved yet; without, the
+// step is lost. Each run's update of the tensors its optimizer steps (the masters' final values
+// less the fp32 initial weights; without masters the bf16 weights less their own starting values)
+// against the fp32 reference's update, as the relative L2 error over all parameters.
+// Measured on CPU ranks: masters 0.0117 / 0.0088 / 0.0128 at 2 / 4 / 8 ranks (the gradients are
+// bf16's); no masters 0.739 / 0.708 / 0.772 (only updates above half an ulp survive). Bounds: 0.05, 0.5.
 TEST(TorchDdp, Bf16MasterWeightsKeepUpdatesBelowHalfABf16Ulp) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
   const auto small_sgd = [](nn::LayerStack& model) {
@@ -662,11 +666,29 @@ TEST(TorchDdp, Bf16MasterWeightsKeepUpdatesBelowHalfABf16Ulp) {
     auto plugin = ddp_plugin({{"precision", "bf16"}, {"master_weights", masters ? "true" : "false"}});
     auto model = make_vit();
     auto b = plugin->boost({model, small_sgd(*model), cross_entropy, nullptr, nullptr});
-    const auto start = named_state(b.model->full_state());
+    // name -> the tensor the optimizer steps: the parameter's fp32 master, or the bf16 parameter.
+    std::map<std::string, torch::Tensor> stepped;
+    for (const auto& item : model->canonical_named_parameters()) stepped[item.key()] = item.value();
+    const auto& master_weights = dynamic_cast<MixedPrecisionOptimizer&>(*b.optimizer).master_weights();
+    ASSERT_EQ(master_weights != nullptr, masters);
+    if (masters) {
+      const auto& working = master_weights->working_params();
+      for (auto& [name, tensor] : stepped) {
+        const auto at = std::find_if(working.begin(), working.end(),
+                                     [&](const torch::Tensor& w) { return w.is_same(tensor); });
+        ASSERT_NE(at, working.end()) << name << " has no master";
+        tensor = master_weights->master_params()[static_cast<std::size_t>(at - working.begin())];
+        EXPECT_EQ(tensor.scalar_type(), torch::kFloat) << name;
+      }
+    }
+    std::map<std::string, torch::Tensor> start;
+    for (const auto& [name, tensor] : stepped) {
+      start[name] = masters ? want_start[name].detach().to(torch::kDouble) : tensor.detach().to(torch::kCPU, torch::kDouble);
+    }
     train_boosted(*plugin, b, data);
     double diff = 0, norm = 0;
-    for (const auto& [name, end] : b.model->full_state()) {
-      const auto got = end.to(torch::kDouble) - start.at(name).to(torch::kDouble);
+    for (const auto& [name, tensor] : stepped) {
+      const auto got = tensor.detach().to(torch::kCPU, torch::kDouble) - start.at(name);
       const auto want = want_end[name].detach().to(torch::kDouble) - want_start[name].detach().to(torch::kDouble);
       diff += (got - want).pow(2).sum().item<double>();
       norm += want.pow(2).sum().item<double>();
@@ -674,9 +696,9 @@ TEST(TorchDdp, Bf16MasterWeightsKeepUpdatesBelowHalfABf16Ulp) {
     const double error = std::sqrt(diff / norm);
     if (world()->rank() == 0) std::cout << "[measured] " << (masters ? "masters" : "no masters") << ": " << error << "\n";
     if (masters) {
-      EXPECT_LT(error, 0.1) << "the masters keep every update";
+      EXPECT_LT(error, 0.05) << "the masters keep every update";
     } else {
-      EXPECT_GT(error, 0.3) << "bf16 weights cannot hold updates this small";
+      EXPECT_GT(error, 0.5) << "bf16 weights cannot hold updates this small";
     }
   }
 }
