@@ -13,13 +13,14 @@
 //                          (the data-parallel average, ZeRO's flat Adam) and Adam with a large
 //                          eps is not sensitive to that (low_level_zero_test.cpp explains why
 //                          eps = 1e-3; measured here: see the [measured] lines).
-//   fp32, tensor parallel  losses 1e-5; weights kTpWeightTolerance = 2e-5: a row-parallel layer
+//   fp32, tensor parallel  losses 1e-5; weights kTpWeightTolerance = 5e-5: a row-parallel layer
 //                          adds tp partial products where one process does one matrix product, so
-//                          activations differ by rounding (losses: <= 1e-7). The worst tensors are
-//                          zero-initialised biases (attn.proj.bias), whose whole value is five Adam
-//                          updates (<= 5e-3): measured 1.1e-5 at tp = 4 (an absolute 5.5e-8),
-//                          1.0e-5 at tp 2 × pp 2 × dp 2, 6e-6 at tp = 2, 4.7e-6 at tp = 4 with
-//                          sequence parallelism (another order of the same sums).
+//                          activations differ by rounding (losses: <= 1.1e-7), and Adam turns that
+//                          into updates that differ in their last bits. Measured on CPU ranks
+//                          (2026-11-26, randomised fixtures): 3.3e-6 at tp 2, 3.5e-6 with sequence
+//                          parallelism, 5.1e-6 at tp 4, 6.7e-6 at pp 2 x tp 2 interleaved, 7.2e-6
+//                          at dp 2 x tp 2 with ZeRO, and the most, 2.2e-5, at dp 2 x pp 2 x tp 2
+//                          with ZeRO-1 (8 ranks): the bound is 2.3x that.
 //   fp32, AdamW eps 1e-8   kAdamTinyEpsTolerance = 1e-3 on weights (losses 1e-5). Adam divides
 //                          each gradient by its running RMS, so an element whose gradient is at
 //                          rounding-noise size gets an update of up to lr of arbitrary sign: with
@@ -66,7 +67,7 @@ constexpr int64_t kPerReplicaBatch = 8;  // samples per data-parallel replica an
 constexpr double kLr = 1e-3;
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kAdamTinyEpsTolerance = 1e-3;
-constexpr double kTpWeightTolerance = 2e-5;
+constexpr double kTpWeightTolerance = 5e-5;
 constexpr double kBf16LossTolerance = 5e-3;
 constexpr double kBf16UpdateTolerance = 0.1;
 

@@ -297,11 +297,17 @@ double update_error(const ModelWrapper& model, const nn::LayerStack& reference, 
 //            itself checked against fp32 in torch_ddp_test.cpp): ZeRO changes where the
 //            mixed-precision arithmetic happens, not what it computes. 1e-5 per tensor, as fp32;
 //            measured 2e-7 (the Adam kernels' rounding). Gloo reduces bf16 through fp32 copies in
-//            both and rounds the result to bf16. NCCL instead adds bf16 partial sums in bf16, in
+//            both and rounds the result to bf16; the two sum the ranks' copies in different orders,
+//            so an element whose fp32 sum lies at a bf16 rounding boundary rounds apart (a few
+//            elements in 10^5) and its Adam step moves: kBf16VersusDdpGlooTolerance = 5e-4 per
+//            tensor (measured up to 1.0e-4 at 4 ranks, 0 at 2, after nn::linear's CPU gradients
+//            moved to fp32 accumulation; a skipped or doubled step is caught by the update check
+//            against the fp32 reference). NCCL instead adds bf16 partial sums in bf16, in
 //            an order that differs between torch_ddp's all-reduce and ZeRO's reduce-scatter, so
 //            over NCCL the two agree only to bf16's resolution: kBf16VersusDdpNcclTolerance = 1e-2
 //            per tensor (2^-8 = 3.9e-3 per rounding; measured 2.8e-3 on 4 H200s over 5 steps).
 constexpr double kBf16VersusDdpNcclTolerance = 1e-2;
+constexpr double kBf16VersusDdpGlooTolerance = 5e-4;
 
 TEST(LowLevelZero, Bf16TracksTheFp32Reference) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
@@ -339,7 +345,7 @@ TEST(LowLevelZero, Bf16TracksTheFp32Reference) {
       if (!like_ddp) break;
       const double error = relative_error(mine.at(name), tensor);
       versus_ddp = std::max(versus_ddp, error);
-      EXPECT_LE(error, world()->backend() == dist::Backend::kNccl ? kBf16VersusDdpNcclTolerance : kFp32Tolerance)
+      EXPECT_LE(error, world()->backend() == dist::Backend::kNccl ? kBf16VersusDdpNcclTolerance : kBf16VersusDdpGlooTolerance)
           << name << " (" << label << " vs torch_ddp bf16)";
     }
     if (world()->rank() == 0) {

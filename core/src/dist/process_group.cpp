@@ -404,29 +404,57 @@ Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
   return numbered(*impl_->progress, this, backend.broadcast(tensors, options), fmt::format("broadcast from {}", src));
 }
 
+namespace {
+
+// Gloo posts a send or a receive on its connection within the call, so a peer that has gone can
+// show there instead of at the wait: the same DistError as the wait's, whichever comes first.
+template <class Issue>
+auto issue_point_to_point(const ProcessGroup& group, const std::string& op, Issue&& issue) {
+  try {
+    return issue();
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find("\nException raised from"));  // drop c10's C++ stack trace
+    throw DistError(fmt::format("{} on group {} failed: {} (a peer may have died or be stuck; its own log says why)",
+                                op, group.describe(), what));
+  }
+}
+
+}  // namespace
+
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
   auto& backend = *live("send").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return make_work({backend.send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
+  const auto op = fmt::format("send to {}", dst);
+  auto work = issue_point_to_point(*this, op, [&] { return backend.send(tensors, dst, tag); });
+  return make_work({std::move(work)}, op, this);
 }
 
 Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
   auto& backend = *live("recv").backend;
   std::vector<at::Tensor> tensors{tensor};
-  return make_work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
+  const auto op = fmt::format("recv from {}", src);
+  auto work = issue_point_to_point(*this, op, [&] { return backend.recv(tensors, src, tag); });
+  return make_work({std::move(work)}, op, this);
 }
 
 Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
   auto& backend = *live("batch_send_recv").backend;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  compat::start_coalescing(backend);
-  for (const auto& op : ops) {
-    std::vector<at::Tensor> tensors{op.tensor};
-    works.push_back(op.kind == P2POp::Kind::kSend ? backend.send(tensors, op.peer, op.tag)
-                                                  : backend.recv(tensors, op.peer, op.tag));
-  }
-  if (auto coalesced = compat::end_coalescing(backend)) works = {coalesced};
-  return make_work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this);
+  const auto name = fmt::format("batch_send_recv ({} ops)", ops.size());
+  auto works = issue_point_to_point(*this, name, [&] {
+    std::vector<c10::intrusive_ptr<c10d::Work>> issued;
+    compat::start_coalescing(backend);
+    for (const auto& op : ops) {
+      std::vector<at::Tensor> tensors{op.tensor};
+      issued.push_back(op.kind == P2POp::Kind::kSend ? backend.send(tensors, op.peer, op.tag)
+                                                     : backend.recv(tensors, op.peer, op.tag));
+    }
+    if (auto coalesced = compat::end_coalescing(backend)) issued = {coalesced};
+    return issued;
+  });
+  return make_work(std::move(works), name, this);
 }
 
 Work ProcessGroup::barrier() {
