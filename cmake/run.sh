@@ -69,10 +69,14 @@ case "$mode" in
     exec "$build/bin/colo-run" --nproc-per-node 2 "$build/bin/train_vit" --plugin torch_ddp "$@"
     ;;
   test)
+    t0=$(date +%s)
     install_apt
     install_oracles
+    echo "colo: installs took $(( $(date +%s) - t0 )) s"
     # Explicit: a build tree configured by `main` (tests off) must not stay that way.
+    t0=$(date +%s)
     configure_and_build -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_EXAMPLES=ON -DCOLO_BUILD_BENCHMARKS=ON
+    echo "colo: the build took $(( $(date +%s) - t0 )) s"
     cd "$build"
     ctest --output-on-failure -j 1 --timeout 900 "$@"
     ;;

@@ -337,7 +337,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
     }
   }
   // --precision is the plugin's precision option under a friendlier name: both may be given only
-  // when they agree.
+  // when they agree. It reaches the plugin only when the user gave it: a plugin of one's own need
+  // not declare a precision option (the built-in ones default to fp32, as --precision does).
   if (auto it = o.plugin_options.find("precision"); it != o.plugin_options.end()) {
     if (vm["precision"].defaulted()) {
       o.precision = it->second;
@@ -345,7 +346,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
       problems.push_back(fmt::format("--precision {} and --plugin-opt precision={} disagree; give one of them",
                                      o.precision, it->second));
     }
-  } else {
+  } else if (!vm["precision"].defaulted()) {
     o.plugin_options["precision"] = o.precision;
   }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <string>
@@ -362,6 +363,31 @@ TEST(CustomPlugin, TrainsLikePlainLibTorchWithClipping) {
     }
   }
   EXPECT_EQ(boosters.size(), 1u) << "libcolo_booster.so is loaded from several files";
+}
+
+// docs/writing_a_plugin.md's last step, run as printed there (with this build's paths): train_vit
+// with the out-of-tree plugin and no other option. It once failed because train_vit passed a
+// `precision` option the user never gave, which a plugin that does not declare one refuses.
+TEST(CustomPlugin, TheDocumentedTrainVitCommandTrains) {
+  const std::string path = custom_plugin_path();
+  if (path.empty()) GTEST_SKIP() << "COLO_CUSTOM_PLUGIN not set (ctest -L install sets it)";
+  std::ifstream doc(COLO_SOURCE_DIR "/docs/writing_a_plugin.md");
+  ASSERT_TRUE(doc) << "docs/writing_a_plugin.md";
+  const std::string documented_binary = "build/bin/train_vit ", documented_plugin = "/tmp/custom/libcolo_plugin_single_device.so";
+  std::string command;
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind(documented_binary + "--plugin " + documented_plugin, 0) == 0) command = line;
+  }
+  ASSERT_FALSE(command.empty()) << "the train_vit command is no longer in docs/writing_a_plugin.md";
+  command.replace(0, documented_binary.size() - 1, COLO_BINARY_DIR "/bin/train_vit");
+  command.replace(command.find(documented_plugin), documented_plugin.size(), path);
+  const TempDir dir;
+  const std::string out = dir.file("out.txt");
+  const int status = std::system(("cd " + dir.path() + " && " + command + " >" + out + " 2>&1").c_str());
+  std::ifstream printed(out);
+  const std::string text((std::istreambuf_iterator<char>(printed)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(status, 0) << command << "\n" << text;
+  EXPECT_NE(text.find("single_device"), std::string::npos) << text;
 }
 
 TEST(CustomPlugin, RejectsBadOptionsListingEveryProblem) {
