@@ -27,12 +27,15 @@
 //                          lr 1e-3, one such element moves a tensor by up to 1e-3 of its largest
 //                          weight. A pipeline alone (dp = 1) computes the reference's sums in the
 //                          reference's order: measured bit-exact (0 error). pp=2 × dp=2 with
-//                          ZeRO-1, whose data-parallel average sums in another order: 4.7e-4.
-//   bf16                   losses kBf16LossTolerance = 5e-3, weights by the relative L2 error of
-//                          the updates, kBf16UpdateTolerance = 0.1: low_level_zero_test.cpp's
-//                          bounds for the same model and precision (bf16 keeps 8 significant
-//                          bits; elements with gradients at rounding-noise size get updates of
-//                          arbitrary sign).
+//                          ZeRO-1, whose data-parallel average sums in another order: 6.6e-4.
+//   bf16                   losses kBf16LossTolerance = 5e-3; weights by the relative L2 error of
+//                          each tensor's update, kBf16UpdateTolerance = 0.15 (bf16 keeps 8
+//                          significant bits; elements with gradients at rounding-noise size get
+//                          updates of arbitrary sign, and a small tensor, a bias, has few elements
+//                          to average that over). Measured on CPU ranks (2026-11-26): the worst
+//                          tensor 3.0e-2 at pp 2, 5.7e-2 under gemini dp 2, 9.2e-2 at tp 2; the whole
+//                          model's update error, low_level_zero_test.cpp's measure, is ~1e-2. One of five
+//                          steps skipped would be 0.2 of every update: above the bound.
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
@@ -69,7 +72,7 @@ constexpr double kFp32Tolerance = 1e-5;
 constexpr double kAdamTinyEpsTolerance = 1e-3;
 constexpr double kTpWeightTolerance = 5e-5;
 constexpr double kBf16LossTolerance = 5e-3;
-constexpr double kBf16UpdateTolerance = 0.1;
+constexpr double kBf16UpdateTolerance = 0.15;
 
 struct Layout {
   int dp = 1, pp = 1, tp = 1;
