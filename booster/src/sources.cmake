@@ -4,6 +4,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/memory_size.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimized_parameters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp

@@ -42,6 +42,7 @@
 
 #include "compute_threads.h"
 #include "dry_run.h"
+#include "layout_checks.h"
 #include "train_options.h"
 
 namespace {
@@ -283,7 +284,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
   } catch (const std::invalid_argument& e) {
     throw UsageError(
-        fmt::format("--plugin {} rejected its options (--precision / --plugin-opt): {}", o.plugin, e.what()));
+        fmt::format("--plugin {} rejected its options ({}): {}", o.plugin, train_vit::plugin_option_origins(o), e.what()));
   }
   const auto world = plugin->context().world;
   const int rank = world ? world->rank() : 0;
@@ -347,22 +348,12 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   // A pipeline stage keeps its own layers; the rest of the stack is freed with the last reference.
   model.reset();
   optimizer.reset();
-  if (plugin->supports_pipeline() && o.grad_accum > 1) {
-    throw UsageError(
-        fmt::format("--grad-accum {}: plugin {} runs a pipeline, which splits every batch into "
-                    "micro-batches itself; drop --grad-accum and set the plugin's micro-batch option",
-                    o.grad_accum, o.plugin));
-  }
   // The data-parallel size and rank are the plugin's layout's (pipeline and tensor-parallel
   // peers share batches); a plugin without a layout runs on one replica.
   const int64_t dp_size = b.mesh ? b.mesh->size(colo::dist::MeshAxis::kDp) : 1;
   const int64_t dp_rank = b.mesh ? b.mesh->coordinate(colo::dist::MeshAxis::kDp) : 0;
-  if (o.batch_size % (dp_size * o.grad_accum) != 0) {
-    throw UsageError(fmt::format(
-        "--batch-size {} does not split over {} data-parallel ranks x {} accumulation steps; use a multiple of {}",
-        o.batch_size, dp_size, o.grad_accum, dp_size * o.grad_accum));
-  }
-  const int64_t micro_batch = o.batch_size / (dp_size * o.grad_accum);
+  // What --dry-run checks too, through the same function.
+  const int64_t micro_batch = train_vit::check_layout(o, dp_size, plugin->supports_pipeline());
   if (b.dataloader->options().batch_size() != micro_batch) {
     // Same object the plugin holds, rebuilt with the right batch (and the plugin's sharding).
     *b.dataloader = colo::data::DataLoader(
@@ -441,6 +432,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                 steps_per_epoch, total_steps,
                 stop_step < total_steps ? fmt::format(" (stopping at {})", stop_step) : "", o.optimizer, o.lr,
                 warmup_steps);
+  for (const auto& note : o.notes) console.print("{}", note);
   if (!resumed_from.empty()) console.print("{}", resumed_from);
   for (const auto& note : resume_notes) console.print("{}", note);
 

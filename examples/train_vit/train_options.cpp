@@ -1,6 +1,7 @@
 #include "train_options.h"
 
 #include <colo/booster/closest_match.h>
+#include <colo/booster/memory_size.h>
 
 #include <fmt/format.h>
 
@@ -211,8 +212,11 @@ std::vector<std::string> model_names() {
 bool is_resnet(const std::string& model) { return model == "resnet18" || model == "resnet50"; }
 
 TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
-  const std::vector<std::string> args = expand_config(command_line);
+  ExpandedConfig expanded = expand_config(command_line);
+  const std::vector<std::string>& args = expanded.args;
   TrainOptions o;
+  o.notes = std::move(expanded.notes);
+  o.plugin_option_sources = std::move(expanded.plugin_option_sources);
   const po::options_description description = make_description(o);
   po::variables_map vm;
   std::vector<std::string> problems;
@@ -297,7 +301,9 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   }
   if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
   at_least("world-size", o.plan_world_size, 0, "must be >= 0 (0: the launcher's)");
-  if (!(o.gpu_memory_gib >= 0)) problems.push_back(fmt::format("--gpu-memory-gib {}: must be >= 0", o.gpu_memory_gib));
+  if (auto problem = colo::memory_size_problem(o.gpu_memory_gib, colo::kGibibytes, true); !problem.empty()) {
+    problems.push_back(fmt::format("--gpu-memory-gib {}: {} (0: this machine's GPU)", o.gpu_memory_gib, problem));
+  }
   if (!o.dry_run && (o.plan_world_size > 0 || o.gpu_memory_gib > 0)) {
     problems.emplace_back("--world-size and --gpu-memory-gib describe a plan: use them with --dry-run");
   }
@@ -351,6 +357,15 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
 
   if (!problems.empty()) throw usage_error(problems);
   return o;
+}
+
+std::string plugin_option_origins(const TrainOptions& o) {
+  std::string origins = "--precision / --plugin-opt";
+  std::string from_file;
+  for (const auto& [key, source] : o.plugin_option_sources) {
+    if (o.plugin_options.count(key)) from_file += fmt::format("{}{} from {}", from_file.empty() ? "" : ", ", key, source);
+  }
+  return from_file.empty() ? origins : origins + "; " + from_file;
 }
 
 std::string usage() {

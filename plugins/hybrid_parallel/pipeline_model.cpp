@@ -28,6 +28,11 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }
 
+void PipelineModel::train(bool on) {
+  ModelWrapper::train(on);
+  for (const auto& chunk : parts_.chunks) chunk->train(on);
+}
+
 void PipelineModel::wait_for_weights() {
   if (parts_.zero) parts_.zero->gather().wait_all();
 }

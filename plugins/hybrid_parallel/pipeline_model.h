@@ -49,6 +49,9 @@ class PipelineModel : public ModelWrapper {
   explicit PipelineModel(Parts parts);
 
   torch::Tensor forward(const torch::Tensor& input) override;
+  // The whole stage and each chunk (LayerStacks of their own over the same layers): evaluation
+  // runs every stage in eval mode, as under the other plugins.
+  void train(bool on = true) override;
 
   void set_gradient_sync(bool enabled) override;
   bool gradient_sync() const override;

@@ -15,11 +15,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist_test_env.h"
@@ -419,6 +421,60 @@ TEST(Trainer, EarlyStoppingOnAFieldTheRecordsLackSaysWhichTheyHave) {
   }
   EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().patience(0)), std::invalid_argument);
   EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().event("epoch")), std::invalid_argument);
+}
+
+// Sleeps once, after the first step: the loader's threads then prepare every remaining batch of
+// the epoch (they fit in its prefetch), so the later windows see no loader work at all.
+class PauseAfterFirstStep : public TrainerHook {
+ public:
+  void after_step(Trainer&, const StepResult&) override {
+    if (paused_) return;
+    paused_ = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+
+ private:
+  bool paused_ = false;
+};
+
+// A window in which the loader did no work has no loader speed: the progress line shows "-" (not
+// "nan") and the metrics leave the field out, as they do every rate they cannot measure.
+TEST(Trainer, AWindowWithoutLoaderWorkPrintsADashAndLeavesTheSpeedOut) {
+  const auto dir = shared_directory("trainer_idle_loader");
+  const auto path = files::join(dir, "metrics.jsonl");
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  // 48 images, 2 per rank and step (3 steps at 8 ranks): every batch of the epoch fits in the prefetch.
+  run.boosted.dataloader = std::make_shared<data::DataLoader>(
+      trainer_train_set(), data::DataLoaderOptions(2)
+                               .shuffle(true)
+                               .drop_last(true)
+                               .seed(9)
+                               .num_replicas(world()->size())
+                               .rank(world()->rank())
+                               .num_workers(1)
+                               .prefetch(64)
+                               .device(device()));
+  Trainer trainer(*run.booster, run.boosted,
+                  TrainerOptions().log_every(1).max_steps(3).show_loader_speed(true).progress(true));
+  testing::internal::CaptureStdout();
+  trainer.fit(*run.boosted.dataloader, 1, nullptr, 1,
+              {std::make_shared<PauseAfterFirstStep>(), std::make_shared<ThroughputHook>(),
+               std::make_shared<MetricsLogHook>(world()->rank() == 0 ? path : "", false)});
+  const std::string printed = testing::internal::GetCapturedStdout();
+  if (world()->rank() == 0) {
+    EXPECT_EQ(printed.find("nan"), std::string::npos) << printed;
+    EXPECT_NE(printed.find("data - img/s/core"), std::string::npos) << printed;
+    std::ifstream in(path);
+    int lines = 0, without_speed = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto record = nlohmann::json::parse(line);
+      for (const auto& [key, value] : record.items()) EXPECT_FALSE(value.is_null()) << key << " in " << line;
+      if (!record.contains("loader_images_per_cpu_s")) ++without_speed;
+    }
+    EXPECT_EQ(lines, 3);  // at 8 ranks the epoch has 3 steps
+    EXPECT_GE(without_speed, 1);
+  }
+  remove_shared_directory(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <tuple>
+#include <vector>
 
 namespace colo::pipeline {
 namespace {
@@ -118,10 +119,16 @@ const std::vector<ScheduleRunner::EdgeShape>& ScheduleRunner::edge_shapes(const 
     }
     shapes[s] = in;
     auto& chunk = *chunks_[stages_.chunk_of(s)];
-    const bool training = chunk.is_training();
+    // Every module's own mode is restored, not the chunk's: the chunk is a LayerStack of its own
+    // whose flag the model's train()/eval() need not reach, and train(flag) is recursive, so
+    // restoring that one flag would switch every layer of an evaluation into training mode
+    // (BatchNorm statistics moved, drop-path drawing random numbers).
+    const auto modules = chunk.modules(/*include_self=*/true);  // parents before their children
+    std::vector<bool> training;
+    for (const auto& module : modules) training.push_back(module->is_training());
     chunk.eval();
     const auto out = chunk.forward(torch::zeros(in.sizes, input.options().dtype(in.dtype)));
-    chunk.train(training);
+    for (std::size_t i = 0; i < modules.size(); ++i) modules[i]->train(training[i]);
     shapes[s + 1] = {out.sizes().vec(), out.scalar_type()};
     if (s + 1 < stages) {
       if (out.dim() > kMaxDims) {

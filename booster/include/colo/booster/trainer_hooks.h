@@ -76,8 +76,10 @@ struct ThroughputOptions {
 
 // "images_per_s": training images per second since the last log point, evaluations and saves left
 // out; "data_wait_s": the longest any rank's loop waited for its loader (reduced over the ranks:
-// collect is collective); "loader_images_per_cpu_s": the
-// loader's own speed (when its workers measured any); "mfu" where ThroughputOptions allow.
+// collect is collective); "loader_images_per_cpu_s": the loader's own speed, only when its
+// workers did work since the last record (else the field is absent, and the progress line shows
+// "data - img/s/core"); "mfu" where ThroughputOptions allow. No field is ever NaN: a rate that
+// cannot be measured is left out.
 class ThroughputHook : public TrainerHook {
  public:
   explicit ThroughputHook(ThroughputOptions options = {});
