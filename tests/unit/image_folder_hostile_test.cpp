@@ -157,15 +157,15 @@ TEST(HugeImageHeaders, SkipUnreadableSkipsAHugePngAndWithoutItTheErrorNamesTheFi
   EXPECT_CONTAINS(skipping.skipped_files()[0], huge);
 }
 
-void link(const std::string& target, const std::string& path) { ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path; }
+void make_link(const std::string& target, const std::string& path) { ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << path; }
 
 TEST(ImageFolderLinks, ACycleIsFollowedOnceAndReported) {
   TempDir dir;
   const std::string root = write_folder(dir);
-  link("..", files::join(root, "cat", "up"));      // back to the root: every class again, forever
-  link(".", files::join(root, "dog", "itself"));   // the class itself
+  make_link("..", files::join(root, "cat", "up"));      // back to the root: every class again, forever
+  make_link(".", files::join(root, "dog", "itself"));   // the class itself
   files::create_directories(files::join(root, "dog", "deeper"));
-  link("../..", files::join(root, "dog", "deeper", "loop"));  // two levels up
+  make_link("../..", files::join(root, "dog", "deeper", "loop"));  // two levels up
   const ImageFolder folder(root, ImageFolderOptions(8));
   EXPECT_EQ(folder.size(), 4);
   EXPECT_EQ(folder.classes(), (std::vector<std::string>{"cat", "dog"}));
@@ -184,7 +184,7 @@ TEST(ImageFolderLinks, ACycleIsFollowedOnceAndReported) {
 TEST(ImageFolderLinks, ALinkToAnotherClassIsFollowedAsTorchvisionDoes) {
   TempDir dir;
   const std::string root = write_folder(dir);
-  link(files::join(root, "dog"), files::join(root, "cat", "dogs"));
+  make_link(files::join(root, "dog"), files::join(root, "cat", "dogs"));
   const ImageFolder folder(root, ImageFolderOptions(8));
   EXPECT_EQ(folder.size(), 6);  // dog's two images, once more as cats
   EXPECT_TRUE(folder.scan_notes().empty());
@@ -193,16 +193,16 @@ TEST(ImageFolderLinks, ALinkToAnotherClassIsFollowedAsTorchvisionDoes) {
 TEST(ImageFolderLinks, DanglingAndLoopingLinksAreErrorsOrWithSkipUnreadableNotes) {
   TempDir dir;
   const std::string root = write_folder(dir);
-  link("nowhere.png", files::join(root, "cat", "gone.png"));
-  link("b", files::join(root, "dog", "a"));
-  link("a", files::join(root, "dog", "b"));
+  make_link("nowhere.png", files::join(root, "cat", "gone.png"));
+  make_link("b", files::join(root, "dog", "a"));
+  make_link("a", files::join(root, "dog", "b"));
   std::string message = error_of<DatasetError>([&] { ImageFolder(root, ImageFolderOptions(8)); });
   EXPECT_CONTAINS(message, "cat/gone.png: a symbolic link to nowhere.png that leads nowhere (dangling)");
   EXPECT_CONTAINS(message, "remove or repair the link");
   files::remove(files::join(root, "cat", "gone.png"));
   message = error_of<DatasetError>([&] { ImageFolder(root, ImageFolderOptions(8)); });
   EXPECT_CONTAINS(message, "dog/a: a symbolic link to b that loops");
-  link("nowhere.png", files::join(root, "cat", "gone.png"));
+  make_link("nowhere.png", files::join(root, "cat", "gone.png"));
   const ImageFolder skipping(root, ImageFolderOptions(8).skip_unreadable(true));
   EXPECT_EQ(skipping.size(), 4);
   ASSERT_EQ(skipping.scan_notes().size(), 3U);
@@ -212,7 +212,7 @@ TEST(ImageFolderLinks, DanglingAndLoopingLinksAreErrorsOrWithSkipUnreadableNotes
 TEST(ImageFolderLinks, ADanglingClassLinkIsReportedToo) {
   TempDir dir;
   const std::string root = write_folder(dir);
-  link("missing", files::join(root, "eel"));
+  make_link("missing", files::join(root, "eel"));
   EXPECT_CONTAINS(error_of<DatasetError>([&] { ImageFolder(root, ImageFolderOptions(8)); }),
                   "photos/eel: a symbolic link to missing that leads nowhere");
 }
