@@ -29,4 +29,5 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/nonfinite_loss_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/over_ranks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/throughput_window.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_lock.cpp)

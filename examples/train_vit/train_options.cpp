@@ -173,10 +173,16 @@ po::options_description make_description(TrainOptions& o) {
   io.add_options()
       ("save", po::value(&o.save_dir)->value_name("DIR"),
        "save the whole training state (model, optimizer, scheduler, random states, data position) into DIR at "
-       "the end of every epoch and when stopping at --max-steps; DIR/latest always names a complete state")
+       "the end of every epoch and when stopping at --max-steps; DIR/latest always names a complete state. DIR is "
+       "checked and locked at start-up: one run saves into it at a time, and a DIR that holds another run's state "
+       "is refused (continue that run with --resume DIR, or give --overwrite)")
+      ("overwrite", po::bool_switch(&o.overwrite),
+       "with --save: DIR may hold the states of another run that has ended; they are removed once this run has "
+       "saved its first own state (a run that fails before leaves them), never while that run is still saving")
       ("resume", po::value(&o.resume_dir)->value_name("DIR"),
        "continue exactly from a state saved with --save (DIR, DIR/latest or one of its step-* directories); "
-       "use the same data set, batch size and number of ranks")
+       "use the same data set, batch size and number of ranks; the weights (and an image folder's normalisation) "
+       "are the saved run's, so --init does not go with it")
       ("metrics", po::value(&o.metrics_file)->value_name("FILE"),
        "JSON lines on rank 0: one per logged step ({\"event\":\"train\",...}) and one per evaluation "
        "({\"event\":\"eval\",...}); a resumed run appends, any other truncates the file first")
@@ -329,6 +335,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   if (vm.count("save") && o.save_dir.empty()) problems.emplace_back("--save: the directory name is empty");
   if (vm.count("resume") && o.resume_dir.empty()) problems.emplace_back("--resume: the directory name is empty");
   if (vm.count("metrics") && o.metrics_file.empty()) problems.emplace_back("--metrics: the file name is empty");
+  if (o.overwrite && o.save_dir.empty()) problems.emplace_back("--overwrite says what --save may replace: give --save DIR");
+  if (!o.init.empty() && !o.resume_dir.empty()) {
+    problems.push_back(fmt::format(
+        "--init {} with --resume {}: a resumed run takes its weights from the saved state (and an image folder's "
+        "normalisation from the saved run's --init), so --init would be ignored; drop --init",
+        o.init, o.resume_dir));
+  }
 
   if (vm.count("plugin-opt")) {
     for (const auto& assignment : vm["plugin-opt"].as<std::vector<std::string>>()) {

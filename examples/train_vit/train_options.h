@@ -70,6 +70,9 @@ struct TrainOptions {
   uint64_t seed = 42;
 
   std::string save_dir;
+  // --save into a directory that holds another (ended) run's states: they are removed once this
+  // run has published its own first state (not before: a run that fails first leaves them).
+  bool overwrite = false;
   std::string resume_dir;
   std::string metrics_file;
   int64_t log_every = 50;

@@ -324,6 +324,46 @@ TEST(Trainer, CheckpointHookSavesEveryNStepsAStateThatResumes) {
   remove_shared_directory(dir);
 }
 
+// A new run's CheckpointHook refuses, at start-up on every rank, a directory that holds another
+// run's state, and leaves that state as it was; with StateDirectoryOptions::overwrite it replaces
+// it once its own state is published.
+TEST(Trainer, CheckpointHookRefusesAnotherRunsStateAtStartUpAndLeavesIt) {
+  const auto dir = shared_directory("trainer_checkpoint_foreign");
+  const auto foreign = files::join(dir, "step-00000003");
+  if (world()->rank() == 0) {
+    files::create_directories(foreign);
+    std::ofstream(files::join(foreign, "training_state.json")) << "another run's";
+  }
+  world()->barrier().wait();
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(2).progress(false));
+    try {
+      trainer.fit(*run.boosted.dataloader, 1, nullptr, 1, {std::make_shared<CheckpointHook>(dir)});
+      ADD_FAILURE() << "the run saved into another run's directory";
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      const std::string expected =
+          world()->rank() == 0 ? "holds the saved state of another run (step-00000003)" : "rank 0 cannot save there";
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+    }
+    EXPECT_EQ(trainer.global_step(), 0);  // at start-up, not at the first save
+  }
+  world()->barrier().wait();
+  EXPECT_TRUE(files::exists(files::join(foreign, "training_state.json")));
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(2).progress(false));
+    trainer.fit(*run.boosted.dataloader, 1, nullptr, 1,
+                {std::make_shared<CheckpointHook>(
+                    dir, CheckpointOptions().state_directory(StateDirectoryOptions().overwrite(true)))});
+  }
+  world()->barrier().wait();
+  EXPECT_FALSE(files::exists(foreign));
+  EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+  remove_shared_directory(dir);
+}
+
 TEST(Trainer, NonFiniteLossHookStopsADivergedRun) {
   // Rank 0's loss is NaN from the start: every rank stops at the first check.
   Criterion nan_on_rank0 = [](const torch::Tensor& output, const torch::Tensor& target) {
