@@ -313,7 +313,7 @@ ExpandedConfig file_arguments(const std::string& path, const Given& given) {
 
 }  // namespace
 
-std::vector<std::string> expand_config(const std::vector<std::string>& command_line) {
+ExpandedConfig expand_config(const std::vector<std::string>& command_line) {
   std::vector<std::string> rest;
   std::vector<std::string> configs;
   for (size_t i = 0; i < command_line.size(); ++i) {

@@ -209,7 +209,7 @@ std::string write_weights(const std::string& dir, const std::string& preprocesso
   torch::manual_seed(3);
   auto model = colo::nn::make_vision_transformer(
       colo::nn::ViTConfig().image_size(16).patch_size(8).embed_dim(16).depth(2).num_heads(2).num_classes(2));
-  colo::nn::NamedTensors state;
+  colo::checkpoint::NamedTensors state;
   for (const auto& item : model->canonical_named_parameters()) state.emplace_back(item.key(), item.value().detach());
   for (const auto& item : model->canonical_named_buffers()) state.emplace_back(item.key(), item.value().detach());
   files::create_directories(dir);
