@@ -91,7 +91,9 @@ TEST(PipelineEvaluation, ResNetEvaluatesAsUnderTorchDdpLeavingItsRunningStatisti
   const auto result = evaluate_through_pipeline(booster, b, images, labels);
   const double want_loss = cross_entropy(want, labels).item<double>();
   EXPECT_NEAR(result.loss.item<double>(), want_loss, 1e-5 * want_loss);
-  if (result.outputs.defined()) EXPECT_LE(relative_error(result.outputs, want), 1e-5);
+  if (result.outputs.defined()) {
+    EXPECT_LE(relative_error(result.outputs, want), 1e-5);
+  }
 
   // Evaluation moved no running statistic and counted no batch.
   for (const auto& [name, tensor] : b.model->full_state()) {
@@ -129,7 +131,9 @@ TEST(PipelineEvaluation, AViTWithDropPathEvaluatesAsUnderTorchDdpDrawingNoRandom
       << "the evaluation drew random numbers";
   const double want_loss = cross_entropy(want, data.labels[0]).item<double>();
   EXPECT_NEAR(result.loss.item<double>(), want_loss, 1e-5 * want_loss);
-  if (result.outputs.defined()) EXPECT_LE(relative_error(result.outputs, want), 1e-5);
+  if (result.outputs.defined()) {
+    EXPECT_LE(relative_error(result.outputs, want), 1e-5);
+  }
   group->barrier().wait();
 }
 
