@@ -1,4 +1,5 @@
 #include <colo/booster/booster.h>
+#include <colo/booster/memory_size.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/checkpoint/checkpoint_error.h>
@@ -37,6 +38,12 @@ std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
 
 MemoryPlan Booster::plan_memory(const std::string& plugin, const PluginOptions& options,
                                 const MemoryPlanInputs& inputs) {
+  if (inputs.device_memory_bytes()) {
+    const auto bytes = *inputs.device_memory_bytes();
+    if (auto problem = memory_size_problem(static_cast<double>(bytes), kBytes, false); !problem.empty()) {
+      throw std::invalid_argument(fmt::format("MemoryPlanInputs::device_memory_bytes {} {}", bytes, problem));
+    }
+  }
   return PluginRegistry::global().plan_memory(plugin, options, inputs);
 }
 

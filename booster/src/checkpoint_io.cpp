@@ -1,4 +1,5 @@
 #include <colo/booster/checkpoint_io.h>
+#include <colo/booster/memory_size.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/sharded_safetensors.h>
@@ -38,10 +39,10 @@ CheckpointIO::CheckpointIO(std::shared_ptr<dist::ProcessGroup> world) : world_(s
 
 int64_t CheckpointIO::max_shard_bytes(const SaveOptions& options) {
   if (!options.shard()) return 0;
-  if (!(options.max_shard_mb() > 0)) {
-    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb is {}; give a positive size", options.max_shard_mb()));
+  if (auto problem = memory_size_problem(options.max_shard_mb(), kMebibytes, false); !problem.empty()) {
+    throw std::invalid_argument(fmt::format("SaveOptions::max_shard_mb {} {}", options.max_shard_mb(), problem));
   }
-  return std::max<int64_t>(1, static_cast<int64_t>(options.max_shard_mb() * 1024 * 1024));
+  return std::max<int64_t>(1, memory_size_bytes(options.max_shard_mb(), kMebibytes));
 }
 
 std::map<std::string, double> CheckpointIO::read_number_map(const std::string& path) {

@@ -1,5 +1,6 @@
 #include <colo/amp/grad_clip.h>
 #include <colo/booster/gemini_optimizer.h>
+#include <colo/booster/memory_size.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/optimizer_state.h>
@@ -57,11 +58,16 @@ std::vector<std::string> GeminiOptimizerOptions::violations() const {
   if (!(steady_cuda_cap_ratio() > 0.0 && steady_cuda_cap_ratio() <= 1.0)) {
     errors.push_back(fmt::format("steady_cuda_cap_ratio must lie in (0, 1], got {}", steady_cuda_cap_ratio()));
   }
-  if (chunk_size_mb() && !(*chunk_size_mb() > 0.0 && std::isfinite(*chunk_size_mb()))) {
-    errors.push_back(fmt::format("chunk_size_mb must be a positive number of MiB, got {}", *chunk_size_mb()));
+  if (chunk_size_mb()) {
+    if (auto problem = memory_size_problem(*chunk_size_mb(), kMebibytes, false); !problem.empty()) {
+      errors.push_back(fmt::format("chunk_size_mb {} {}", *chunk_size_mb(), problem));
+    }
   }
-  if (device_memory_bytes() && *device_memory_bytes() <= 0) {
-    errors.push_back(fmt::format("device_memory_bytes must be positive, got {}", *device_memory_bytes()));
+  if (device_memory_bytes()) {
+    const auto bytes = static_cast<double>(*device_memory_bytes());
+    if (auto problem = memory_size_problem(bytes, kBytes, false); !problem.empty()) {
+      errors.push_back(fmt::format("device_memory_bytes {} {}", *device_memory_bytes(), problem));
+    }
   }
   if (max_prefetch() < 0) errors.push_back(fmt::format("max_prefetch must be >= 0, got {}", max_prefetch()));
   if (auto problem = detail::max_grad_norm_problem(max_grad_norm()); !problem.empty()) errors.push_back(problem);

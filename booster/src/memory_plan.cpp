@@ -1,4 +1,5 @@
 #include <colo/booster/memory_plan.h>
+#include <colo/booster/parallelize.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/zero/allocate.h>
 #include <colo/zero/shard_layout.h>
@@ -27,8 +28,7 @@ int64_t RankMemory::bytes_of(const std::string& prefix) const {
 }
 
 int64_t MemoryPlan::samples_per_pass(const MemoryPlanInputs& inputs, int dp) {
-  const int64_t parts = static_cast<int64_t>(std::max(1, dp)) * std::max<int64_t>(1, inputs.accumulation_steps());
-  return std::max<int64_t>(1, inputs.global_batch_size() / parts);
+  return per_rank_batch(inputs.global_batch_size(), dp, inputs.accumulation_steps());
 }
 
 std::string MemoryPlan::to_string() const {
@@ -107,6 +107,7 @@ MemoryPlan data_parallel_plan(const std::string& plugin, const std::map<std::str
   plan.plugin = plugin;
   plan.options = options_text(options);
   plan.world_size = in.world_size();
+  plan.data_parallel_size = in.world_size();
   RankMemory rank;
   rank.ranks = in.world_size() == 1 ? "0" : fmt::format("0-{}", in.world_size() - 1);
   rank.parts = std::move(parts);

@@ -53,6 +53,21 @@ void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack
   }
 }
 
+int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulation_steps) {
+  if (global_batch < 1 || dp_size < 1 || accumulation_steps < 1) {
+    throw std::invalid_argument(fmt::format("a global batch of {} over {} data-parallel ranks x {} accumulation steps: "
+                                            "each must be at least 1",
+                                            global_batch, dp_size, accumulation_steps));
+  }
+  const int64_t parts = dp_size * accumulation_steps;
+  if (global_batch % parts != 0) {
+    throw std::invalid_argument(fmt::format(
+        "a global batch of {} does not split over {} data-parallel rank{} x {} accumulation step{}; use a multiple of {}",
+        global_batch, dp_size, dp_size == 1 ? "" : "s", accumulation_steps, accumulation_steps == 1 ? "" : "s", parts));
+  }
+  return global_batch / parts;
+}
+
 void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin) {
   try {
     loader.reshard(dp_group.size(), dp_group.rank());

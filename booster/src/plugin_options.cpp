@@ -1,6 +1,7 @@
 #include <colo/booster/plugin_options.h>
 
 #include <colo/booster/closest_match.h>
+#include <colo/booster/memory_size.h>
 
 #include <fmt/format.h>
 
@@ -105,6 +106,18 @@ double OptionReader::get_double(const std::string& key, double fallback, const s
   } else {
     return parsed;
   }
+  return fallback;
+}
+
+double OptionReader::get_mebibytes(const std::string& key, double fallback, const std::string& help,
+                                   bool zero_allowed) {
+  const std::size_t errors = errors_.size();
+  const double parsed = get_double(key, fallback, help);
+  const auto given = options_.find(key);
+  if (given == options_.end() || errors_.size() != errors) return parsed;  // the default, or said so already
+  const auto problem = memory_size_problem(parsed, kMebibytes, zero_allowed);
+  if (problem.empty()) return parsed;
+  reject(key, given->second, problem);
   return fallback;
 }
 

@@ -4,6 +4,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/memory_size.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimized_parameters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
@@ -28,4 +29,5 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/nonfinite_loss_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/over_ranks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/throughput_window.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/run_lock.cpp)

@@ -118,8 +118,10 @@ void Trainer::print_record(const Record& r) const {
       static_cast<double>(stop_step_ - global_step_);
   line += "  ETA " + format_duration(eta);
   if (options_.show_loader_speed() && r.has("data_wait_s")) {
-    line += fmt::format("  data {:.0f} img/s/core, waited {:.1f} s", r.number("loader_images_per_cpu_s"),
-                        r.number("data_wait_s"));
+    // "-" where the loader's threads did no work since the last line (the record then has no speed).
+    const std::string speed =
+        r.has("loader_images_per_cpu_s") ? fmt::format("{:.0f}", r.number("loader_images_per_cpu_s")) : "-";
+    line += fmt::format("  data {} img/s/core, waited {:.1f} s", speed, r.number("data_wait_s"));
   }
   print(line);
 }

@@ -43,6 +43,31 @@ void MetricsLogHook::report(Trainer& trainer, const Record& record) {
 CheckpointHook::CheckpointHook(std::string dir, CheckpointOptions options)
     : dir_(std::move(dir)), options_(std::move(options)) {}
 
+CheckpointHook::CheckpointHook(std::shared_ptr<StateDirectory> directory, CheckpointOptions options)
+    : dir_(directory ? directory->root() : ""), options_(std::move(options)), directory_(std::move(directory)) {}
+
+void CheckpointHook::before_fit(Trainer& trainer) { open(trainer); }
+
+void CheckpointHook::open(Trainer& trainer) {
+  if (dir_.empty() || !staging_.empty()) return;
+  std::string error;
+  if (trainer.master() && !directory_) {
+    try {
+      directory_ = std::make_shared<StateDirectory>(dir_, options_.state_directory());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Rank 0's staging token, or 0 when it could not open the directory: every rank learns which.
+  const double token = trainer.master() && directory_ ? static_cast<double>(directory_->token()) : 0.0;
+  const double agreed = detail::reduce_over_ranks(trainer, {token})[0];
+  if (agreed == 0.0) {
+    throw StateDirectoryError(trainer.master() ? error
+                                               : fmt::format("{}: rank 0 cannot save there (its error says why)", dir_));
+  }
+  staging_ = StateDirectory::staging_path(dir_, static_cast<uint64_t>(agreed));
+}
+
 void CheckpointHook::end_step(Trainer& trainer) {
   const int64_t every = options_.every_steps();
   if (every > 0 && trainer.global_step() % every == 0) save(trainer);
@@ -54,22 +79,22 @@ void CheckpointHook::end_epoch(Trainer& trainer) {
 
 void CheckpointHook::save(Trainer& trainer) {
   if (dir_.empty() || trainer.global_step() == last_saved_step_) return;
+  open(trainer);
   const auto start = std::chrono::steady_clock::now();
-  const StateDirectory directory(dir_);
   const auto& world = trainer.world();
   const bool several = world && world->size() > 1;
-  if (trainer.master()) directory.prepare_staging();
+  if (trainer.master()) directory_->prepare_staging();
   if (several) world->barrier().wait();  // staging is empty before anyone writes
   TrainingProgress progress;
   progress.epoch = trainer.train_loader().epoch();
   progress.global_step = trainer.global_step();
   progress.data = trainer.train_loader().state();
-  trainer.booster().save_state(trainer.boosted(), progress, directory.staging());
+  trainer.booster().save_state(trainer.boosted(), progress, staging_);
   if (trainer.master()) {
     for (const auto& [name, contents] : options_.extra_files()) {
-      checkpoint::atomic_write_file(files::join(directory.staging(), name), contents);
+      checkpoint::atomic_write_file(files::join(staging_, name), contents);
     }
-    const auto where = directory.publish(trainer.global_step());
+    const auto where = directory_->publish(trainer.global_step());
     trainer.print(fmt::format("saved the training state of step {} to {} ({:.1f} s)", trainer.global_step(), where,
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }

@@ -108,8 +108,9 @@ void ThroughputHook::after_epoch(Trainer&) { window_->pause(std::chrono::steady_
 
 void ThroughputHook::collect(Trainer& trainer, Record& record) {
   if (is_eval(record)) return;
+  // A rate over no time is no number: the field is left out (never NaN, which JSON writes as null).
   const double images_per_s = window_->take(std::chrono::steady_clock::now());
-  record.real("images_per_s", images_per_s);
+  if (std::isfinite(images_per_s)) record.real("images_per_s", images_per_s);
   // The loader's own speed (images per CPU-second of its threads, this rank) and the time the loop
   // waited for it since the last record: the longest wait of any rank (one slow loader holds
   // every rank back at the next gradient reduction).

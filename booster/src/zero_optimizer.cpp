@@ -1,5 +1,6 @@
 #include <c10/util/Type.h>
 #include <colo/amp/grad_clip.h>
+#include <colo/booster/memory_size.h>
 #include <colo/booster/zero_optimizer.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/dist/process_group.h>
@@ -70,9 +71,8 @@ std::vector<std::string> ZeroOptimizerOptions::violations() const {
     errors.push_back(fmt::format("stage must be 1 or 2, got {}", stage()));
   }
   if (auto problem = detail::max_grad_norm_problem(max_grad_norm()); !problem.empty()) errors.push_back(problem);
-  if (!(bucket_cap_mb() > 0.0) || !std::isfinite(bucket_cap_mb())) {
-    errors.push_back(fmt::format("bucket_cap_mb (reduce_bucket_size_mb) must be a positive number of MiB, got {}",
-                                 bucket_cap_mb()));
+  if (auto problem = memory_size_problem(bucket_cap_mb(), kMebibytes, false); !problem.empty()) {
+    errors.push_back(fmt::format("bucket_cap_mb (reduce_bucket_size_mb) {} {}", bucket_cap_mb(), problem));
   }
   return errors;
 }

@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
     if (weights.mean.size() == 3) folder_options.normalization({weights.mean, weights.std});
     auto train = std::make_shared<colo::data::ImageFolder>(positional[1] + "/train", folder_options);
     auto val = std::make_shared<colo::data::ImageFolder>(positional[1] + "/val", folder_options);
+    for (const auto& folder : {train, val}) {
+      for (const auto& note : folder->scan_notes()) fmt::print("data: {}\n", note);  // what the scan left out
+    }
 
     // The model for these classes; load_pretrained keeps its new head and resamples the position
     // embeddings when the image size differs from the checkpoint's.

@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "train_options.h"
 
@@ -163,18 +166,71 @@ Given scan(const std::vector<std::string>& args) {
   return given;
 }
 
+// Refuses a key given twice in one object, naming it and where it is: nlohmann keeps the last of
+// equal keys, so a file that says a thing twice would mean its second saying without a word. A
+// parser callback sees every key as it is read.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(std::string path) : path_(std::move(path)) {}
+
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string name;
+        if (!open_.empty()) {
+          const auto& parent = open_.back();
+          name = !parent.is_object       ? parent.name + "[]"
+                 : parent.name.empty() ? pending_key_
+                                       : parent.name + "." + pending_key_;
+        }
+        open_.push_back({event == json::parse_event_t::object_start, std::move(name), {}});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!open_.empty()) open_.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        pending_key_ = parsed.get<std::string>();
+        if (open_.empty() || open_.back().keys.insert(pending_key_).second) break;
+        const auto& where = open_.back().name;
+        throw UsageError(fmt::format("--config {}: the key '{}' is given twice {}; keep one (JSON would keep the last "
+                                     "without a word)",
+                                     path_, pending_key_, where.empty() ? "at the top level" : "in " + where));
+      }
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Open {
+    bool is_object;
+    std::string name;  // "model", "parallel", "a.b"; empty at the top
+    std::set<std::string> keys;
+  };
+  std::string path_;
+  std::vector<Open> open_;
+  std::string pending_key_;
+};
+
 json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("--config {}: cannot read the file; check its path", path));
+  DuplicateKeyCheck check(path);
   try {
-    return json::parse(in);
+    return json::parse(in, [&check](int depth, json::parse_event_t event, json& parsed) {
+      return check(depth, event, parsed);
+    });
   } catch (const json::exception& e) {
     throw UsageError(fmt::format("--config {}: not valid JSON ({})", path, e.what()));
   }
 }
 
 // The file's settings as command-line arguments, leaving out what `given` sets.
-std::vector<std::string> file_arguments(const std::string& path, const Given& given) {
+ExpandedConfig file_arguments(const std::string& path, const Given& given) {
   const json root = read_json(path);
   if (!root.is_object()) throw UsageError(fmt::format("--config {}: expected a JSON object at the top", path));
   std::vector<std::string> valid_top;
@@ -184,18 +240,29 @@ std::vector<std::string> file_arguments(const std::string& path, const Given& gi
   std::sort(valid_top.begin(), valid_top.end());
 
   // low_level_zero names its ZeRO stage "stage"; hybrid_parallel, "zero_stage".
-  std::string plugin = given.plugin;
-  if (plugin.empty() && root.contains("plugin") && root["plugin"].is_string()) plugin = root["plugin"].get<std::string>();
+  const std::string file_plugin =
+      root.contains("plugin") && root["plugin"].is_string() ? root["plugin"].get<std::string>() : "";
+  const std::string plugin = given.plugin.empty() ? file_plugin : given.plugin;
+  // The parallel and plugin_options sections are options of the file's plugin: another plugin
+  // would refuse them (or, worse, read them otherwise), so --plugin OTHER leaves them out.
+  const bool other_plugin = !given.plugin.empty() && !file_plugin.empty() && given.plugin != file_plugin;
+  std::vector<std::string> left_out;
 
-  std::vector<std::string> args;
+  ExpandedConfig out;
+  auto& args = out.args;
   auto add = [&](const std::string& where, const json& value, Key key) {
     if (key.target.empty()) return;
     if (key.target == "zero_stage" && plugin == "low_level_zero") key.target = "stage";
     const std::string text = argument(fmt::format("--config {}: {}", path, where), value, key.kind);
     if (key.kind == Kind::kPluginOption) {
+      if (other_plugin) {
+        left_out.push_back(where);
+        return;
+      }
       if (given.plugin_options.count(key.target)) return;  // the command line's wins
       args.push_back("--plugin-opt");
       args.push_back(key.target + "=" + text);
+      out.plugin_option_sources[key.target] = fmt::format("{} of {}", where, path);
       return;
     }
     if (given.flags.count(key.target)) return;
@@ -236,12 +303,17 @@ std::vector<std::string> file_arguments(const std::string& path, const Given& gi
       add(name + "." + key, v, it->second);
     }
   }
-  return args;
+  if (!left_out.empty()) {
+    out.notes.push_back(fmt::format(
+        "note: --plugin {} replaces the plugin of --config {} ({}): its options for {} are left out ({})", given.plugin,
+        path, file_plugin, file_plugin, fmt::join(left_out, ", ")));
+  }
+  return out;
 }
 
 }  // namespace
 
-std::vector<std::string> expand_config(const std::vector<std::string>& command_line) {
+ExpandedConfig expand_config(const std::vector<std::string>& command_line) {
   std::vector<std::string> rest;
   std::vector<std::string> configs;
   for (size_t i = 0; i < command_line.size(); ++i) {
@@ -255,11 +327,11 @@ std::vector<std::string> expand_config(const std::vector<std::string>& command_l
       rest.push_back(token);
     }
   }
-  if (configs.empty()) return command_line;
+  if (configs.empty()) return {command_line, {}, {}};
   if (configs.size() > 1) throw UsageError(fmt::format("--config is given {} times; give one file", configs.size()));
-  auto args = file_arguments(configs.front(), scan(rest));
-  args.insert(args.end(), rest.begin(), rest.end());
-  return args;
+  auto expanded = file_arguments(configs.front(), scan(rest));
+  expanded.args.insert(expanded.args.end(), rest.begin(), rest.end());
+  return expanded;
 }
 
 std::vector<std::string> config_keys() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,11 +21,24 @@ namespace train_vit {
 // file is turned into those options and parsed with them: the same checks, the same messages.
 // Options given on the command line override the file's (plugin options key by key).
 
-// The arguments to parse: the file's options that `command_line` does not give, then the command
-// line without its --config. Without --config, `command_line` as it is. Throws UsageError naming the
-// file and the key for an unreadable file, malformed JSON, an unknown key (listing the valid ones,
-// with the closest as a suggestion) or a value of the wrong type.
-std::vector<std::string> expand_config(const std::vector<std::string>& command_line);
+// What a command line with --config FILE amounts to.
+struct ExpandedConfig {
+  // The arguments to parse: the file's options that the command line does not give, then the
+  // command line without its --config.
+  std::vector<std::string> args;
+  // For the user, printed before the run starts: what of the file was left out and why.
+  std::vector<std::string> notes;
+  // Each plugin option the file sets, and where ("parallel.pp of FILE"): a plugin that rejects
+  // one is then blamed on the file, not on --plugin-opt.
+  std::map<std::string, std::string> plugin_option_sources;
+};
+
+// Without --config, `command_line` as it is. The file's `parallel` and `plugin_options` sections
+// are its plugin's: a --plugin that names another plugin leaves them out (with a note). Throws
+// UsageError naming the file and the key for an unreadable file, malformed JSON, a key given twice
+// in one object, an unknown key (listing the valid ones, with the closest as a suggestion) or a
+// value of the wrong type.
+ExpandedConfig expand_config(const std::vector<std::string>& command_line);
 
 // The keys a config file may hold, "section.key" (for --help and the tests).
 std::vector<std::string> config_keys();

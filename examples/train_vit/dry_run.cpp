@@ -1,27 +1,29 @@
 #include "dry_run.h"
 
 #include <colo/booster/booster.h>
+#include <colo/booster/memory_size.h>
 #include <colo/booster/plugin_registry.h>
-#include <colo/nn/layer_stack.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/resnet.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
+
+#include "layout_checks.h"
 
 namespace train_vit {
 
 int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, const colo::dist::Environment& env) {
   colo::MemoryPlanInputs inputs;
-  if (is_resnet(o.model)) {
-    // Small enough to build: its summary is the model's own.
-    auto model = colo::nn::make_resnet(
-        colo::nn::ResNetConfig::preset(o.model).in_channels(config.in_channels()).num_classes(config.num_classes()));
-    inputs.model = colo::nn::summarize(*model);
-  } else {
-    inputs.model = colo::nn::summarize_vision_transformer(config);
-  }
+  // From the configuration's shapes: no layer is built, nothing is allocated.
+  inputs.model = is_resnet(o.model)
+                     ? colo::nn::summarize_resnet(colo::nn::ResNetConfig::preset(o.model)
+                                                      .in_channels(config.in_channels())
+                                                      .num_classes(config.num_classes()))
+                     : colo::nn::summarize_vision_transformer(config);
   const int world = o.plan_world_size > 0 ? o.plan_world_size : std::max(1, env.world_size);
   inputs.world_size(world)
       .global_batch_size(o.batch_size)
@@ -29,7 +31,8 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
       .activation_checkpointing(o.activation_checkpointing)
       .optimizer_states(o.optimizer == "adamw" ? 2 : 1);
   if (o.gpu_memory_gib > 0) {
-    inputs.device_is_gpu(true).device_memory_bytes(static_cast<int64_t>(o.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0));
+    // parse_train_options range-checked it (memory_size_problem).
+    inputs.device_is_gpu(true).device_memory_bytes(colo::memory_size_bytes(o.gpu_memory_gib, colo::kGibibytes));
   } else if (torch::cuda::is_available()) {
     inputs.device_is_gpu(true);
   } else {
@@ -41,9 +44,15 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
   } catch (const colo::PluginError& e) {
     throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
   } catch (const std::invalid_argument& e) {
-    throw UsageError(fmt::format("--plugin {} cannot plan this run: {}", o.plugin, e.what()));
+    // Where the options came from, when a config file set some: not all of them are --plugin-opt's.
+    const std::string origins =
+        o.plugin_option_sources.empty() ? "" : fmt::format(" (its options: {})", plugin_option_origins(o));
+    throw UsageError(fmt::format("--plugin {} cannot plan this run{}: {}", o.plugin, origins, e.what()));
   }
+  // The run's own checks of the layout, after the plugin's: the same function the run calls.
+  check_layout(o, plan.data_parallel_size, plan.pipelined);
   if (env.rank != 0) return 0;
+  for (const auto& note : o.notes) fmt::print("{}\n", note);
   fmt::print("train_vit --dry-run: {} on {} {} rank{}, global batch {} in {} pass{} per step{}\n", o.model, world,
              inputs.device_is_gpu() ? "GPU" : "CPU", world == 1 ? "" : "s", o.batch_size, o.grad_accum,
              o.grad_accum == 1 ? "" : "es", o.activation_checkpointing ? ", activation checkpointing" : "");

@@ -42,6 +42,8 @@
 
 #include "compute_threads.h"
 #include "dry_run.h"
+#include "layout_checks.h"
+#include "run_state.h"
 #include "train_options.h"
 
 namespace {
@@ -168,68 +170,6 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, c
                                              torch::optim::SGDOptions(o.lr).momentum(0.9).weight_decay(o.weight_decay));
 }
 
-// What a saved state records of the run that wrote it (train_vit.json beside the Booster's files),
-// so that --resume can tell a continuation from a different run.
-constexpr const char* kRunRecordFile = "train_vit.json";
-
-nlohmann::json run_record(const TrainOptions& o, int world_size) {
-  // The files a data set is read from (resolved: "./photos" and "photos" are one folder); none for
-  // synthetic data. --init only matters before the first step (a resume loads the saved weights).
-  const std::string data_dir =
-      o.dataset == "synthetic" || o.data_dir.empty() ? "" : colo::files::canonical_or_absolute(o.data_dir);
-  return {{"world_size", world_size},
-          {"dataset", o.dataset},
-          {"data_dir", data_dir},
-          {"init", o.init.empty() ? "" : colo::files::canonical_or_absolute(o.init)},
-          {"synthetic_samples", o.synthetic_samples},
-          {"batch_size", o.batch_size},
-          {"grad_accum", o.grad_accum},
-          {"seed", o.seed},
-          {"augment", o.augment},
-          {"epochs", o.epochs},
-          {"lr", o.lr},
-          {"warmup", o.warmup_epochs},
-          {"optimizer", o.optimizer},
-          {"weight_decay", o.weight_decay},
-          {"precision", o.precision}};
-}
-
-// Options that give a saved data position another meaning make --resume an error; other changes
-// (a longer schedule, another learning rate, another number of ranks) are allowed and returned as
-// notes for the user, as the run is then no longer the saved one's exact continuation.
-std::vector<std::string> check_resume(const TrainOptions& o, int world_size, const std::string& state_dir) {
-  const auto path = colo::files::join(state_dir, kRunRecordFile);
-  std::ifstream in(path);
-  if (!in) return {};  // saved by another program: the Booster's own checks apply
-  nlohmann::json saved;
-  try {
-    saved = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("--resume {}: {} is damaged ({}); resume from another saved state", state_dir,
-                                 path, e.what()));
-  }
-  const nlohmann::json now = run_record(o, world_size);
-  std::vector<std::string> errors, changes;
-  for (const auto& [key, value] : now.items()) {
-    if (!saved.contains(key) || saved[key] == value) continue;
-    const bool moves_data = key == "dataset" || key == "data_dir" || key == "synthetic_samples" ||
-                            key == "batch_size" || key == "grad_accum";
-    (moves_data ? errors : changes).push_back(fmt::format("{} {} (saved: {})", key, value.dump(), saved[key].dump()));
-  }
-  if (!errors.empty()) {
-    std::string list;
-    for (const auto& e : errors) list += "\n  " + e;
-    throw UsageError(
-        fmt::format("--resume {}: the saved run used other data settings, so its data position means "
-                    "nothing here; resume with the saved values:{}",
-                    state_dir, list));
-  }
-  std::vector<std::string> notes;
-  for (const auto& change : changes)
-    notes.push_back(fmt::format("note: resuming with {}: not an exact continuation", change));
-  return notes;
-}
-
 // Loader threads per rank: decoding an image folder takes every core the rank can spare (one
 // trains); the in-memory data sets need one.
 int64_t loader_workers(const TrainOptions& o, const colo::dist::Environment& env) {
@@ -264,11 +204,26 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
   train_vit::set_compute_threads(threads);
 
-  // Before the rendezvous: missing weights, a missing data set or an impossible model fail at
-  // once, on their own.
+  // Before the rendezvous: a state that is not there, a directory this run cannot save into (rank
+  // 0 opens and locks it for the run), missing weights, a missing data set or an impossible model
+  // fail at once, on their own.
+  std::optional<train_vit::ResumedState> resumed;
+  if (!o.resume_dir.empty()) resumed = train_vit::find_resumed_state(o.resume_dir);
+  std::shared_ptr<colo::StateDirectory> save_directory;
+  if (!o.save_dir.empty() && env.rank == 0 && !o.dry_run) save_directory = train_vit::open_save_directory(o, resumed);
   std::optional<colo::nn::PretrainedWeights> pretrained;
-  if (!o.init.empty()) pretrained = colo::nn::read_pretrained(o.init);
-  const auto normalization = pretrained_normalization(pretrained);
+  train_vit::RunOrigin origin;  // --init's, or the resumed run's (the two are exclusive)
+  std::vector<std::string> resume_notes;
+  if (!o.init.empty()) {
+    pretrained = colo::nn::read_pretrained(o.init);
+    origin = {colo::files::canonical_or_absolute(o.init), pretrained_normalization(pretrained)};
+  }
+  if (resumed) {
+    origin = train_vit::resumed_origin(o, *resumed, resume_notes);
+    const auto changes = train_vit::check_resume(o, env.world_size, origin, *resumed);
+    resume_notes.insert(resume_notes.end(), changes.begin(), changes.end());
+  }
+  const auto& normalization = origin.normalization;
   const Datasets data = load_datasets(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
   colo::nn::ViTConfig config = train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
   // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
@@ -283,7 +238,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
     throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
   } catch (const std::invalid_argument& e) {
     throw UsageError(
-        fmt::format("--plugin {} rejected its options (--precision / --plugin-opt): {}", o.plugin, e.what()));
+        fmt::format("--plugin {} rejected its options ({}): {}", o.plugin, train_vit::plugin_option_origins(o), e.what()));
   }
   const auto world = plugin->context().world;
   const int rank = world ? world->rank() : 0;
@@ -347,22 +302,12 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   // A pipeline stage keeps its own layers; the rest of the stack is freed with the last reference.
   model.reset();
   optimizer.reset();
-  if (plugin->supports_pipeline() && o.grad_accum > 1) {
-    throw UsageError(
-        fmt::format("--grad-accum {}: plugin {} runs a pipeline, which splits every batch into "
-                    "micro-batches itself; drop --grad-accum and set the plugin's micro-batch option",
-                    o.grad_accum, o.plugin));
-  }
   // The data-parallel size and rank are the plugin's layout's (pipeline and tensor-parallel
   // peers share batches); a plugin without a layout runs on one replica.
   const int64_t dp_size = b.mesh ? b.mesh->size(colo::dist::MeshAxis::kDp) : 1;
   const int64_t dp_rank = b.mesh ? b.mesh->coordinate(colo::dist::MeshAxis::kDp) : 0;
-  if (o.batch_size % (dp_size * o.grad_accum) != 0) {
-    throw UsageError(fmt::format(
-        "--batch-size {} does not split over {} data-parallel ranks x {} accumulation steps; use a multiple of {}",
-        o.batch_size, dp_size, o.grad_accum, dp_size * o.grad_accum));
-  }
-  const int64_t micro_batch = o.batch_size / (dp_size * o.grad_accum);
+  // What --dry-run checks too, through the same function.
+  const int64_t micro_batch = train_vit::check_layout(o, dp_size, plugin->supports_pipeline());
   if (b.dataloader->options().batch_size() != micro_batch) {
     // Same object the plugin holds, rebuilt with the right batch (and the plugin's sharding).
     *b.dataloader = colo::data::DataLoader(
@@ -394,13 +339,10 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
 
   int64_t global_step = 0;
   std::string resumed_from;
-  std::vector<std::string> resume_notes;
-  if (!o.resume_dir.empty()) {
-    const auto state_dir = colo::StateDirectory::resolve(o.resume_dir);
-    resume_notes = check_resume(o, world_size, state_dir);
-    const colo::TrainingProgress progress = booster.load_state(b, state_dir);
+  if (resumed) {
+    const colo::TrainingProgress progress = booster.load_state(b, resumed->directory);
     global_step = progress.global_step;
-    resumed_from = fmt::format("resumed from {}: epoch {}, step {}", state_dir,
+    resumed_from = fmt::format("resumed from {}: epoch {}, step {}", resumed->directory,
                                std::min(progress.data.epoch + 1, o.epochs), global_step);
   }
   // Opened before anything is printed: a file that cannot be written stops the run at once.
@@ -434,6 +376,11 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                   o.data_dir, folder.num_classes(), folder.options().image_size(), folder.options().image_size(),
                   n.mean[0], n.mean[1], n.mean[2], n.std[0], n.std[1], n.std[2],
                   normalization ? " (the pretrained weights')" : " (ImageNet's)", workers, workers == 1 ? "" : "s");
+    for (const auto& dataset : {data.train, data.test}) {
+      for (const auto& note : static_cast<const colo::data::ImageFolder&>(*dataset).scan_notes()) {
+        console.print("data: {}", note);  // what the scan left out (link cycles, broken links)
+      }
+    }
   }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
@@ -441,6 +388,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
                 steps_per_epoch, total_steps,
                 stop_step < total_steps ? fmt::format(" (stopping at {})", stop_step) : "", o.optimizer, o.lr,
                 warmup_steps);
+  for (const auto& note : o.notes) console.print("{}", note);
   if (!resumed_from.empty()) console.print("{}", resumed_from);
   for (const auto& note : resume_notes) console.print("{}", note);
 
@@ -451,8 +399,11 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   if (metrics) hooks.push_back(metrics);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
-    hooks.push_back(std::make_shared<colo::CheckpointHook>(
-        o.save_dir, colo::CheckpointOptions().extra_files({{kRunRecordFile, run_record(o, world_size).dump(2) + "\n"}})));
+    const auto saving = colo::CheckpointOptions().extra_files(
+        {{train_vit::kRunRecordFile, train_vit::run_record(o, world_size, origin).dump(2) + "\n"}});
+    // Rank 0 holds the directory it opened at start-up; the other ranks write into its staging.
+    hooks.push_back(save_directory ? std::make_shared<colo::CheckpointHook>(save_directory, saving)
+                                   : std::make_shared<colo::CheckpointHook>(o.save_dir, saving));
   }
   hooks.push_back(std::make_shared<colo::NonFiniteLossHook>(
       colo::NonFiniteLossOptions()

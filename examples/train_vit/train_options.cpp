@@ -1,6 +1,7 @@
 #include "train_options.h"
 
 #include <colo/booster/closest_match.h>
+#include <colo/booster/memory_size.h>
 
 #include <fmt/format.h>
 
@@ -172,10 +173,16 @@ po::options_description make_description(TrainOptions& o) {
   io.add_options()
       ("save", po::value(&o.save_dir)->value_name("DIR"),
        "save the whole training state (model, optimizer, scheduler, random states, data position) into DIR at "
-       "the end of every epoch and when stopping at --max-steps; DIR/latest always names a complete state")
+       "the end of every epoch and when stopping at --max-steps; DIR/latest always names a complete state. DIR is "
+       "checked and locked at start-up: one run saves into it at a time, and a DIR that holds another run's state "
+       "is refused (continue that run with --resume DIR, or give --overwrite)")
+      ("overwrite", po::bool_switch(&o.overwrite),
+       "with --save: DIR may hold the states of another run that has ended; they are removed once this run has "
+       "saved its first own state (a run that fails before leaves them), never while that run is still saving")
       ("resume", po::value(&o.resume_dir)->value_name("DIR"),
        "continue exactly from a state saved with --save (DIR, DIR/latest or one of its step-* directories); "
-       "use the same data set, batch size and number of ranks")
+       "use the same data set, batch size and number of ranks; the weights (and an image folder's normalisation) "
+       "are the saved run's, so --init does not go with it")
       ("metrics", po::value(&o.metrics_file)->value_name("FILE"),
        "JSON lines on rank 0: one per logged step ({\"event\":\"train\",...}) and one per evaluation "
        "({\"event\":\"eval\",...}); a resumed run appends, any other truncates the file first")
@@ -211,8 +218,11 @@ std::vector<std::string> model_names() {
 bool is_resnet(const std::string& model) { return model == "resnet18" || model == "resnet50"; }
 
 TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
-  const std::vector<std::string> args = expand_config(command_line);
+  ExpandedConfig expanded = expand_config(command_line);
+  const std::vector<std::string>& args = expanded.args;
   TrainOptions o;
+  o.notes = std::move(expanded.notes);
+  o.plugin_option_sources = std::move(expanded.plugin_option_sources);
   const po::options_description description = make_description(o);
   po::variables_map vm;
   std::vector<std::string> problems;
@@ -297,7 +307,9 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   }
   if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
   at_least("world-size", o.plan_world_size, 0, "must be >= 0 (0: the launcher's)");
-  if (!(o.gpu_memory_gib >= 0)) problems.push_back(fmt::format("--gpu-memory-gib {}: must be >= 0", o.gpu_memory_gib));
+  if (auto problem = colo::memory_size_problem(o.gpu_memory_gib, colo::kGibibytes, true); !problem.empty()) {
+    problems.push_back(fmt::format("--gpu-memory-gib {}: {} (0: this machine's GPU)", o.gpu_memory_gib, problem));
+  }
   if (!o.dry_run && (o.plan_world_size > 0 || o.gpu_memory_gib > 0)) {
     problems.emplace_back("--world-size and --gpu-memory-gib describe a plan: use them with --dry-run");
   }
@@ -323,6 +335,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   if (vm.count("save") && o.save_dir.empty()) problems.emplace_back("--save: the directory name is empty");
   if (vm.count("resume") && o.resume_dir.empty()) problems.emplace_back("--resume: the directory name is empty");
   if (vm.count("metrics") && o.metrics_file.empty()) problems.emplace_back("--metrics: the file name is empty");
+  if (o.overwrite && o.save_dir.empty()) problems.emplace_back("--overwrite says what --save may replace: give --save DIR");
+  if (!o.init.empty() && !o.resume_dir.empty()) {
+    problems.push_back(fmt::format(
+        "--init {} with --resume {}: a resumed run takes its weights from the saved state (and an image folder's "
+        "normalisation from the saved run's --init), so --init would be ignored; drop --init",
+        o.init, o.resume_dir));
+  }
 
   if (vm.count("plugin-opt")) {
     for (const auto& assignment : vm["plugin-opt"].as<std::vector<std::string>>()) {
@@ -352,6 +371,15 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
 
   if (!problems.empty()) throw usage_error(problems);
   return o;
+}
+
+std::string plugin_option_origins(const TrainOptions& o) {
+  std::string origins = "--precision / --plugin-opt";
+  std::string from_file;
+  for (const auto& [key, source] : o.plugin_option_sources) {
+    if (o.plugin_options.count(key)) from_file += fmt::format("{}{} from {}", from_file.empty() ? "" : ", ", key, source);
+  }
+  return from_file.empty() ? origins : origins + "; " + from_file;
 }
 
 std::string usage() {

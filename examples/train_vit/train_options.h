@@ -5,6 +5,7 @@
 #include <colo/nn/vit_config.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -69,6 +70,9 @@ struct TrainOptions {
   uint64_t seed = 42;
 
   std::string save_dir;
+  // --save into a directory that holds another (ended) run's states: they are removed once this
+  // run has published its own first state (not before: a run that fails first leaves them).
+  bool overwrite = false;
   std::string resume_dir;
   std::string metrics_file;
   int64_t log_every = 50;
@@ -89,6 +93,11 @@ struct TrainOptions {
   bool dry_run = false;
   int plan_world_size = 0;
   double gpu_memory_gib = 0.0;
+
+  // From --config: notes for the user (what of the file was left out), and the plugin options the
+  // file set with where ("pp_size" -> "parallel.pp of FILE").
+  std::vector<std::string> notes;
+  std::map<std::string, std::string> plugin_option_sources;
 };
 
 // Parses the arguments after argv[0]. Throws UsageError listing every problem found (unknown
@@ -97,6 +106,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args);
 
 // The --help text.
 std::string usage();
+
+// Where the plugin's options came from, for an error about them: "--precision / --plugin-opt", and
+// each option a config file set with its key ("pp_size from parallel.pp of FILE").
+std::string plugin_option_origins(const TrainOptions& options);
 
 // The model for a data set whose images have `shape` and `num_classes` classes: the chosen
 // preset with the architecture flags applied (for a ResNet, only the input size, channels and

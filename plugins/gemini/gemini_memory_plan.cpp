@@ -132,6 +132,7 @@ MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPla
   plan.plugin = "gemini";
   plan.options = memory_planning::options_text(given);
   plan.world_size = world;
+  plan.data_parallel_size = world;
   plan.ranks.push_back(std::move(rank));
   plan.notes = std::move(notes);
   plan.notes.push_back(fmt::format("{} chunks of up to {} elements ({}); {} of {} parameters trainable", num_chunks,

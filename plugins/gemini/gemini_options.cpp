@@ -1,5 +1,6 @@
 #include "gemini_options.h"
 
+#include <colo/booster/memory_size.h>
 #include <colo/booster/precision_options.h>
 
 namespace colo::plugins {
@@ -26,15 +27,15 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   o.steady_cuda_cap_ratio(in.get_double("steady_cuda_cap_ratio", o.steady_cuda_cap_ratio(),
                                         "auto: share of the device's memory that model state and the measured "
                                         "working memory may fill"));
-  const auto device_mb = in.get_double("device_memory_mb", 0.0,
-                                       "auto: the device's memory in MiB when not the whole device's (0: read it "
-                                       "from the device)");
-  if (device_mb < 0.0) in.fail("device_memory_mb must be >= 0");
-  if (device_mb > 0.0) o.device_memory_bytes(static_cast<int64_t>(device_mb * 1024.0 * 1024.0));
-  const auto chunk_mb = in.get_double("chunk_size_mb", 0.0,
-                                      "MiB of parameters (in the compute dtype) per chunk; 0: searched from the "
-                                      "layer sizes");
-  if (chunk_mb < 0.0) in.fail("chunk_size_mb must be >= 0 (0: searched)");
+  const auto device_mb = in.get_mebibytes("device_memory_mb", 0.0,
+                                          "auto: the device's memory in MiB when not the whole device's (0: read it "
+                                          "from the device)",
+                                          /*zero_allowed=*/true);
+  if (device_mb > 0.0) o.device_memory_bytes(memory_size_bytes(device_mb, kMebibytes));
+  const auto chunk_mb = in.get_mebibytes("chunk_size_mb", 0.0,
+                                         "MiB of parameters (in the compute dtype) per chunk; 0: searched from the "
+                                         "layer sizes",
+                                         /*zero_allowed=*/true);
   if (chunk_mb > 0.0) o.chunk_size_mb(chunk_mb);
   o.max_prefetch(in.get_int("max_prefetch", o.max_prefetch(), "chunks gathered ahead of the layer that needs them"));
   o.pin_memory(in.get_bool("pin_memory", o.pin_memory(),

@@ -8,6 +8,7 @@
 #include <colo/pipeline/stage_manager.h>
 #include <colo/shardformer/policy.h>
 #include <colo/shardformer/policy_registry.h>
+#include <colo/shardformer/shard_former.h>
 #include <colo/shardformer/vit_policy.h>
 #include <fmt/format.h>
 
@@ -43,6 +44,8 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   plan.plugin = "hybrid_parallel";
   plan.options = memory_planning::options_text(given);
   plan.world_size = world;
+  plan.data_parallel_size = dp;
+  plan.pipelined = o.pipelined();
 
   // What one rank holds of each parameter under tensor parallelism.
   std::function<int64_t(const std::string&, int64_t)> tp_share;
@@ -52,6 +55,13 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
     policies.push_back(std::make_shared<shardformer::VitPolicy>());
     for (const auto& policy : policies) {
       if (!policy->knows(in.model)) continue;
+      // What boost's ShardFormer::shard refuses (heads or hidden units that do not divide over
+      // tp_size, ...), in the same words: a plan is no promise the run cannot keep.
+      try {
+        shardformer::check_problems(policy->summary_problems(in.model, tp, o.sequence_parallel()), tp);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+      }
       tp_share = [policy, tp](const std::string& name, int64_t numel) { return policy->rank_numel(name, numel, tp); };
       plan.notes.push_back(fmt::format("tensor parallelism by the '{}' policy", policy->name()));
       break;
@@ -70,15 +80,12 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   }
   const auto ranges = partition(costs, o, pp * chunks);
 
-  // Microbatches: what execute_pipeline cuts the per-rank batch into.
+  // Microbatches: what execute_pipeline cuts the per-rank batch into, through the same function.
   const int64_t share = MemoryPlan::samples_per_pass(in, dp);
   int64_t microbatches = 1, samples = share;
-  if (o.num_microbatches() > 0) {
-    microbatches = o.num_microbatches();
-    samples = (share + microbatches - 1) / microbatches;
-  } else if (o.microbatch_size() > 0) {
-    samples = o.microbatch_size();
-    microbatches = std::max<int64_t>(1, share / samples);
+  if (o.pipelined()) {
+    microbatches = microbatches_for(o, share, /*forward_only=*/false);
+    samples = share / microbatches;
   }
   std::vector<int> held(pp, 1);
   if (o.pipelined()) {

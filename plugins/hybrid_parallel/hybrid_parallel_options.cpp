@@ -62,7 +62,8 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   }
   o.zero_stage(static_cast<int>(
       in.get_int("zero_stage", 0, "data-parallel axis: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-2 (with the pipeline too)")));
-  o.bucket_cap_mb(in.get_double("bucket_cap_mb", 25.0, "MiB of gradients per data-parallel reduction bucket"));
+  o.bucket_cap_mb(in.get_mebibytes("bucket_cap_mb", 25.0, "MiB of gradients per data-parallel reduction bucket",
+                                   /*zero_allowed=*/false));
   o.overlap_communication(in.get_bool("overlap_communication", true,
                                       "ZeRO: gather updated weights during the next step (DDP without pipeline: reduce "
                                       "during backward)"));
@@ -127,9 +128,6 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                         o.zero_stage() == 3 ? " (ZeRO-3 is the gemini plugin's)" : ""));
   }
   if (o.cpu_offload() && o.zero_stage() == 0) in.fail("cpu_offload needs zero_stage 1 or 2");
-  if (!(o.bucket_cap_mb() > 0.0) || !std::isfinite(o.bucket_cap_mb())) {
-    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb()));
-  }
   if (o.pp_size() >= 1 && o.num_model_chunks() >= 1) {
     pipeline::ScheduleShape shape(o.pp_size(), o.num_microbatches() > 0 ? static_cast<int>(o.num_microbatches()) : o.pp_size());
     shape.chunks(o.num_model_chunks());

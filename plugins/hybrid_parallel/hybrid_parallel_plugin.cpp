@@ -201,22 +201,22 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
-int HybridParallelPlugin::microbatches_for(int64_t batch, bool forward_only) const {
+int HybridParallelPlugin::microbatches_for(const HybridParallelOptions& options, int64_t batch, bool forward_only) {
   if (batch < 1) throw std::invalid_argument("hybrid_parallel execute_pipeline: the batch is empty");
-  if (options_.num_microbatches() > 0) {
-    const int64_t m = options_.num_microbatches();
+  if (options.num_microbatches() > 0) {
+    const int64_t m = options.num_microbatches();
     if (!forward_only && batch % m != 0) {
       throw std::invalid_argument(fmt::format(
-          "hybrid_parallel execute_pipeline: a batch of {} does not split into num_microbatches={} equal microbatches; "
+          "hybrid_parallel: a batch of {} does not split into num_microbatches={} equal microbatches; "
           "use a batch size that is a multiple of {} (per data-parallel rank)",
           batch, m, m));
     }
     return static_cast<int>(std::min(m, batch));
   }
-  const int64_t size = options_.microbatch_size();
+  const int64_t size = options.microbatch_size();
   if (!forward_only && batch % size != 0) {
     throw std::invalid_argument(fmt::format(
-        "hybrid_parallel execute_pipeline: a batch of {} does not split into microbatches of microbatch_size={}; use a "
+        "hybrid_parallel: a batch of {} does not split into microbatches of microbatch_size={}; use a "
         "batch size that is a multiple of {} (per data-parallel rank)",
         batch, size, size));
   }
@@ -245,7 +245,7 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
                                             inputs.size(0), targets.size(0)));
   }
   const int64_t batch = inputs.size(0);
-  const int m = microbatches_for(batch, forward_only);
+  const int m = microbatches_for(options_, batch, forward_only);
   const int64_t size = (batch + m - 1) / m;
   const auto micro_inputs = pipelined->policy().cast_to_compute(inputs).split(size);
   const auto micro_targets = targets.defined() ? targets.split(size) : std::vector<torch::Tensor>{};

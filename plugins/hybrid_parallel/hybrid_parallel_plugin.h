@@ -52,11 +52,12 @@ class HybridParallelPlugin : public Plugin {
   // the balanced partition).
   static std::vector<pipeline::LayerRange> partition(const std::vector<double>& layer_params,
                                                      const HybridParallelOptions& options, int num_stages);
+  // Microbatches for a batch of `batch` samples on a data-parallel rank; throws
+  // std::invalid_argument when the batch does not split into them (training needs equal
+  // microbatches). execute_pipeline and plan_memory both split through here.
+  static int microbatches_for(const HybridParallelOptions& options, int64_t batch, bool forward_only);
 
  private:
-  // Microbatches for a batch of `batch` samples; throws std::invalid_argument when the batch does
-  // not split into them (training needs equal microbatches).
-  int microbatches_for(int64_t batch, bool forward_only) const;
 
   HybridParallelOptions options_;
   std::unique_ptr<StagedCheckpointIO> checkpoint_io_;

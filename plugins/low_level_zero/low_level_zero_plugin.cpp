@@ -25,9 +25,10 @@ LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
       in.get_int("stage", o.stage(), "1: optimizer state and fp32 masters sharded; 2: gradients sharded too")));
   const auto precision = PrecisionOptions::read(in, given);
   o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
-  o.bucket_cap_mb(in.get_double("reduce_bucket_size_mb", o.bucket_cap_mb(),
-                                "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
-                                "launches)"));
+  o.bucket_cap_mb(in.get_mebibytes("reduce_bucket_size_mb", o.bucket_cap_mb(),
+                                   "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
+                                   "launches)",
+                                   /*zero_allowed=*/false));
   o.overlap_communication(in.get_bool("overlap_communication", o.overlap_communication(),
                                       "reduce gradients during backward and gather weights during the next forward"));
   o.cpu_offload(in.get_bool("cpu_offload", o.cpu_offload(),

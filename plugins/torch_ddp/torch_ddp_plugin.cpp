@@ -22,8 +22,9 @@ namespace {
 
 TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   TorchDdpOptions o;
-  o.bucket_cap_mb(in.get_double("bucket_cap_mb", o.bucket_cap_mb(),
-                                "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)"));
+  o.bucket_cap_mb(in.get_mebibytes("bucket_cap_mb", o.bucket_cap_mb(),
+                                   "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)",
+                                   /*zero_allowed=*/false));
   o.find_unused_parameters(in.get_bool("find_unused_parameters", o.find_unused_parameters(),
                                        "allow parameters that get no gradient in some backward passes"));
   o.gradient_as_bucket_view(in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view(),
@@ -40,9 +41,6 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   o.cuda_graphs(in.get_bool("cuda_graphs", o.cuda_graphs(),
                             "replay the training forward and backward as CUDA graphs (small batches: no launch cost)"));
 
-  if (!(o.bucket_cap_mb() > 0.0) || !std::isfinite(o.bucket_cap_mb())) {
-    in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb()));
-  }
   return o;
 }
 

@@ -46,11 +46,13 @@ std::vector<std::string> ShardFormer::problems(const nn::LayerStack& model) cons
   }
 }
 
+void check_problems(const std::vector<std::string>& problems, int64_t tp_size) {
+  if (problems.empty()) return;
+  throw std::invalid_argument(fmt::format("tensor parallelism over {} ranks: {}", tp_size, fmt::join(problems, "; ")));
+}
+
 void ShardFormer::shard(nn::LayerStack& model) const {
-  const auto found = problems(model);
-  if (!found.empty()) {
-    throw std::invalid_argument(fmt::format("tensor parallelism over {} ranks: {}", tp_->size(), fmt::join(found, "; ")));
-  }
+  check_problems(problems(model), tp_->size());
   ShardContext context;
   context.tp = tp_;
   context.sequence_parallel = options_.sequence_parallel();

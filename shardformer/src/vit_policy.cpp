@@ -29,13 +29,15 @@ std::pair<torch::Tensor, torch::Tensor> weight_and_bias(const torch::nn::AnyModu
   return {weight, bias};
 }
 
+constexpr const char* kNeedsEmbedding =
+    "VitPolicy: sequence parallelism needs the patch embedding (it sets the token count); shard the whole stack "
+    "before cutting it into pipeline stages";
+
 int64_t tokens_of(const nn::LayerStack& model) {
   for (const auto& layer : model.layers()) {
     if (auto* embedding = dynamic_cast<nn::PatchEmbedding*>(layer.get())) return embedding->num_tokens();
   }
-  throw std::invalid_argument(
-      "VitPolicy: sequence parallelism needs the patch embedding (it sets the token count); shard the whole stack "
-      "before cutting it into pipeline stages");
+  throw std::invalid_argument(kNeedsEmbedding);
 }
 
 }  // namespace
@@ -44,6 +46,14 @@ namespace {
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The parameter of `layer` whose name ends with `suffix`, or null.
+const nn::ParameterSummary* find_summary_parameter(const nn::LayerSummary& layer, const std::string& suffix) {
+  for (const auto& p : layer.parameters) {
+    if (ends_with(p.name, suffix)) return &p;
+  }
+  return nullptr;
 }
 
 // What shard() splits: the column-parallel layers' weights and biases, the row-parallel ones' weights.
@@ -78,13 +88,21 @@ bool VitPolicy::matches(const nn::LayerStack& model) const {
 
 std::vector<std::string> VitPolicy::problems(const nn::LayerStack& model, int64_t tp_size,
                                              bool sequence_parallel) const {
+  return summary_problems(nn::summarize(model), tp_size, sequence_parallel);
+}
+
+std::vector<std::string> VitPolicy::summary_problems(const nn::ModelSummary& model, int64_t tp_size,
+                                                     bool sequence_parallel) const {
   std::vector<std::string> found;
-  for (const auto& layer : model.layers()) {
-    auto* block = dynamic_cast<nn::EncoderBlock*>(layer.get());
-    if (!block) continue;
-    const auto [qkv, qkv_bias] = weight_and_bias(block->attn()->qkv());
-    const int64_t heads = qkv.size(1) / block->attn()->head_dim();
-    const int64_t hidden = weight_and_bias(block->mlp()->fc1()).first.size(0);
+  bool embedding = false;
+  for (const auto& layer : model.layers) {
+    for (const auto& p : layer.parameters) embedding = embedding || p.name == "pos_embed";
+  }
+  for (const auto& layer : model.layers) {
+    const nn::ParameterSummary* fc1 = find_summary_parameter(layer, ".mlp.fc1.weight");
+    if (layer.attention_heads <= 0 || !fc1) continue;
+    const int64_t heads = layer.attention_heads;
+    const int64_t hidden = fc1->shape.at(0);
     if (heads % tp_size != 0) {
       found.push_back(fmt::format("{} heads do not divide over tp_size={} (each rank needs whole heads): use a tp_size "
                                   "that divides {}",
@@ -95,13 +113,7 @@ std::vector<std::string> VitPolicy::problems(const nn::LayerStack& model, int64_
     }
     break;  // every block of a ViT has the same shapes
   }
-  if (sequence_parallel && tp_size > 1) {
-    try {
-      tokens_of(model);
-    } catch (const std::invalid_argument& e) {
-      found.push_back(e.what());
-    }
-  }
+  if (sequence_parallel && tp_size > 1 && !embedding) found.emplace_back(kNeedsEmbedding);
   return found;
 }
 

@@ -15,11 +15,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist_test_env.h"
@@ -335,6 +337,46 @@ TEST(Trainer, CheckpointHookSavesEveryNStepsAStateThatResumes) {
   remove_shared_directory(dir);
 }
 
+// A new run's CheckpointHook refuses, at start-up on every rank, a directory that holds another
+// run's state, and leaves that state as it was; with StateDirectoryOptions::overwrite it replaces
+// it once its own state is published.
+TEST(Trainer, CheckpointHookRefusesAnotherRunsStateAtStartUpAndLeavesIt) {
+  const auto dir = shared_directory("trainer_checkpoint_foreign");
+  const auto foreign = files::join(dir, "step-00000003");
+  if (world()->rank() == 0) {
+    files::create_directories(foreign);
+    std::ofstream(files::join(foreign, "training_state.json")) << "another run's";
+  }
+  world()->barrier().wait();
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(2).progress(false));
+    try {
+      trainer.fit(*run.boosted.dataloader, 1, nullptr, 1, {std::make_shared<CheckpointHook>(dir)});
+      ADD_FAILURE() << "the run saved into another run's directory";
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      const std::string expected =
+          world()->rank() == 0 ? "holds the saved state of another run (step-00000003)" : "rank 0 cannot save there";
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+    }
+    EXPECT_EQ(trainer.global_step(), 0);  // at start-up, not at the first save
+  }
+  world()->barrier().wait();
+  EXPECT_TRUE(files::exists(files::join(foreign, "training_state.json")));
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(2).progress(false));
+    trainer.fit(*run.boosted.dataloader, 1, nullptr, 1,
+                {std::make_shared<CheckpointHook>(
+                    dir, CheckpointOptions().state_directory(StateDirectoryOptions().overwrite(true)))});
+  }
+  world()->barrier().wait();
+  EXPECT_FALSE(files::exists(foreign));
+  EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+  remove_shared_directory(dir);
+}
+
 TEST(Trainer, NonFiniteLossHookStopsADivergedRun) {
   // Rank 0's loss is NaN from the start: every rank stops at the first check.
   Criterion nan_on_rank0 = [](const torch::Tensor& output, const torch::Tensor& target) {
@@ -432,6 +474,60 @@ TEST(Trainer, EarlyStoppingOnAFieldTheRecordsLackSaysWhichTheyHave) {
   }
   EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().patience(0)), std::invalid_argument);
   EXPECT_THROW(EarlyStoppingHook(EarlyStoppingOptions().event("epoch")), std::invalid_argument);
+}
+
+// Sleeps once, after the first step: the loader's threads then prepare every remaining batch of
+// the epoch (they fit in its prefetch), so the later windows see no loader work at all.
+class PauseAfterFirstStep : public TrainerHook {
+ public:
+  void after_step(Trainer&, const StepResult&) override {
+    if (paused_) return;
+    paused_ = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+
+ private:
+  bool paused_ = false;
+};
+
+// A window in which the loader did no work has no loader speed: the progress line shows "-" (not
+// "nan") and the metrics leave the field out, as they do every rate they cannot measure.
+TEST(Trainer, AWindowWithoutLoaderWorkPrintsADashAndLeavesTheSpeedOut) {
+  const auto dir = shared_directory("trainer_idle_loader");
+  const auto path = files::join(dir, "metrics.jsonl");
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  // 48 images, 2 per rank and step (3 steps at 8 ranks): every batch of the epoch fits in the prefetch.
+  run.boosted.dataloader = std::make_shared<data::DataLoader>(
+      trainer_train_set(), data::DataLoaderOptions(2)
+                               .shuffle(true)
+                               .drop_last(true)
+                               .seed(9)
+                               .num_replicas(world()->size())
+                               .rank(world()->rank())
+                               .num_workers(1)
+                               .prefetch(64)
+                               .device(device()));
+  Trainer trainer(*run.booster, run.boosted,
+                  TrainerOptions().log_every(1).max_steps(3).show_loader_speed(true).progress(true));
+  testing::internal::CaptureStdout();
+  trainer.fit(*run.boosted.dataloader, 1, nullptr, 1,
+              {std::make_shared<PauseAfterFirstStep>(), std::make_shared<ThroughputHook>(),
+               std::make_shared<MetricsLogHook>(world()->rank() == 0 ? path : "", false)});
+  const std::string printed = testing::internal::GetCapturedStdout();
+  if (world()->rank() == 0) {
+    EXPECT_EQ(printed.find("nan"), std::string::npos) << printed;
+    EXPECT_NE(printed.find("data - img/s/core"), std::string::npos) << printed;
+    std::ifstream in(path);
+    int lines = 0, without_speed = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto record = nlohmann::json::parse(line);
+      for (const auto& [key, value] : record.items()) EXPECT_FALSE(value.is_null()) << key << " in " << line;
+      if (!record.contains("loader_images_per_cpu_s")) ++without_speed;
+    }
+    EXPECT_EQ(lines, 3);  // at 8 ranks the epoch has 3 steps
+    EXPECT_GE(without_speed, 1);
+  }
+  remove_shared_directory(dir);
 }
 
 }  // namespace

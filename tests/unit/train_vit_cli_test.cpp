@@ -725,3 +725,205 @@ TEST_F(TrainVitConfig, BadValuesAndFilesSayWhatToChange) {
   EXPECT_EQ(plugin.exit_code, 2) << plugin.out << plugin.err;
   EXPECT_NE(plugin.err.find("pp_size"), std::string::npos) << plugin.err;
 }
+
+// ---------------------------------------------------------------------------------------------
+// What a hostile user found (issue 33): evaluation under a pipeline, --dry-run, memory sizes,
+// --config with another plugin or a key given twice.
+
+namespace {
+
+// `args` with the values of some of its options replaced ("--heads" -> "3").
+std::vector<std::string> with_values(std::vector<std::string> args, const std::map<std::string, std::string>& values) {
+  for (const auto& [option, value] : values) {
+    auto it = std::find(args.begin(), args.end(), option);
+    if (it == args.end() || it + 1 == args.end()) {
+      args.push_back(option);
+      args.push_back(value);
+    } else {
+      *(it + 1) = value;
+    }
+  }
+  return args;
+}
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Every file under `dir` whose name ends with ".safetensors", relative to it.
+std::vector<std::string> safetensors_files(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& name : files::list_directory(dir)) {
+    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+// A two-stage pipeline with stochastic depth, stopped at --max-steps and resumed, continues
+// exactly as the uninterrupted run (as under torch_ddp, ResumeContinuesExactly): its evaluations
+// (one at the stop, one per epoch) run every stage in eval mode and draw no random numbers.
+TEST_F(TrainVitCli, ResumedPipelineWithDropPathContinuesExactly) {
+  if (!files::exists(kColoRun)) GTEST_SKIP() << kColoRun << " is not built";
+  const std::vector<std::string> job = {"--epochs",   "2",          "--drop-path", "0.2", "--plugin", "hybrid_parallel",
+                                        "--plugin-opt", "pp_size=2", "--plugin-opt", "num_microbatches=2"};
+  auto with = [&](const std::vector<std::string>& extra) { return tiny(joined(job, extra)); };
+  const Result whole =
+      run_on(2, with({"--metrics", files::join(dir_, "whole.jsonl"), "--save", files::join(dir_, "whole_state")}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  const Result first = run_on(2, with({"--max-steps", "4", "--save", files::join(dir_, "state")}));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const Result second = run_on(2, with({"--resume", files::join(dir_, "state"), "--metrics",
+                                        files::join(dir_, "resumed.jsonl"), "--save", files::join(dir_, "state")}));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+
+  const auto expected = losses(files::join(dir_, "whole.jsonl"));
+  const auto resumed = losses(files::join(dir_, "resumed.jsonl"));
+  ASSERT_EQ(expected.size(), 12u);  // 6 steps per epoch
+  ASSERT_EQ(resumed.size(), 8u);    // steps 5..12
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_TRUE(expected.count(step)) << "step " << step;
+    EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  }
+  // Each stage's weights and optimizer state, byte for byte.
+  const auto want_dir = files::join(dir_, "whole_state", "latest"), got_dir = files::join(dir_, "state", "latest");
+  const auto saved = safetensors_files(want_dir);
+  EXPECT_GE(saved.size(), 2u);
+  EXPECT_EQ(safetensors_files(got_dir), saved);
+  for (const auto& file : saved) {
+    EXPECT_TRUE(read_file(files::join(want_dir, file)) == read_file(files::join(got_dir, file))) << file << " differs";
+  }
+  EXPECT_EQ(last_line(second.out), last_line(whole.out));
+}
+
+// --dry-run runs the run's checks of the layout through the same code: what the run refuses (at
+// boost, or at its first step), the plan refuses in the same words.
+TEST_F(TrainVitCli, DryRunRefusesTheLayoutsTheRunRefuses) {
+  if (!files::exists(kColoRun)) GTEST_SKIP() << kColoRun << " is not built";
+  struct Refused {
+    std::vector<std::string> args;
+    std::string words;
+  };
+  const std::vector<std::string> pipeline = {"--plugin", "hybrid_parallel", "--plugin-opt", "pp_size=2"};
+  const std::vector<Refused> cases = {
+      {tiny(joined(pipeline, {"--plugin-opt", "num_microbatches=3"})),
+       "a batch of 16 does not split into num_microbatches=3 equal microbatches"},
+      {tiny(joined(pipeline, {"--plugin-opt", "microbatch_size=3"})),
+       "a batch of 16 does not split into microbatches of microbatch_size=3"},
+      {with_values(tiny({"--plugin", "hybrid_parallel", "--plugin-opt", "tp_size=2"}),
+                   {{"--embed-dim", "18"}, {"--heads", "3"}}),
+       "tensor parallelism over 2 ranks: 3 heads do not divide over tp_size=2"},
+      {with_values(tiny(), {{"--batch-size", "15"}}),
+       "a global batch of 15 does not split over 2 data-parallel ranks x 1 accumulation step; use a multiple of 2"},
+      {tiny(joined(pipeline, {"--plugin-opt", "num_microbatches=2", "--grad-accum", "2"})),
+       "--grad-accum 2: plugin hybrid_parallel runs a pipeline"},
+  };
+  for (const auto& refused : cases) {
+    const Result dry = run(joined(refused.args, {"--dry-run", "--world-size", "2"}));
+    EXPECT_EQ(dry.exit_code, 2) << refused.words << "\n" << dry.out << dry.err;
+    EXPECT_NE(dry.err.find(refused.words), std::string::npos) << dry.err;
+    const Result real = run_on(2, joined(refused.args, {"--max-steps", "1"}));
+    EXPECT_NE(real.exit_code, 0) << refused.words << "\n" << real.out << real.err;
+    EXPECT_NE(real.err.find(refused.words), std::string::npos) << real.err;
+  }
+  // The same layouts with a batch that splits are planned.
+  const Result fine =
+      run(joined(tiny(joined(pipeline, {"--plugin-opt", "num_microbatches=4"})), {"--dry-run", "--world-size", "2"}));
+  EXPECT_EQ(fine.exit_code, 0) << fine.out << fine.err;
+  EXPECT_NE(fine.out.find("4 microbatches of 4 samples"), std::string::npos) << fine.out;
+}
+
+// A dry-run plans from shapes: a ViT whose every block holds more than the address space allowed
+// here (qkv alone: 3 x 65536^2 floats, 48 GiB, against 8 GiB) is planned, where building one
+// block to summarise it failed with LibTorch's allocator message.
+TEST_F(TrainVitCli, DryRunOfAModelLargerThanTheMachineAllocatesNoLayer) {
+  const std::vector<std::string> args = {"--dataset", "synthetic", "--synthetic-samples", "10", "--model", "custom",
+                                         "--image-size", "224", "--patch-size", "16", "--embed-dim", "65536",
+                                         "--depth", "2", "--heads", "512", "--batch-size", "8", "--threads", "1",
+                                         "--dry-run", "--world-size", "8", "--gpu-memory-gib", "141"};
+  std::string command = "ulimit -v 8388608; exec env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE " +
+                        quote(kTrainVit);
+  for (const auto& arg : args) command += " " + quote(arg);
+  const Result r = run_shell("sh -c " + quote(command));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("nothing was allocated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory plan: torch_ddp"), std::string::npos) << r.out;
+  // 2 blocks of 12 x 65536^2 + 13 x 65536 parameters, the embedding's 967 x 65536, the head's 12 x 65536 + 10.
+  EXPECT_NE(r.out.find("model: 103145.08 M parameters"), std::string::npos) << r.out;
+}
+
+// Memory sizes are range-checked in the option's own words: --gpu-memory-gib takes up to 1 PiB
+// (1048576 GiB); beyond, it once overflowed to -9223372036854775808 bytes.
+TEST_F(TrainVitCli, GpuMemoryGibIsRangeCheckedAtItsLimit) {
+  auto plan = [&](const std::string& gib) {
+    return run({"--dataset", "synthetic", "--synthetic-samples", "10", "--model", "tiny", "--dry-run", "--plugin",
+                "gemini", "--plugin-opt", "placement_policy=auto", "--gpu-memory-gib", gib});
+  };
+  for (const char* fits : {"1048575", "1048576"}) {
+    const Result r = plan(fits);
+    EXPECT_EQ(r.exit_code, 0) << fits << "\n" << r.out << r.err;
+    EXPECT_EQ(r.out.find("-9223372036854775808"), std::string::npos) << r.out;
+  }
+  for (const char* too_large : {"1048577", "1e10"}) {
+    const Result r = plan(too_large);
+    EXPECT_EQ(r.exit_code, 2) << too_large << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(": must be a size in GiB from 0 to 1048576 (1 PiB)"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(plan("1048577").err.find("--gpu-memory-gib 1048577: must be a size in GiB"), std::string::npos);
+  // A plugin's own size option, as the plugin reads it.
+  const Result device = run({"--dataset", "synthetic", "--synthetic-samples", "10", "--model", "tiny", "--dry-run",
+                             "--plugin", "gemini", "--plugin-opt", "placement_policy=auto", "--plugin-opt",
+                             "device_memory_mb=1e14"});
+  EXPECT_EQ(device.exit_code, 2) << device.out << device.err;
+  EXPECT_NE(device.err.find("option device_memory_mb='1e14' must be a size in MiB from 0 to 1073741824 (1 PiB)"),
+            std::string::npos)
+      << device.err;
+}
+
+// --config FILE --plugin OTHER: the file's parallel and plugin_options sections are its plugin's;
+// another plugin runs without them, and the run says so. A file without a plugin of its own gives
+// its options to the plugin that runs, and an error about them names the file's keys.
+TEST_F(TrainVitConfig, AnotherPluginLeavesTheFilesParallelSectionOutAndSaysSo) {
+  const auto file = write("pipe.json", R"({"plugin": "hybrid_parallel", "parallel": {"pp": 2, "microbatches": 2},
+                                           "plugin_options": {"bucket_cap_mb": 4}})");
+  const Result other = run(tiny_override({"--config", file, "--plugin", "torch_ddp"}));
+  ASSERT_EQ(other.exit_code, 0) << other.out << other.err;
+  EXPECT_NE(other.out.find("note: --plugin torch_ddp replaces the plugin of --config " + file +
+                           " (hybrid_parallel): its options for hybrid_parallel are left out (parallel.pp, "
+                           "parallel.microbatches, plugin_options.bucket_cap_mb)"),
+            std::string::npos)
+      << other.out;
+  EXPECT_NE(other.out.find("train_vit: plugin torch_ddp"), std::string::npos) << other.out;
+
+  const auto plain = write("plain.json", R"({"parallel": {"pp": 2}})");
+  const Result blamed = run(tiny_override({"--config", plain}));
+  EXPECT_EQ(blamed.exit_code, 2) << blamed.out << blamed.err;
+  EXPECT_NE(blamed.err.find("pp_size from parallel.pp of " + plain), std::string::npos) << blamed.err;
+  const Result planned = run(tiny_override({"--config", plain, "--dry-run"}));
+  EXPECT_EQ(planned.exit_code, 2) << planned.out << planned.err;
+  EXPECT_NE(planned.err.find("pp_size from parallel.pp of " + plain), std::string::npos) << planned.err;
+}
+
+// A key given twice in one object is refused, naming it and where; the same key in two objects is two keys.
+TEST_F(TrainVitConfig, AKeyGivenTwiceIsRefusedNamingItAndWhere) {
+  const Result inner = run({"--config", write("inner.json", R"({"optimizer": {"lr": 0.1, "name": "sgd", "lr": 0.2}})")});
+  EXPECT_EQ(inner.exit_code, 2) << inner.out << inner.err;
+  EXPECT_NE(inner.err.find("inner.json: the key 'lr' is given twice in optimizer; keep one"), std::string::npos)
+      << inner.err;
+  const Result top = run({"--config", write("top.json", R"({"plugin": "torch_ddp", "precision": "bf16",
+                                                            "plugin": "gemini"})")});
+  EXPECT_EQ(top.exit_code, 2) << top.out << top.err;
+  EXPECT_NE(top.err.find("top.json: the key 'plugin' is given twice at the top level; keep one"), std::string::npos)
+      << top.err;
+  const Result nested = run({"--config", write("nested.json", R"({"plugin_options": {"a": {"b": 1, "b": 2}}})")});
+  EXPECT_EQ(nested.exit_code, 2) << nested.out << nested.err;
+  EXPECT_NE(nested.err.find("the key 'b' is given twice in plugin_options.a; keep one"), std::string::npos)
+      << nested.err;
+  const Result apart = run({"--config", write("apart.json", R"({"optimizer": {"name": "sgd"},
+                                                               "schedule": {"name": "cosine"}})"),
+                            "--dataset", "synthetic", "--synthetic-samples", "10", "--dry-run"});
+  EXPECT_EQ(apart.exit_code, 0) << apart.out << apart.err;
+}

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "image_codecs.h"
 
@@ -25,6 +26,14 @@ ImageFormat detect(const uint8_t* data, size_t size, const std::string& name) {
 }  // namespace
 
 namespace detail {
+
+void check_declared_size(ImageFormat format, int64_t height, int64_t width, const std::string& name) {
+  if (height > 0 && width > 0 && height <= kMaxImagePixels / width) return;
+  throw DatasetError(fmt::format(
+      "{}: its {} header declares {}x{} pixels, more than the {} colo decodes (data::kMaxImagePixels, PIL's "
+      "limit); replace or remove the file",
+      name, to_string(format), width, height, kMaxImagePixels));
+}
 
 DecodeRegion clamp_region(const DecodeRegion& region, int64_t height, int64_t width) {
   DecodeRegion out = region;
@@ -49,8 +58,14 @@ ImageInfo read_image_info(const uint8_t* data, size_t size, const std::string& n
 }
 
 DecodedImage decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeRegion& region) {
-  return detect(data, size, name) == ImageFormat::kJpeg ? detail::decode_jpeg(data, size, name, region)
-                                                        : detail::decode_png(data, size, name, region);
+  const ImageFormat format = detect(data, size, name);
+  try {
+    return format == ImageFormat::kJpeg ? detail::decode_jpeg(data, size, name, region)
+                                        : detail::decode_png(data, size, name, region);
+  } catch (const std::bad_alloc&) {
+    throw DatasetError(fmt::format("{}: not enough memory to decode this {} image; replace or remove the file",
+                                   name, to_string(format)));
+  }
 }
 
 std::vector<uint8_t> read_binary_file(const std::string& path) {

@@ -59,8 +59,9 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   if (const auto errors = validate(options_); !errors.empty()) {
     throw std::invalid_argument(fmt::format("ImageFolder {}: {}", root_, errors));
   }
-  auto listing = detail::scan_image_folder(root_);
+  auto listing = detail::scan_image_folder(root_, options_.skip_unreadable());
   classes_ = std::move(listing.classes);
+  scan_notes_ = std::move(listing.notes);
   samples_.reserve(listing.paths.size());
   for (size_t i = 0; i < listing.paths.size(); ++i) samples_.push_back({std::move(listing.paths[i]), listing.labels[i]});
 }

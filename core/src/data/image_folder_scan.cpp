@@ -4,9 +4,13 @@
 #include <colo/data/dataset_error.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 namespace colo::data::detail {
@@ -14,25 +18,87 @@ namespace {
 
 bool hidden(const std::string& name) { return !name.empty() && name[0] == '.'; }
 
-// torchvision walks each class with os.walk(followlinks=True) and sorts the (directory, files)
-// pairs by directory path, then each directory's file names: byte order, as here.
-void walk(const std::string& directory, std::vector<std::pair<std::string, std::vector<std::string>>>& found,
-          int64_t& ignored, int depth) {
-  std::vector<std::string> images;
-  for (const auto& name : files::list_directory(directory)) {
-    if (hidden(name)) continue;
-    const std::string path = files::join(directory, name);
-    if (files::is_directory(path)) {
-      // Symbolic links are followed, as torchvision does; a cycle stops at a depth no data set has.
-      if (depth < 64) walk(path, found, ignored, depth + 1);
-    } else if (has_image_extension(name)) {
-      images.push_back(name);
-    } else {
-      ++ignored;
+// A directory's identity, whatever path leads to it.
+struct DirectoryId {
+  dev_t device;
+  ino_t inode;
+  bool operator==(const DirectoryId& other) const { return device == other.device && inode == other.inode; }
+};
+
+std::string link_target(const std::string& path) {
+  char target[4096];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+  return n < 0 ? std::string("?") : std::string(target, static_cast<size_t>(n));
+}
+
+class Walk {
+ public:
+  // The walk is inside `root` from the start: a link back to it is a cycle too.
+  Walk(const std::string& root, ImageFolderListing& listing, bool skip_broken_links)
+      : listing_(listing), skip_(skip_broken_links) {
+    struct stat info {};
+    if (::stat(root.c_str(), &info) == 0) {
+      inside_.push_back({info.st_dev, info.st_ino});
+      inside_paths_.push_back(root);
     }
   }
-  found.emplace_back(directory, std::move(images));
-}
+
+  // Follows `path` into `found` (directory, its image names), torchvision's os.walk(followlinks=True)
+  // without its endless descent into cycles.
+  void directory(const std::string& path, std::vector<std::pair<std::string, std::vector<std::string>>>& found) {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) return;  // the caller checked it
+    const DirectoryId id{info.st_dev, info.st_ino};
+    const auto ancestor = std::find(inside_.begin(), inside_.end(), id);
+    if (ancestor != inside_.end()) {
+      listing_.notes.push_back(fmt::format(
+          "{} (a link to {}): leads back to {}, a directory the walk is already in (a cycle): not followed, so each "
+          "image is listed once",
+          path, link_target(path), inside_paths_[static_cast<size_t>(ancestor - inside_.begin())]));
+      return;
+    }
+    inside_.push_back(id);
+    inside_paths_.push_back(path);
+    std::vector<std::string> images;
+    for (const auto& name : files::list_directory(path)) {
+      if (hidden(name)) continue;
+      const std::string entry = files::join(path, name);
+      if (!reachable(entry)) continue;
+      if (files::is_directory(entry)) {
+        directory(entry, found);
+      } else if (has_image_extension(name)) {
+        images.push_back(name);
+      } else {
+        ++listing_.ignored_files;
+      }
+    }
+    inside_.pop_back();
+    inside_paths_.pop_back();
+    found.emplace_back(path, std::move(images));
+  }
+
+  // False for a symbolic link that leads nowhere, reported (or refused).
+  bool reachable(const std::string& entry) {
+    struct stat info {};
+    if (::stat(entry.c_str(), &info) == 0) return true;
+    const int error = errno;
+    if (::lstat(entry.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return true;  // reading it will say
+    const std::string what =
+        fmt::format("{}: a symbolic link to {} that {}", entry, link_target(entry),
+                    error == ELOOP ? "loops (a chain of links that comes back to itself)" : "leads nowhere (dangling)");
+    if (!skip_) {
+      throw DatasetError(fmt::format("{}; remove or repair the link (or skip such links with skip_unreadable)", what));
+    }
+    listing_.notes.push_back(what + ": skipped");
+    return false;
+  }
+
+ private:
+  ImageFolderListing& listing_;
+  bool skip_;
+  std::vector<DirectoryId> inside_;        // the directories from the root down to here
+  std::vector<std::string> inside_paths_;  // and their paths
+};
 
 }  // namespace
 
@@ -45,14 +111,16 @@ bool has_image_extension(const std::string& name) {
   return extension == "jpg" || extension == "jpeg" || extension == "png";
 }
 
-ImageFolderListing scan_image_folder(const std::string& root) {
+ImageFolderListing scan_image_folder(const std::string& root, bool skip_broken_links) {
   if (!files::is_directory(root)) {
     throw DatasetError(fmt::format("{}: no such directory; an image folder holds one sub-directory of images per class",
                                    root));
   }
   ImageFolderListing listing;
+  Walk walk(root, listing, skip_broken_links);
   for (const auto& name : files::list_directory(root)) {
-    if (!hidden(name) && files::is_directory(files::join(root, name))) listing.classes.push_back(name);
+    const std::string path = files::join(root, name);
+    if (!hidden(name) && walk.reachable(path) && files::is_directory(path)) listing.classes.push_back(name);
   }
   if (listing.classes.empty()) {
     throw DatasetError(fmt::format(
@@ -63,7 +131,7 @@ ImageFolderListing scan_image_folder(const std::string& root) {
   std::vector<std::string> empty;
   for (size_t label = 0; label < listing.classes.size(); ++label) {
     std::vector<std::pair<std::string, std::vector<std::string>>> found;
-    walk(files::join(root, listing.classes[label]), found, listing.ignored_files, 0);
+    walk.directory(files::join(root, listing.classes[label]), found);
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const size_t before = listing.paths.size();
     for (const auto& [directory, names] : found) {

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "image_codecs.h"
 
@@ -115,8 +116,13 @@ bool run_decompress(DecompressJob* job, ErrorManager* errors) {
   if (top > 0) jpeg_skip_scanlines(&info, static_cast<JDIMENSION>(top));
   std::vector<uint8_t>& pixels = out->pixels;
   std::vector<uint8_t>* cmyk_rows = job->cmyk_row;
-  pixels.resize(static_cast<size_t>(height * width * 3));
-  if (cmyk) cmyk_rows->resize(static_cast<size_t>(width * components));
+  try {
+    pixels.resize(static_cast<size_t>(height * width * 3));
+    if (cmyk) cmyk_rows->resize(static_cast<size_t>(width * components));
+  } catch (const std::bad_alloc&) {
+    jpeg_destroy_decompress(&info);  // decode_image reports it, naming the file
+    throw;
+  }
   for (int64_t y = 0; y < height; ++y) {
     uint8_t* row = pixels.data() + y * width * 3;
     JSAMPROW target = cmyk ? cmyk_rows->data() : row;
@@ -183,6 +189,7 @@ ImageInfo jpeg_info(const uint8_t* data, size_t size, const std::string& name) {
   DecodedImage out;
   DecompressJob job{data, size, {}, true, &out, nullptr};
   if (!run_decompress(&job, &errors)) fail(name, "read the header of", errors.message);
+  check_declared_size(ImageFormat::kJpeg, out.full.height, out.full.width, name);
   return out.full;
 }
 

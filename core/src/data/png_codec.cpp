@@ -6,6 +6,7 @@
 #include <png.h>
 
 #include <cstring>
+#include <new>
 
 #include "image_codecs.h"
 
@@ -25,6 +26,7 @@ ImageInfo png_info(const uint8_t* data, size_t size, const std::string& name) {
   image.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&image, data, size)) fail(name, "read the header of", image);
   png_image_free(&image);
+  check_declared_size(ImageFormat::kPng, image.height, image.width, name);
   return {ImageFormat::kPng, static_cast<int64_t>(image.height), static_cast<int64_t>(image.width)};
 }
 
@@ -33,13 +35,25 @@ DecodedImage decode_png(const uint8_t* data, size_t size, const std::string& nam
   std::memset(&image, 0, sizeof image);
   image.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&image, data, size)) fail(name, "read the header of", image);
+  try {
+    check_declared_size(ImageFormat::kPng, image.height, image.width, name);
+  } catch (...) {
+    png_image_free(&image);
+    throw;
+  }
   // With alpha, read RGBA and drop A (PIL's convert("RGB")) rather than let libpng blend.
   const bool alpha = (image.format & PNG_FORMAT_FLAG_ALPHA) != 0;
   image.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
   const int64_t height = image.height;
   const int64_t width = image.width;
   const int64_t channels = alpha ? 4 : 3;
-  std::vector<uint8_t> all(static_cast<size_t>(height * width * channels));
+  std::vector<uint8_t> all;
+  try {
+    all.resize(static_cast<size_t>(height * width * channels));
+  } catch (const std::bad_alloc&) {
+    png_image_free(&image);  // decode_image reports it, naming the file
+    throw;
+  }
   if (!png_image_finish_read(&image, nullptr, all.data(), 0, nullptr)) fail(name, "decode", image);
 
   // PNG has no partial decoding: cut the region out of the whole image.

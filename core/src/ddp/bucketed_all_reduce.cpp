@@ -16,9 +16,11 @@ BucketedAllReduce::BucketedAllReduce(std::vector<std::pair<std::string, torch::T
                                      std::shared_ptr<dist::ProcessGroup> group, BucketedAllReduceOptions options)
     : options_(options), group_(std::move(group)) {
   if (!group_) throw std::invalid_argument("BucketedAllReduce: the process group is null");
-  if (!(options_.bucket_cap_mb() > 0.0) || !std::isfinite(options_.bucket_cap_mb())) {
-    throw std::invalid_argument(fmt::format("BucketedAllReduce: bucket_cap_mb must be a positive number of MiB, got {}",
-                                            options_.bucket_cap_mb()));
+  constexpr double kMaxCapMb = static_cast<double>(kMaxBucketCapBytes >> 20);
+  if (!(options_.bucket_cap_mb() > 0.0 && options_.bucket_cap_mb() <= kMaxCapMb)) {
+    throw std::invalid_argument(fmt::format(
+        "BucketedAllReduce: bucket_cap_mb must be a size in MiB above 0 and at most {:.0f} (1 PiB), got {}", kMaxCapMb,
+        options_.bucket_cap_mb()));
   }
   for (auto& [name, param] : named_params) {
     if (!param.defined() || !param.requires_grad()) continue;

@@ -10,9 +10,9 @@
 
 namespace colo::nn {
 
-ClassifierHead::ClassifierHead(const ViTConfig& config)
-    : embed_dim_(config.embed_dim()), num_classes_(config.num_classes()) {
+ClassifierHead::ClassifierHead(const ViTConfig& config) {
   config.validate();
+  footprint_ = footprint(config);
   norm_ = register_module("norm",
                           torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.embed_dim()}).eps(config.norm_eps())));
   head_ = register_module("head", Linear(config.embed_dim(), config.num_classes()));
@@ -31,11 +31,13 @@ torch::Tensor ClassifierHead::forward(const torch::Tensor& input) {
 }
 
 // Only the class token is normalised: the norm keeps its input and the classifier its input (D each).
-ActivationFootprint ClassifierHead::activation_footprint() const {
+ActivationFootprint ClassifierHead::footprint(const ViTConfig& config) {
   ActivationFootprint f;
-  f.kept = 2 * embed_dim_;
-  f.output = num_classes_;
+  f.kept = 2 * config.embed_dim();
+  f.output = config.num_classes();
   return f;
 }
+
+ActivationFootprint ClassifierHead::activation_footprint() const { return footprint_; }
 
 }  // namespace colo::nn

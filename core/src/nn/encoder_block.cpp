@@ -13,10 +13,9 @@ namespace colo::nn {
 EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
     : index_(index),
       drop_path_(config.drop_path_rate_of_block(index)),
-      tokens_(config.num_tokens()),
-      embed_dim_(config.embed_dim()),
-      hidden_dim_(config.mlp_hidden_dim()) {
+      heads_(config.num_heads()) {
   config.validate();
+  footprint_ = footprint(config);
   if (index < 0 || index >= config.depth()) {
     throw std::invalid_argument(
         fmt::format("EncoderBlock: index {} is outside [0, depth = {})", index, config.depth()));
@@ -35,14 +34,17 @@ EncoderBlock::EncoderBlock(const ViTConfig& config, int64_t index)
 // (2TD), fc1's output and GELU's output (2TH). Tensor parallelism splits the heads and the
 // hidden units: q, k, v, the attention output, proj's input and the 2TH. (Dropout masks and
 // unfused attention's T×T probabilities are not counted: see docs/memory_planning.md.)
-ActivationFootprint EncoderBlock::activation_footprint() const {
-  const int64_t td = tokens_ * embed_dim_;
+ActivationFootprint EncoderBlock::footprint(const ViTConfig& config) {
+  const int64_t tokens = config.num_tokens();
+  const int64_t td = tokens * config.embed_dim();
   ActivationFootprint f;
-  f.kept_tensor_parallel = 5 * td + 2 * tokens_ * hidden_dim_;
+  f.kept_tensor_parallel = 5 * td + 2 * tokens * config.mlp_hidden_dim();
   f.kept = 4 * td + f.kept_tensor_parallel;
   f.output = td;
   return f;
 }
+
+ActivationFootprint EncoderBlock::activation_footprint() const { return footprint_; }
 
 std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }
 

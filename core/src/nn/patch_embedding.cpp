@@ -55,11 +55,13 @@ torch::Tensor PatchEmbedding::forward(const torch::Tensor& x) {
 
 // The convolution keeps its input (the images, for its weight gradient); the class token's
 // concatenation and the position embedding's addition keep nothing.
-ActivationFootprint PatchEmbedding::activation_footprint() const {
+ActivationFootprint PatchEmbedding::footprint(const ViTConfig& config) {
   ActivationFootprint f;
-  f.kept = config_.in_channels() * config_.image_size() * config_.image_size();
-  f.output = config_.num_tokens() * config_.embed_dim();
+  f.kept = config.in_channels() * config.image_size() * config.image_size();
+  f.output = config.num_tokens() * config.embed_dim();
   return f;
 }
+
+ActivationFootprint PatchEmbedding::activation_footprint() const { return footprint(config_); }
 
 }  // namespace colo::nn

@@ -11,10 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -300,41 +297,6 @@ torch::Tensor resample_pos_embed(const torch::Tensor& pos_embed, int64_t from_si
   return torch::cat({prefix, grid}, 1);
 }
 
-std::vector<double> json_numbers(const nlohmann::json& value) {
-  std::vector<double> out;
-  if (!value.is_array()) return out;
-  for (const auto& v : value) {
-    if (!v.is_number()) return {};
-    out.push_back(v.get<double>());
-  }
-  return out;
-}
-
-// Hugging Face's preprocessor_config.json or timm's config.json beside the weights.
-void read_normalisation(const std::string& directory, PretrainedWeights& weights) {
-  auto parse = [](const std::string& path) -> std::optional<nlohmann::json> {
-    std::ifstream in(path);
-    if (!in) return std::nullopt;
-    try {
-      return nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception&) {
-      return std::nullopt;  // not ours to judge: the weights themselves are what counts
-    }
-  };
-  if (auto hf = parse(files::join(directory, "preprocessor_config.json"))) {
-    weights.mean = json_numbers(hf->value("image_mean", nlohmann::json()));
-    weights.std = json_numbers(hf->value("image_std", nlohmann::json()));
-  }
-  if (weights.mean.empty()) {
-    if (auto timm = parse(files::join(directory, "config.json")); timm && timm->contains("pretrained_cfg")) {
-      const auto& cfg = (*timm)["pretrained_cfg"];
-      weights.mean = json_numbers(cfg.value("mean", nlohmann::json()));
-      weights.std = json_numbers(cfg.value("std", nlohmann::json()));
-    }
-  }
-  if (weights.mean.size() != weights.std.size() || weights.mean.empty()) weights.mean.clear(), weights.std.clear();
-}
-
 }  // namespace
 
 std::string describe_vit_state(const NamedTensors& state) {
@@ -379,7 +341,9 @@ PretrainedWeights read_pretrained(const std::string& file_or_directory) {
   checkpoint::require_finite(state, file_or_directory);
   weights.hugging_face = is_hf_vit_state(state);
   weights.state = weights.hugging_face ? hf_vit_to_timm_names(state) : std::move(state);
-  read_normalisation(directory, weights);
+  const PretrainedNormalization normalization = read_pretrained_normalization(directory);
+  weights.mean = normalization.mean;
+  weights.std = normalization.std;
   return weights;
 }
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <colo/nn/layer.h>
+#include <colo/nn/model_summary.h>
 
 namespace colo::nn {
 namespace {
@@ -46,21 +47,35 @@ class ResNetStem : public Layer {
   torch::nn::BatchNorm2d bn1_;
 };
 
-// One residual block, "layer<stage>.<index>": basic (two 3x3 convolutions) or bottleneck (1x1
-// down to `planes`, 3x3 with the stride, 1x1 up to 4 x planes); a 1x1 convolution and BatchNorm
-// ("downsample.0", "downsample.1") bring the input to the output's shape where they differ.
+// A convolution (no bias) and the BatchNorm after it, as a residual block registers them.
+struct ConvNorm {
+  const char* conv;
+  const char* norm;
+  int64_t in, out, kernel, stride;
+};
+
+// The convolutions of one residual block: basic (two 3x3 convolutions) or bottleneck (1x1 down to
+// `planes`, 3x3 with the stride, 1x1 up to 4 x planes). The block and its summary both read them.
+std::vector<ConvNorm> block_convolutions(int64_t in, int64_t planes, int64_t stride, bool bottleneck) {
+  if (bottleneck) {
+    return {{"conv1", "bn1", in, planes, 1, 1}, {"conv2", "bn2", planes, planes, 3, stride},
+            {"conv3", "bn3", planes, planes * 4, 1, 1}};
+  }
+  return {{"conv1", "bn1", in, planes, 3, stride}, {"conv2", "bn2", planes, planes, 3, 1}};
+}
+
+// One residual block, "layer<stage>.<index>": block_convolutions(); a 1x1 convolution and
+// BatchNorm ("downsample.0", "downsample.1") bring the input to the output's shape where they differ.
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(std::string prefix, int64_t in, int64_t planes, int64_t stride, bool bottleneck)
       : prefix_(std::move(prefix)) {
     const int64_t out = bottleneck ? planes * 4 : planes;
-    if (bottleneck) {
-      add("conv1", "bn1", in, planes, 1, 1);
-      add("conv2", "bn2", planes, planes, 3, stride);
-      add("conv3", "bn3", planes, out, 1, 1);
-    } else {
-      add("conv1", "bn1", in, planes, 3, stride);
-      add("conv2", "bn2", planes, planes, 3, 1);
+    for (const auto& c : block_convolutions(in, planes, stride, bottleneck)) {
+      convs_.push_back(register_module(c.conv, conv(c.in, c.out, c.kernel, c.stride)));
+      norms_.push_back(register_module(c.norm, torch::nn::BatchNorm2d(c.out)));
+      init_conv(convs_.back());
+      init_norm(norms_.back());
     }
     if (stride != 1 || in != out) {
       auto shortcut = conv(in, out, 1, stride);
@@ -81,14 +96,6 @@ class ResidualBlock : public Layer {
   std::string canonical_prefix() const override { return prefix_; }
 
  private:
-  void add(const std::string& conv_name, const std::string& norm_name, int64_t in, int64_t out, int64_t kernel,
-           int64_t stride) {
-    convs_.push_back(register_module(conv_name, conv(in, out, kernel, stride)));
-    norms_.push_back(register_module(norm_name, torch::nn::BatchNorm2d(out)));
-    init_conv(convs_.back());
-    init_norm(norms_.back());
-  }
-
   std::string prefix_;
   std::vector<torch::nn::Conv2d> convs_;
   std::vector<torch::nn::BatchNorm2d> norms_;
@@ -130,23 +137,85 @@ void ResNetConfig::validate() const {
   if (!problems.empty()) throw std::invalid_argument(fmt::format("ResNetConfig: {}", fmt::join(problems, "; ")));
 }
 
-std::shared_ptr<LayerStack> make_resnet(const ResNetConfig& config) {
-  config.validate();
-  auto model = std::make_shared<LayerStack>();
-  model->push_back(std::make_shared<ResNetStem>(config.in_channels(), config.width()));
+namespace {
+
+// The residual blocks in order: "layer<stage>.<index>." with their input channels, planes and
+// stride; make_resnet builds them and summarize_resnet describes them.
+struct BlockPlace {
+  std::string prefix;
+  int64_t in, planes, stride;
+};
+
+std::vector<BlockPlace> residual_blocks(const ResNetConfig& config) {
+  std::vector<BlockPlace> blocks;
   int64_t in = config.width();
   const int64_t expansion = config.bottleneck() ? 4 : 1;
   for (std::size_t stage = 0; stage < config.blocks().size(); ++stage) {
     const int64_t planes = config.width() << stage;
     for (int64_t i = 0; i < config.blocks()[stage]; ++i) {
       const int64_t stride = stage > 0 && i == 0 ? 2 : 1;
-      model->push_back(std::make_shared<ResidualBlock>(fmt::format("layer{}.{}.", stage + 1, i), in, planes, stride,
-                                                       config.bottleneck()));
+      blocks.push_back({fmt::format("layer{}.{}.", stage + 1, i), in, planes, stride});
       in = planes * expansion;
     }
   }
-  model->push_back(std::make_shared<ResNetHead>(in, config.num_classes()));
+  return blocks;
+}
+
+int64_t head_features(const ResNetConfig& config) {
+  return (config.width() << (config.blocks().size() - 1)) * (config.bottleneck() ? 4 : 1);
+}
+
+void add_resnet_parameter(LayerSummary& layer, std::string name, std::vector<int64_t> shape) {
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  layer.parameters.push_back({std::move(name), std::move(shape), numel, true});
+}
+
+void add_conv_norm(LayerSummary& layer, const std::string& prefix, const std::string& conv, const std::string& norm,
+                   int64_t in, int64_t out, int64_t kernel) {
+  add_resnet_parameter(layer, prefix + conv + ".weight", {out, in, kernel, kernel});
+  add_resnet_parameter(layer, prefix + norm + ".weight", {out});
+  add_resnet_parameter(layer, prefix + norm + ".bias", {out});
+}
+
+}  // namespace
+
+std::shared_ptr<LayerStack> make_resnet(const ResNetConfig& config) {
+  config.validate();
+  auto model = std::make_shared<LayerStack>();
+  model->push_back(std::make_shared<ResNetStem>(config.in_channels(), config.width()));
+  for (const auto& b : residual_blocks(config)) {
+    model->push_back(std::make_shared<ResidualBlock>(b.prefix, b.in, b.planes, b.stride, config.bottleneck()));
+  }
+  model->push_back(std::make_shared<ResNetHead>(head_features(config), config.num_classes()));
   return model;
+}
+
+ModelSummary summarize_resnet(const ResNetConfig& config) {
+  config.validate();
+  ModelSummary s;
+  LayerSummary stem;
+  stem.name = "layer 0";
+  add_conv_norm(stem, "", "conv1", "bn1", config.in_channels(), config.width(), 7);
+  s.layers.push_back(std::move(stem));
+  for (const auto& b : residual_blocks(config)) {
+    LayerSummary block;
+    block.name = b.prefix.substr(0, b.prefix.size() - 1);
+    for (const auto& c : block_convolutions(b.in, b.planes, b.stride, config.bottleneck())) {
+      add_conv_norm(block, b.prefix, c.conv, c.norm, c.in, c.out, c.kernel);
+    }
+    const int64_t out = b.planes * (config.bottleneck() ? 4 : 1);
+    if (b.stride != 1 || b.in != out) {
+      add_conv_norm(block, b.prefix, "downsample.0", "downsample.1", b.in, out, 1);
+    }
+    s.layers.push_back(std::move(block));
+  }
+  LayerSummary head;
+  head.name = fmt::format("layer {}", s.layers.size());
+  add_resnet_parameter(head, "fc.weight", {config.num_classes(), head_features(config)});
+  add_resnet_parameter(head, "fc.bias", {config.num_classes()});
+  s.layers.push_back(std::move(head));
+  return s;
 }
 
 }  // namespace colo::nn

@@ -20,4 +20,5 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/vision_transformer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_summary.cpp
   ${CMAKE_CURRENT_LIST_DIR}/resnet.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/pretrained.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/pretrained.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pretrained_normalization.cpp)

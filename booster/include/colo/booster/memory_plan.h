@@ -65,8 +65,14 @@ struct MemoryPlan {
   std::vector<RankMemory> ranks;
   std::vector<std::string> notes;
 
+  // The layout the plan is for: data-parallel ranks (the global batch's split), and whether the
+  // plugin runs a pipeline (which cuts each rank's batch into microbatches itself).
+  int data_parallel_size = 1;
+  bool pipelined = false;
+
   // Samples per forward/backward pass on a data-parallel rank: global / (dp × accumulation),
-  // at least 1.
+  // through per_rank_batch (parallelize.h), the run's own split: throws std::invalid_argument
+  // when the global batch does not split so.
   static int64_t samples_per_pass(const MemoryPlanInputs& inputs, int dp);
 
   // A table: per rank (group), each part with its bytes and place, the totals.

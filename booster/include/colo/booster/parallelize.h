@@ -12,6 +12,7 @@
 #include <c10/core/Device.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -54,5 +55,11 @@ void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack
 // Splits the loader's data over the data-parallel group (each rank its shard). Throws
 // std::invalid_argument, naming the plugin, when the data cannot be split that way.
 void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin);
+
+// The samples each data-parallel rank takes per forward/backward pass from a global batch split
+// over `dp_size` ranks and `accumulation_steps` passes. Throws std::invalid_argument saying what to
+// use when the batch does not split evenly: a run and its memory plan (MemoryPlan::samples_per_pass)
+// both split through here, so a plan refuses what the run refuses.
+int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulation_steps);
 
 }  // namespace colo

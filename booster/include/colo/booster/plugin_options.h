@@ -27,6 +27,9 @@ class OptionReader {
   bool get_bool(const std::string& key, bool fallback, const std::string& help);
   int64_t get_int(const std::string& key, int64_t fallback, const std::string& help);
   double get_double(const std::string& key, double fallback, const std::string& help);
+  // A memory size in MiB: a number that memory_size_problem() accepts (above 0, or 0 too where
+  // `zero_allowed`, and at most 1 PiB), else rejected with the valid range.
+  double get_mebibytes(const std::string& key, double fallback, const std::string& help, bool zero_allowed);
   std::string get_string(const std::string& key, const std::string& fallback, const std::string& help);
   // A string restricted to `choices`.
   std::string get_choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices,

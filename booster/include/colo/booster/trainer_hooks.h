@@ -2,6 +2,7 @@
 
 // The hooks colo provides for colo::Trainer (trainer.h). Each does one job; a program picks the
 // ones it wants. The list and its order are the same on every rank (several reduce over ranks).
+#include <colo/booster/state_directory.h>
 #include <colo/booster/trainer_hook.h>
 
 #include <torch/arg.h>
@@ -76,8 +77,10 @@ struct ThroughputOptions {
 
 // "images_per_s": training images per second since the last log point, evaluations and saves left
 // out; "data_wait_s": the longest any rank's loop waited for its loader (reduced over the ranks:
-// collect is collective); "loader_images_per_cpu_s": the
-// loader's own speed (when its workers measured any); "mfu" where ThroughputOptions allow.
+// collect is collective); "loader_images_per_cpu_s": the loader's own speed, only when its
+// workers did work since the last record (else the field is absent, and the progress line shows
+// "data - img/s/core"); "mfu" where ThroughputOptions allow. No field is ever NaN: a rate that
+// cannot be measured is left out.
 class ThroughputHook : public TrainerHook {
  public:
   explicit ThroughputHook(ThroughputOptions options = {});
@@ -120,22 +123,37 @@ struct CheckpointOptions {
   TORCH_ARG(bool, at_epoch_end) = true;
   // Files rank 0 writes beside the state (name, contents), e.g. what the run was.
   TORCH_ARG(ExtraFiles, extra_files) = {};
+  // How the directory is opened: the state the run resumed from, whether it may replace another
+  // run's states (StateDirectoryOptions).
+  TORCH_ARG(StateDirectoryOptions, state_directory) = {};
 };
 
 // Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
 // states, data position) into a StateDirectory at `dir` (dir/latest names the newest complete
-// state; Booster::load_state and StateDirectory::resolve read it back).
+// state; Booster::load_state and StateDirectory::resolve read it back). The directory is opened
+// at start-up, in before_fit (rank 0 takes its lock and checks it; every rank fails at once when
+// it cannot be used, with StateDirectoryError), not at the first save; the hook holds it, and so
+// keeps other runs out of it, for as long as it lives.
 class CheckpointHook : public TrainerHook {
  public:
   CheckpointHook(std::string dir, CheckpointOptions options = {});
+  // A directory the program opened at its own start-up (on rank 0; the other ranks build the hook
+  // with its path): problems surface before the model is even built.
+  CheckpointHook(std::shared_ptr<StateDirectory> directory, CheckpointOptions options = {});
+  void before_fit(Trainer& trainer) override;
   void end_step(Trainer& trainer) override;
   void end_epoch(Trainer& trainer) override;
   // Saves now. Collective.
   void save(Trainer& trainer);
 
  private:
+  // Collective: rank 0 opens the directory (unless given), every rank learns the staging path.
+  void open(Trainer& trainer);
+
   std::string dir_;
   CheckpointOptions options_;
+  std::shared_ptr<StateDirectory> directory_;  // rank 0's
+  std::string staging_;                        // this run's, on every rank; empty until open
   int64_t last_saved_step_ = -1;
 };
 

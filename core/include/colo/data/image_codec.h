@@ -13,6 +13,12 @@ namespace colo::data {
 
 enum class ImageFormat { kJpeg, kPng };
 
+// The most pixels (height x width) an image may declare: PIL's limit (2 x Image.MAX_IMAGE_PIXELS,
+// where it raises DecompressionBombError), so that colo reads what torchvision reads. A header that
+// claims more (a corrupt or hostile file: 100000 x 100000 would take 30 GB to decode) is a
+// DatasetError naming the file, found before anything is allocated.
+constexpr int64_t kMaxImagePixels = 178956970;
+
 struct ImageInfo {
   ImageFormat format = ImageFormat::kJpeg;
   int64_t height = 0;
@@ -44,11 +50,13 @@ struct DecodedImage {
   ImageInfo full;     // the whole image
 };
 
-// The file's format and size from its header. `name` is only for messages.
+// The file's format and size from its header. `name` is only for messages. More than
+// kMaxImagePixels is a DatasetError.
 ImageInfo read_image_info(const uint8_t* data, size_t size, const std::string& name);
 
 // Decodes (a region of) an image. Grayscale, palette, 16-bit and CMYK images come out as RGB; an
-// alpha channel is dropped (as PIL's convert("RGB") does). A truncated or corrupt file throws.
+// alpha channel is dropped (as PIL's convert("RGB") does). A truncated or corrupt file, one that
+// declares more than kMaxImagePixels, or one there is not the memory to decode throws DatasetError.
 DecodedImage decode_image(const uint8_t* data, size_t size, const std::string& name,
                           const DecodeRegion& region = {});
 

@@ -29,9 +29,10 @@ struct ImageFolderOptions {
   // probability 1/2 if horizontal_flip.
   TORCH_ARG(RandomResizedCropParams, random_resized_crop) = {};
   TORCH_ARG(bool, horizontal_flip) = true;
-  // An image that cannot be read or decoded is an error naming the file (false), or is replaced
-  // in its batch by the next readable image of the data set and counted (true: num_skipped(),
-  // skipped_files()).
+  // An image that cannot be read or decoded (kMaxImagePixels in image_codec.h included) is an
+  // error naming the file (false), or is replaced in its batch by the next readable image of the
+  // data set and counted (true: num_skipped(), skipped_files()). A symbolic link that leads
+  // nowhere is an error at construction (false), or is left out and listed in scan_notes() (true).
   TORCH_ARG(bool, skip_unreadable) = false;
   // What the DataLoader normalises with unless told otherwise: ImageNet's statistics by default;
   // a pretrained model's own (0.5, 0.5, 0.5 for the original ViTs) when fine-tuning one.
@@ -42,7 +43,10 @@ struct ImageFolderOptions {
 // sorted by name (label i is the i-th name), each holding JPEG and PNG files (.jpg, .jpeg, .png in
 // any case) at any depth, taken in torchvision's order (directories sorted by path, files by
 // name). Other files are ignored, and so are hidden entries (names starting with a dot, such as
-// .ipynb_checkpoints, which torchvision would take for a class). Images are read when a batch
+// .ipynb_checkpoints, which torchvision would take for a class). Symbolic links are followed as
+// torchvision follows them, except back into a directory the walk is in (a cycle, which
+// torchvision follows until the path is too long): such a link is listed in scan_notes() instead.
+// Images are read when a batch
 // asks for them, by libjpeg-turbo or libpng, into float RGB [3, image_size, image_size] in [0, 1].
 // Safe to use from several loader threads at once.
 class ImageFolder : public Dataset {
@@ -69,6 +73,10 @@ class ImageFolder : public Dataset {
   const std::string& path(int64_t index) const;
   int64_t label(int64_t index) const;
 
+  // What the scan of the directories left out, one "path: reason" line each (symbolic-link cycles;
+  // with skip_unreadable, links that lead nowhere): a program shows them to its user.
+  const std::vector<std::string>& scan_notes() const { return scan_notes_; }
+
   // With skip_unreadable: how many reads failed so far, and the first few "path: reason" lines.
   int64_t num_skipped() const { return skipped_.load(); }
   std::vector<std::string> skipped_files() const;
@@ -87,6 +95,7 @@ class ImageFolder : public Dataset {
   ImageFolderOptions options_;
   std::vector<std::string> classes_;
   std::vector<Sample> samples_;
+  std::vector<std::string> scan_notes_;
   mutable std::atomic<int64_t> skipped_{0};
   struct SkipLog;
   std::unique_ptr<SkipLog> skip_log_;

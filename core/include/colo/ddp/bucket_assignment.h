@@ -8,6 +8,10 @@
 
 namespace colo::ddp {
 
+// The largest bucket cap (1 PiB; colo::kMaxMemoryBytes, every memory-size option's limit): a
+// larger one buckets no differently, and its MiB would overflow int64_t bytes.
+inline constexpr int64_t kMaxBucketCapBytes = int64_t{1} << 50;
+
 // Groups parameters into gradient buckets, each to be all-reduced as one flat buffer.
 //
 // Parameters are visited in REVERSE order: backward produces gradients roughly from the last

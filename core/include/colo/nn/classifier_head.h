@@ -19,6 +19,8 @@ class ClassifierHead : public Layer {
 
   torch::Tensor forward(const torch::Tensor& x) override;
   ActivationFootprint activation_footprint() const override;
+  // The same for `config`, without a layer (summaries made from the configuration alone).
+  static ActivationFootprint footprint(const ViTConfig& config);
 
   const torch::nn::LayerNorm& norm() const { return norm_; }
   const Linear& head() const { return head_; }
@@ -33,8 +35,7 @@ class ClassifierHead : public Layer {
   std::function<torch::Tensor(const torch::Tensor&)> input_mapping_;
   torch::nn::LayerNorm norm_{nullptr};
   Linear head_{nullptr};
-  int64_t embed_dim_;
-  int64_t num_classes_;
+  ActivationFootprint footprint_;
 };
 
 }  // namespace colo::nn

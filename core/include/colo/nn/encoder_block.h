@@ -23,7 +23,11 @@ class EncoderBlock : public Layer {
 
   torch::Tensor forward(const torch::Tensor& x) override;
   ActivationFootprint activation_footprint() const override;
+  int64_t attention_heads() const override { return heads_; }
   std::string canonical_prefix() const override;
+  // The footprint of any block of `config` (every block has the same): what the instance reports,
+  // and what a summary made from the configuration alone counts.
+  static ActivationFootprint footprint(const ViTConfig& config);
 
   int64_t index() const { return index_; }
   double drop_path_rate() const { return drop_path_; }
@@ -40,7 +44,8 @@ class EncoderBlock : public Layer {
  private:
   int64_t index_;
   double drop_path_;
-  int64_t tokens_, embed_dim_, hidden_dim_;
+  int64_t heads_;
+  ActivationFootprint footprint_;
   torch::nn::LayerNorm norm1_{nullptr};
   std::shared_ptr<Attention> attn_;
   torch::nn::LayerNorm norm2_{nullptr};

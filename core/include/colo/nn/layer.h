@@ -38,6 +38,9 @@ class Layer : public torch::nn::Module {
 
   // See ActivationFootprint; the default says nothing (the plan reports the layer as unknown).
   virtual ActivationFootprint activation_footprint() const { return {}; }
+  // The attention heads this layer splits its width into (0: none): tensor parallelism must give
+  // each rank whole heads, which a summary of parameter shapes alone cannot tell.
+  virtual int64_t attention_heads() const { return 0; }
 
   // Prepended to this layer's local parameter and buffer names to give the model's canonical
   // names (timm's, for the ViT): an encoder block's "norm1.weight" becomes

@@ -10,6 +10,7 @@
 namespace colo::nn {
 
 class LayerStack;
+struct ResNetConfig;
 
 // A model described without its values: what planning memory needs (Booster::plan_memory),
 // for a model too large to build on the machine that plans it.
@@ -24,6 +25,7 @@ struct LayerSummary {
   std::string name;  // the canonical prefix without its dot ("blocks.3"), or "layer <k>"
   std::vector<ParameterSummary> parameters;
   ActivationFootprint activations;
+  int64_t attention_heads = 0;  // Layer::attention_heads()
   int64_t numel() const;
 };
 
@@ -36,9 +38,11 @@ struct ModelSummary {
 // The summary of a model in memory (trainable: requires_grad).
 ModelSummary summarize(const LayerStack& model);
 
-// The summary of make_vision_transformer(config), building one layer at a time and one encoder
-// block only (every block has the same parameters and footprint under its own prefix): a
-// 6.45B-parameter ViT is planned with about 0.8 GB of memory.
+// The summaries of make_vision_transformer(config) and make_resnet(config), equal to
+// summarize() of the built model (nn_test holds them to it), made from the configuration's
+// shapes alone: nothing is built or allocated, so a model of any size is planned on any machine
+// (a 6.45B-parameter ViT, or one whose every layer would exceed the host's memory).
 ModelSummary summarize_vision_transformer(const ViTConfig& config);
+ModelSummary summarize_resnet(const ResNetConfig& config);
 
 }  // namespace colo::nn

@@ -23,6 +23,8 @@ class PatchEmbedding : public Layer {
   // Throws std::invalid_argument unless x is [B, in_channels, image_size, image_size].
   torch::Tensor forward(const torch::Tensor& x) override;
   ActivationFootprint activation_footprint() const override;
+  // The same for `config`, without a layer (summaries made from the configuration alone).
+  static ActivationFootprint footprint(const ViTConfig& config);
 
   const torch::nn::Conv2d& proj() const { return proj_; }
   // The number of tokens it produces, 1 + N.

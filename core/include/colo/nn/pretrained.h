@@ -48,17 +48,31 @@ struct PretrainedWeights {
   std::string source;          // the file or directory read
   NamedTensors state;          // timm names (Hugging Face's converted)
   bool hugging_face = false;   // the names were Hugging Face's, whose LayerNorms use eps 1e-12
-  // The input normalisation the weights were trained with, where the directory says it
-  // (Hugging Face's preprocessor_config.json image_mean / image_std, or timm's config.json
-  // pretrained_cfg mean / std); empty otherwise.
+  // The input normalisation the weights were trained with (read_pretrained_normalization): 3
+  // values each, or empty when their directory does not say.
   std::vector<double> mean;
   std::vector<double> std;
 };
 
+// The input normalisation of pretrained weights, per RGB channel.
+struct PretrainedNormalization {
+  std::vector<double> mean;  // 3 values, or empty when no file says
+  std::vector<double> std;   // 3 positive values, or empty
+};
+
+// The normalisation the config files beside `file_or_directory` (the weights' directory) give:
+// Hugging Face's preprocessor_config.json (image_mean / image_std: 3 numbers each, or one for all
+// channels; do_normalize false: mean 0, std 1), else timm's config.json (pretrained_cfg mean /
+// std). Empty when neither file says. A file that is there but malformed (not JSON, a mean
+// without a std, not 3 numbers, a std that is not positive) throws std::invalid_argument naming
+// the file and what is wrong: no silent fallback to ImageNet's statistics.
+PretrainedNormalization read_pretrained_normalization(const std::string& file_or_directory);
+
 // Reads a safetensors file, or a directory holding model.safetensors or a sharded set
-// (model.safetensors.index.json and its files), as Hugging Face and timm publish them. Throws
-// colo::checkpoint::CheckpointError naming the file for an unreadable one or one with a NaN or
-// infinite value, std::invalid_argument naming the directory when it holds no such set.
+// (model.safetensors.index.json and its files), as Hugging Face and timm publish them, with their
+// normalisation (read_pretrained_normalization). Throws colo::checkpoint::CheckpointError naming
+// the file for an unreadable one or one with a NaN or infinite value, std::invalid_argument naming
+// the directory when it holds no such set, or a config file beside it that is malformed.
 PretrainedWeights read_pretrained(const std::string& file_or_directory);
 
 struct FineTuneOptions {

@@ -47,6 +47,14 @@ class Policy {
   // elements) one rank holds once sharded over tp_size ranks. The defaults know no model.
   virtual bool knows(const nn::ModelSummary& /*model*/) const { return false; }
   virtual int64_t rank_numel(const std::string& /*name*/, int64_t numel, int64_t /*tp_size*/) const { return numel; }
+  // problems() for the model a summary describes (heads from LayerSummary::attention_heads): a
+  // memory plan refuses what boost would. A policy whose problems() needs only shapes can
+  // implement problems() through this (VitPolicy does, so that the two cannot drift). The default
+  // finds none.
+  virtual std::vector<std::string> summary_problems(const nn::ModelSummary& /*model*/, int64_t /*tp_size*/,
+                                                    bool /*sequence_parallel*/) const {
+    return {};
+  }
 };
 
 }  // namespace colo::shardformer

@@ -32,6 +32,11 @@ struct ShardFormerOptions {
 // add_policy, then PolicyRegistry::global()'s, then colo's ViT policy) and shards it for this rank. Call it on the whole stack, before any
 // pipeline cut (a policy may need layers a stage would not hold, e.g. the patch embedding's token
 // count for sequence parallelism) and before the model's parameters are wrapped or cast.
+// Throws std::invalid_argument ("tensor parallelism over N ranks: ...") listing `problems` (a
+// policy's) when there are any: ShardFormer::shard and hybrid_parallel's memory plan refuse
+// through it, in the same words.
+void check_problems(const std::vector<std::string>& problems, int64_t tp_size);
+
 class ShardFormer {
  public:
   ShardFormer(std::shared_ptr<dist::ProcessGroup> tp, ShardFormerOptions options = {});

@@ -28,6 +28,10 @@ class VitPolicy : public Policy {
   // split over tp, the rest whole.
   bool knows(const nn::ModelSummary& model) const override;
   int64_t rank_numel(const std::string& name, int64_t numel, int64_t tp_size) const override;
+  // problems() is this over nn::summarize(model): heads and MLP hidden units that do not divide
+  // over tp_size, sequence parallelism without the patch embedding.
+  std::vector<std::string> summary_problems(const nn::ModelSummary& model, int64_t tp_size,
+                                            bool sequence_parallel) const override;
 };
 
 }  // namespace colo::shardformer
