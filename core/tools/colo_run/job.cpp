@@ -14,11 +14,12 @@
 #include <chrono>
 #include <csignal>
 #include <optional>
-#include <set>
+#include <utility>
 
 #include "node_capacity.h"
 #include "output.h"
 #include "posix.h"
+#include "spawn.h"
 
 extern char** environ;
 
@@ -26,15 +27,6 @@ namespace colo::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The variables colo-run owns. Copies inherited from colo-run's own environment (a nested
-// launch, a stale shell export) are dropped so that a rank never sees a mix of two launches.
-const std::set<std::string>& managed_variables() {
-  static const std::set<std::string> names = {
-      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
-      "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE"};
-  return names;
-}
 
 // One of a rank's output pipes, cut into whole lines so that ranks' lines never interleave
 // mid-line on colo-run's stdout/stderr.
@@ -71,6 +63,10 @@ constexpr auto kDrainTimeout = std::chrono::seconds(1);
 // a while to exit after printing them (0.4 s measured with 8 ranks on 2 cores): a rank that fails
 // meanwhile is the cause, and its exit code, not the closed pipe's 141, becomes the job's.
 constexpr auto kOutputGoneSettle = std::chrono::seconds(2);
+// How long a rank's failure waits, before it is taken as the job's cause, for the peer it lost
+// (lost_peer_of) to exit: a peer that closed its connections is on its way out, though a LibTorch
+// process takes a while to get there.
+constexpr auto kLostPeerSettle = std::chrono::seconds(5);
 
 class Job {
  public:
@@ -120,12 +116,6 @@ class Job {
     for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
 
-    std::vector<std::string> inherited;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      std::string item = *entry;
-      if (managed_variables().count(item.substr(0, item.find('='))) == 0) inherited.push_back(item);
-    }
-
     // Grown one rank at a time: a rank that was never started (the exec failed earlier) is
     // not waited for.
     ranks_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
@@ -135,10 +125,7 @@ class Job {
 
       // Everything the child needs is built before fork(): between fork and exec the child
       // only makes system calls.
-      std::vector<std::string> env_strings = inherited;
-      for (const auto& [name, value] : make_rank_env(config_, local)) {
-        env_strings.push_back(name + "=" + value);
-      }
+      std::vector<std::string> env_strings = rank_environment(config_, local, environ);
       std::vector<char*> envp;
       for (auto& item : env_strings) envp.push_back(item.data());
       envp.push_back(nullptr);
@@ -167,77 +154,17 @@ class Job {
     }
   }
 
-  // Forks and execs one rank. Returns 0 once the exec succeeded, or the exec's errno (the
-  // child is reaped then). The exec status travels over a close-on-exec pipe: EOF means the
-  // exec happened, a written errno means it failed, so a typo in the program name is reported
-  // as such instead of as N ranks exiting with 127.
+  // Forks and execs one rank (spawn.h). Returns 0 once the exec succeeded, or the exec's errno
+  // (the child is reaped then).
   int spawn(Rank& rank, char* const* argv, char* const* envp) {
-    int exec_pipe[2] = {-1, -1};
-    int out_pipe[2] = {-1, -1};
-    int err_pipe[2] = {-1, -1};
-    auto fail = [&](const char* what) {
-      const int err = errno;
-      for (int fd :
-           {exec_pipe[0], exec_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-        if (fd >= 0) ::close(fd);
-      }
-      throw std::runtime_error(
-          fmt::format("cannot {} for rank {}: {}", what, rank.global_rank, errno_text(err)));
-    };
-    // Close-on-exec everywhere: otherwise rank 2 would inherit rank 0's pipe ends and rank 0's
-    // output would never reach EOF while rank 2 lives.
-    if (::pipe2(exec_pipe, O_CLOEXEC) != 0 ||
-        (config_.prefix_output &&
-         (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0))) {
-      fail("create pipes");
-    }
-    const pid_t launcher_pid = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) fail("fork");
-    if (pid == 0) {
-      // A session (hence a process group) of its own: kill(-pid) then reaches everything the
-      // rank started, and the terminal's Ctrl-C reaches only colo-run, which decides how to
-      // stop the job. Like torchrun's start_new_session.
-      ::setsid();
-      // If colo-run dies (even by SIGKILL), the kernel kills the rank. The signal fires when
-      // the *thread* that forked exits; colo-run forks from its only thread. Grandchildren are
-      // not covered: they rely on colo-run's kill(-pgid) while it is alive.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher_pid) ::_exit(1);  // colo-run died before prctl took effect
-      if (config_.prefix_output) {
-        ::dup2(out_pipe[1], STDOUT_FILENO);
-        ::dup2(err_pipe[1], STDERR_FILENO);
-      }
-      // Signal masks and ignored dispositions survive exec: undo colo-run's (main() ignores
-      // SIGPIPE), so that a rank writing to a closed pipe ends as it would on its own.
-      ::signal(SIGPIPE, SIG_DFL);
-      ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
-      ::execvpe(argv[0], argv, envp);
-      int err = errno;
-      ssize_t ignored = ::write(exec_pipe[1], &err, sizeof err);
-      (void)ignored;
-      ::_exit(127);
-    }
-    rank.pid = pid;
-    ::close(exec_pipe[1]);
+    Spawned spawned = spawn_rank(rank.global_rank, argv, envp, config_.prefix_output, saved_mask_);
+    rank.pid = spawned.pid;
     if (config_.prefix_output) {
-      ::close(out_pipe[1]);
-      ::close(err_pipe[1]);
-      rank.out = open_stream(out_pipe[0], STDOUT_FILENO);
-      rank.err = open_stream(err_pipe[0], STDERR_FILENO);
+      rank.out = open_stream(spawned.out_fd, STDOUT_FILENO);
+      rank.err = open_stream(spawned.err_fd, STDERR_FILENO);
     }
-    int err = 0;
-    ssize_t n;
-    do {
-      n = ::read(exec_pipe[0], &err, sizeof err);
-    } while (n < 0 && errno == EINTR);
-    ::close(exec_pipe[0]);
-    if (n != static_cast<ssize_t>(sizeof err)) return 0;
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    rank.reaped = true;
-    return err;
+    rank.reaped = spawned.exec_error != 0;
+    return spawned.exec_error;
   }
 
   static OutputStream open_stream(int fd, int out_fd) {
@@ -256,6 +183,7 @@ class Job {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
       if (all_reaped()) {
+        settle_traced();
         if (!drain_deadline) {
           // Whatever the ranks left behind in their process groups would now be orphans.
           signal_all(SIGKILL);
@@ -281,6 +209,7 @@ class Job {
       if (!cause_ && output_gone_deadline_ && (!wake || *output_gone_deadline_ < *wake)) {
         wake = output_gone_deadline_;
       }
+      if (traced_ && (!wake || traced_->deadline < *wake)) wake = traced_->deadline;
       int timeout_ms = -1;
       if (wake) {
         auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - Clock::now()).count();
@@ -293,6 +222,7 @@ class Job {
         if (fds[i].revents != 0) read_stream(*streams[i - 1]);
       }
       if (fds[0].revents & POLLIN) handle_signals();
+      if (traced_ && Clock::now() >= traced_->deadline) settle_traced();
       stop_if_output_gone();
       if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
         kill_deadline_.reset();
@@ -347,7 +277,12 @@ class Job {
   void on_rank_exit(Rank& rank, int status) {
     rank.reaped = true;
     if (cause_) return;  // ranks exiting after the first cause are its aftermath
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    const bool awaited = traced_ && traced_->awaited_rank == rank.global_rank;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      if (awaited) settle_traced();  // the peer it lost was fine: the rank that failed is the cause
+      return;
+    }
+    if (traced_ && !awaited) return;  // a failure beside the one being traced: its aftermath
     // The rank's last words (often the reason it failed) go out before colo-run's report.
     // Bounded: a surviving grandchild may keep writing.
     for (OutputStream* stream : {&rank.out, &rank.err}) {
@@ -364,8 +299,44 @@ class Job {
       code = 128 + sig;
       what = fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
     }
-    cause_ = Cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
-                   config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+    Cause cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
+                config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+    std::optional<std::pair<int, int>> first;  // the rank that exited first, and the peer it lost
+    if (traced_) {
+      first = traced_->first;
+      cause.message += fmt::format(" (rank {} exited before it, having lost its connection to rank {})",
+                                   first->first, first->second);
+      traced_.reset();
+    }
+    // A rank that failed because a peer went away (it left a note saying which) is not the cause
+    // when that peer is failing too, only faster to exit: the peer's own exit is awaited, for a
+    // while, and the peer is named if it fails.
+    const std::optional<int> lost = lost_peer_of(config_.run_reports, rank.global_rank);
+    if (lost && running(*lost)) {
+      traced_ = Traced{cause, *lost, first.value_or(std::make_pair(rank.global_rank, *lost)),
+                       Clock::now() + kLostPeerSettle};
+      return;
+    }
+    commit(std::move(cause));
+  }
+
+  bool running(int global_rank) const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [global_rank](const Rank& r) {
+      return r.global_rank == global_rank && r.pid > 0 && !r.reaped;
+    });
+  }
+
+  // The traced failure becomes the cause as it stands (its peer did not fail in time, or exited
+  // cleanly).
+  void settle_traced() {
+    if (!traced_ || cause_) return;
+    Cause cause = std::move(traced_->cause);
+    traced_.reset();
+    commit(std::move(cause));
+  }
+
+  void commit(Cause cause) {
+    cause_ = std::move(cause);
     if (config_.nproc_per_node > 1) {
       print_to(STDERR_FILENO, "colo-run: {}; stopping the other ranks\n", cause_->message);
     }
@@ -511,40 +482,19 @@ class Job {
   sigset_t saved_mask_{};
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Cause> cause_;
+  // A failure that may follow from another's: its rank lost its connection to `awaited_rank`,
+  // which was still running; settled when that rank exits or at `deadline`.
+  struct Traced {
+    Cause cause;
+    int awaited_rank = -1;
+    std::pair<int, int> first;  // the first rank traced, and the peer it lost
+    Clock::time_point deadline;
+  };
+  std::optional<Traced> traced_;
 };
 
 }  // namespace
 
-int run_job(LaunchConfig config) {
-  if (config.master_port == 0) config.master_port = pick_free_port(config.master_addr);
-
-  std::optional<files::TemporaryDirectory> rdzv_dir;
-  if (config.rdzv_file == "auto") {
-    // A fresh directory makes the path unique and guarantees the file does not exist yet.
-    rdzv_dir.emplace("colo-rdzv-");
-    config.rdzv_file = rdzv_dir->file("store");
-  } else if (!config.rdzv_file.empty()) {
-    if (files::lexists(config.rdzv_file)) {
-      throw UsageError(fmt::format(
-          "--rdzv-file '{}' already exists: a FileStore would read an earlier job's keys from "
-          "it. Remove it, or use --rdzv-file auto",
-          config.rdzv_file));
-    }
-    const std::string dir = files::parent_path(config.rdzv_file);
-    if (!files::is_directory(dir)) {
-      throw UsageError(
-          fmt::format("--rdzv-file '{}': directory '{}' does not exist", config.rdzv_file, dir));
-    }
-  }
-
-  // Said before the ranks start, so that it comes first and not amid their output.
-  if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
-    print_to(STDERR_FILENO, "{}\n", *warning);
-  }
-  int code = Job(config).run();
-  // The last FileStore user normally deletes the file; after a failure nobody did.
-  if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
-  return code;
-}
+int supervise(const LaunchConfig& config) { return Job(config).run(); }
 
 }  // namespace colo::launcher

@@ -149,7 +149,8 @@ class ProcessGroup {
 // a rank that never arrives ends it with a DistError naming who is missing.
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options = {});
 
-// Milliseconds from COLO_TIMEOUT_MS when set, else the fallback.
+// Milliseconds from COLO_TIMEOUT_MS when set, else the fallback. A value that is not a whole
+// number from 1 to Environment::kMaxTimeoutMs throws env::VariableError naming the variable.
 std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback);
 
 }  // namespace colo::dist
