@@ -9,7 +9,7 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers.
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -372,7 +372,7 @@ for stage in "$@"; do
         IFS=, read -ra pairs <<<"$opts"
         for pair in "${pairs[@]}"; do plugin_opts+=(--plugin-opt "$pair"); done
         IFS=, read -ra extra <<<"$extras"
-        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
+        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" build-gpu/bin/colo-run --nproc-per-node "${COLO_6B_NPROC:-1}" build-gpu/bin/colo_vit_bench \
           --plugin "$plugin" "${plugin_opts[@]}" "${big[@]}" "${extra[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
         note "$tag ($run) rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"mfu": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -h 'planned' "$LOGS/$tag.log") host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/$tag.log")"
         grep -v '^\s' "$LOGS/$tag.log" | grep -v 'Maximum resident' | tail -4 >>"$LOGS/summary.txt"
@@ -385,7 +385,7 @@ for stage in "$@"; do
       # and accumulation as gemini-6b.
       for offload in ${COLO_PEER_6B_OFFLOAD:-pageable}; do
         tag=6b_fsdp2_$offload
-        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-300}" python3 -m torch.distributed.run --standalone --nproc-per-node "${COLO_6B_NPROC:-1}" \
           benchmarks/peers/timm_train_bench.py --mode fsdp2 --model large --embed-dim 4096 --depth 32 --num-heads 64 \
           --mlp-ratio 4 --precision bf16 --batch-size "${COLO_6B_BATCH:-256}" --grad-accum "${COLO_PEER_6B_ACCUM:-16}" \
           --grad-checkpointing --fsdp-cpu-offload "$offload" --warmup-steps "${COLO_6B_WARMUP:-1}" \
@@ -655,6 +655,104 @@ PY
       note "threads at the end of run 0: $(grep -h 'exit-threads' "$LOGS/exit_0.log" | tr '\n' ';')"
       note "exit-loop on $ngpu GPUs: ${COLO_EXIT_RUNS:-30} runs, $fails failed, $segv segfaults, $warned with the not-destroyed warning, $closing with a close() message, $nccl_alive with NCCL threads alive at the end ($((SECONDS - start)) s)"
       note "seconds from the JSON record to the end of colo-run: ${lags[*]}"
+      ;;
+    build-multi)
+      # What the distributed stages run (NCCL dist tests, the two-GPU layouts, faults, small microbatches):
+      # not the unit tests, which take most of a full build.
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_dist_tests colo_plugin_torch_ddp \
+            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity
+      } >"$LOGS/build.log" 2>&1
+      note "build-multi rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      gcc -shared -fPIC -O1 -o build-gpu/libsegv_backtrace.so tests/gpu/segv_backtrace.c >>"$LOGS/build.log" 2>&1
+      ;;
+    two-gpu-pp)
+      # Issue 45 on two GPUs: ViT-L/16 bf16, batch 128 as COLO_PP_MICRO microbatches (default "8 16"),
+      # pp 2 under each schedule, colo (hybrid_parallel) and PyTorch's torch.distributed.pipelining
+      # (benchmarks/peers/torch_parallel_bench.py) one after the other; then on one GPU the same
+      # microbatches through hybrid_parallel pp 1 (the pipeline's work without a second stage: the
+      # denominator of the measured bubble) and torch_ddp at batch 128.
+      pp_common=(--model large --batch-size 128 --precision bf16 --warmup-steps 4 --steps "${COLO_PP_STEPS:-12}" --peak-tflops 1)
+      for mb in ${COLO_PP_MICRO:-8 16}; do
+        for style in ${COLO_PP_STYLES:-1f1b gpipe interleaved zero_bubble}; do
+          opts=(--plugin-opt pp_size=2 --plugin-opt num_microbatches=$mb --plugin-opt pp_style=$style)
+          peer=(--schedule 1F1B)
+          case $style in
+            gpipe) peer=(--schedule GPipe) ;;
+            interleaved) opts+=(--plugin-opt num_model_chunks=2) peer=(--schedule Interleaved1F1B --chunks 2) ;;
+            zero_bubble) peer=(--schedule InterleavedZeroBubble --chunks 2) ;;
+          esac
+          tag=pp2_${style}_$mb
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+            "${opts[@]}" "${pp_common[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+          note "colo $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null)"
+          [ "${COLO_PP_PEERS:-1}" = 1 ] || continue
+          timeout 180 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/peers/torch_parallel_bench.py \
+            --mode pp "${peer[@]}" --num-microbatches $mb "${pp_common[@]}" --json "$LOGS/peer_$tag.json" >"$LOGS/peer_$tag.log" 2>&1
+          note "torch pipelining $tag (${peer[*]}) rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null)"
+          [ -f "$LOGS/peer_$tag.json" ] || grep -E "Error|error" "$LOGS/peer_$tag.log" | grep -v Warn | tail -2 >>"$LOGS/summary.txt"
+        done
+        tag=pp1_$mb
+        timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+          --plugin-opt num_microbatches=$mb "${pp_common[@]}" --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "colo one GPU $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null)"
+      done
+      timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+        "${pp_common[@]}" --json "$LOGS/ddp1_large.json" >"$LOGS/ddp1_large.log" 2>&1
+      note "colo one GPU torch_ddp ViT-L b128 rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ddp1_large.json" 2>/dev/null)"
+      ;;
+    two-gpu-tp)
+      # Issue 45: ViT-L/16 bf16 batch 128, tp 2 with and without sequence parallelism: colo
+      # (hybrid_parallel tp_size=2) and DTensor's Colwise/RowwiseParallel, one after the other.
+      tp_common=(--model large --batch-size 128 --precision bf16 --warmup-steps 4 --steps "${COLO_TP_STEPS:-12}" --peak-tflops 1)
+      for sp in false true; do
+        tag=tp2_sp_$sp
+        timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+          --plugin-opt tp_size=2 --plugin-opt enable_sequence_parallelism=$sp "${tp_common[@]}" \
+          --json "$LOGS/$tag.json" >"$LOGS/$tag.log" 2>&1
+        note "colo $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/$tag.json" 2>/dev/null)"
+        peer_sp=()
+        [ $sp = true ] && peer_sp=(--sequence-parallel)
+        timeout 180 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/peers/torch_parallel_bench.py \
+          --mode tp "${peer_sp[@]}" "${tp_common[@]}" --json "$LOGS/peer_$tag.json" >"$LOGS/peer_$tag.log" 2>&1
+        note "DTensor $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null)"
+        [ -f "$LOGS/peer_$tag.json" ] || grep -E "Error|error" "$LOGS/peer_$tag.log" | grep -v Warn | tail -2 >>"$LOGS/summary.txt"
+      done
+      ;;
+    two-gpu-faults)
+      # Issue 45: a rank killed (SIGKILL) and a rank hung (SIGSTOP) mid-run under NCCL, for pp 2, tp 2
+      # and gemini dp 2: colo-run must end the job with the rank named, within the collective timeout
+      # (COLO_TIMEOUT_MS=20000 here), never hang. tests/gpu/fault_under_nccl.sh does one run.
+      for layout in "pp2:hybrid_parallel:pp_size=2,num_microbatches=8" "tp2:hybrid_parallel:tp_size=2" \
+        "gemini2:gemini:placement_policy=auto"; do
+        IFS=: read -r name plugin opts <<<"$layout"
+        for sig in KILL STOP; do
+          COLO_TIMEOUT_MS=20000 timeout 120 bash tests/gpu/fault_under_nccl.sh "$sig" "$plugin" "$opts" \
+            >"$LOGS/fault_${name}_$sig.log" 2>&1
+          note "fault $name SIG$sig rc=$?: $(grep '^fault:' "$LOGS/fault_${name}_$sig.log" | tr '\n' ' ')"
+        done
+      done
+      ;;
+    small-micro-profile)
+      # Issue 44: where a small microbatch's time goes, one GPU, ViT-B/16 bf16: torch_ddp at batch 32,
+      # batch 256 as 8 x 32 under --grad-accum 8, and hybrid_parallel pp 1 with 8 microbatches of 32;
+      # images/s, then a kernel trace of each (kernel_summary.py: GPU busy/idle, CPU launch gaps).
+      sm_common=(--model base --precision bf16 --warmup-steps 10 --steps 30 --peak-tflops 1)
+      for run in "b32:torch_ddp:32:" "accum8:torch_ddp:256:--grad-accum=8" "pipe8:hybrid_parallel:256:--plugin-opt=num_microbatches=8"; do
+        IFS=: read -r tag plugin batch extra <<<"$run"
+        extra_args=()
+        [ -n "$extra" ] && extra_args=("$extra")
+        timeout 120 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin "$plugin" \
+          --batch-size "$batch" "${extra_args[@]}" "${sm_common[@]}" --json "$LOGS/sm_$tag.json" \
+          --profile "$LOGS/sm_${tag}_trace.json" >"$LOGS/sm_$tag.log" 2>&1
+        note "small-micro $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/sm_$tag.json" 2>/dev/null)"
+      done
+      python3 benchmarks/peers/kernel_summary.py "b32=$LOGS/sm_b32_trace.json" "accum8=$LOGS/sm_accum8_trace.json" \
+        "pipe8=$LOGS/sm_pipe8_trace.json" --top 25 >"$LOGS/small_micro_kernels.md" 2>&1
+      cp "$LOGS/small_micro_kernels.md" "$OUT/" 2>/dev/null
+      rm -f "$LOGS"/sm_*_trace*.json
       ;;
     *) note "unknown stage $stage" ;;
   esac
