@@ -35,9 +35,10 @@ SignedStore::SignedStore(c10::intrusive_ptr<c10d::Store> inner, std::string toke
 std::vector<uint8_t> SignedStore::seal(const std::string& token, const std::string& key,
                                        const std::vector<uint8_t>& value) {
   const Sha256Digest digest = mac(token, key, value.data(), value.size());
-  std::vector<uint8_t> stored(kMagic, kMagic + kMagicSize);
-  stored.insert(stored.end(), digest.begin(), digest.end());
-  stored.insert(stored.end(), value.begin(), value.end());
+  std::vector<uint8_t> stored(kHeaderSize + value.size());
+  std::memcpy(stored.data(), kMagic, kMagicSize);
+  std::memcpy(stored.data() + kMagicSize, digest.data(), digest.size());
+  if (!value.empty()) std::memcpy(stored.data() + kHeaderSize, value.data(), value.size());
   return stored;
 }
 

@@ -6,10 +6,12 @@
 #include <colo/files/files.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <fstream>
 #include <set>
 
@@ -66,7 +68,14 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
 
 std::optional<int> lost_peer_of(const std::string& run_reports, int rank) {
   if (run_reports.empty()) return std::nullopt;
-  std::ifstream note(files::join(run_reports, fmt::format("lost-peer.{}", rank)));
+  const std::string path = files::join(run_reports, fmt::format("lost-peer.{}", rank));
+  // A note is left at every failure that names a peer, including one the program caught and
+  // survived: only a recent one explains the rank's exit.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || ::time(nullptr) - info.st_mtime > kLostPeerNoteLifetimeS) {
+    return std::nullopt;
+  }
+  std::ifstream note(path);
   int peer = -1;
   if (!(note >> peer) || peer < 0) return std::nullopt;
   return peer;

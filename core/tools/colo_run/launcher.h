@@ -70,7 +70,9 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
 
 // The global rank that rank `rank` noted it lost before it failed: the note the ranks' colo
 // (core/src/dist/wait_failure.h, lost_peer_note_path) leaves in config.run_reports. nullopt when
-// there is none.
+// there is none, or when it is older than kLostPeerNoteLifetimeS (from a failure the program
+// caught and survived).
+inline constexpr long kLostPeerNoteLifetimeS = 30;
 std::optional<int> lost_peer_of(const std::string& run_reports, int rank);
 
 // A port that was free on `addr` a moment ago (bind to port 0, read it back, close). Another
