@@ -32,13 +32,17 @@ install_apt() {
   fi
 }
 
-# Test oracles only (colo never imports Python): PyTorch + timm + safetensors from PyPI. The same
-# wheel's libtorch is what the CI-only CUDA compile check builds against.
+# Test oracles only (colo never imports Python): PyTorch, timm, Hugging Face transformers and
+# safetensors from PyPI, at pinned versions: a new release could change a reference (timm's init
+# or resampling, transformers' ViT) under an unchanged test. Raise a pin on purpose, with the
+# tests. The same torch wheel's libtorch is what the CI-only CUDA compile check builds against.
+oracle_pins=(torch==2.15.0 timm==1.0.31 safetensors==0.8.0 transformers==5.24.0)
 install_oracles() {
-  if ! python3 -c 'import torch, timm, safetensors' 2>/dev/null; then
-    echo "colo: installing the Python test oracles (torch, timm, safetensors) from PyPI"
-    python3 -m pip install --quiet torch timm safetensors 2>/dev/null ||
-      python3 -m pip install --quiet --break-system-packages torch timm safetensors
+  if ! python3 -c 'import importlib.metadata as m, sys
+sys.exit(any(m.version(n) != v for n, v in (pin.split("==") for pin in sys.argv[1:])))' "${oracle_pins[@]}" 2>/dev/null; then
+    echo "colo: installing the Python test oracles (${oracle_pins[*]}) from PyPI"
+    python3 -m pip install --quiet "${oracle_pins[@]}" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "${oracle_pins[@]}"
   fi
 }
 

@@ -9,7 +9,7 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile.
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs pp-debug.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -662,11 +662,95 @@ PY
       {
         cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
           cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_dist_tests colo_plugin_torch_ddp \
-            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity
+            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity colo_gpu_graph_tests
       } >"$LOGS/build.log" 2>&1
       note "build-multi rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
       gcc -shared -fPIC -O1 -o build-gpu/libsegv_backtrace.so tests/gpu/segv_backtrace.c >>"$LOGS/build.log" 2>&1
+      ;;
+    build-graphs)
+      # Only what the graphs stage runs (a short device budget: no dist tests, no unit tests).
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp \
+            colo_plugin_hybrid_parallel colo_gpu_graph_tests
+      } >"$LOGS/build.log" 2>&1
+      note "build-graphs rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    graphs)
+      # Issue 44: the CUDA-graph tests (graphed against eager, bit for bit), then one GPU, alternating:
+      # ViT-B/16 bf16 batch 32 eager, cuda_graphs, timm under torch.compile(mode="reduce-overhead");
+      # batch 256 as 8 x 32 under --grad-accum 8 and hybrid_parallel num_microbatches=8 with graphs;
+      # ViT-Ti/16 batch 256 with graphs beside timm reduce-overhead (COLO_GRAPH_RUNS selects).
+      timeout 200 build-gpu/bin/colo_gpu_graph_tests >"$LOGS/graph_tests.log" 2>&1
+      note "graph tests rc=$?: $(grep -cE '^\[       OK' "$LOGS/graph_tests.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/graph_tests.log") failed"
+      grep -E "Failure|Expected|Which is|error|what\(\)|FAILED  \]" "$LOGS/graph_tests.log" | head -30 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      g_common=(--precision bf16 --warmup-steps 10 --steps "${COLO_GRAPH_STEPS:-40}" --peak-tflops 1)
+      for run in ${COLO_GRAPH_RUNS:-b32_eager b32_graphs b32_timm accum8_graphs pipe8_graphs ti256_graphs ti256_timm ti256_eager}; do
+        case $run in
+          b32_eager) cmd=(colo base 32 --plugin torch_ddp) ;;
+          b32_graphs) cmd=(colo base 32 --plugin torch_ddp --plugin-opt cuda_graphs=true) ;;
+          b32_timm) cmd=(timm base 32) ;;
+          accum8_graphs) cmd=(colo base 256 --plugin torch_ddp --plugin-opt cuda_graphs=true --grad-accum 8) ;;
+          accum8_eager) cmd=(colo base 256 --plugin torch_ddp --grad-accum 8) ;;
+          pipe8_graphs) cmd=(colo base 256 --plugin hybrid_parallel --plugin-opt num_microbatches=8 --plugin-opt cuda_graphs=true) ;;
+          ti256_graphs) cmd=(colo tiny 256 --plugin torch_ddp --plugin-opt cuda_graphs=true) ;;
+          ti256_eager) cmd=(colo tiny 256 --plugin torch_ddp) ;;
+          ti256_timm) cmd=(timm tiny 256) ;;
+          *) note "unknown graphs run $run"; continue ;;
+        esac
+        if [ "${cmd[0]}" = colo ]; then
+          timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --model "${cmd[1]}" \
+            --batch-size "${cmd[2]}" "${cmd[@]:3}" "${g_common[@]}" --json "$LOGS/g_$run.json" >"$LOGS/g_$run.log" 2>&1
+        else
+          timeout 240 python3 benchmarks/peers/timm_train_bench.py --mode compile --compile-mode reduce-overhead \
+            --model "${cmd[1]}" --batch-size "${cmd[2]}" "${g_common[@]}" --json "$LOGS/g_$run.json" >"$LOGS/g_$run.log" 2>&1
+        fi
+        note "graphs $run rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/g_$run.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/g_$run.json" 2>/dev/null)"
+        [ -f "$LOGS/g_$run.json" ] || grep -v '^\s*$' "$LOGS/g_$run.log" | tail -3 >>"$LOGS/summary.txt"
+      done
+      ;;
+    pp-debug)
+      # Why pp 2 with gpipe hung under NCCL (2026-11-25, f6c4acf: ViT-L/16, 8 microbatches of 16, no output in
+      # 150 s): the same run with a smaller model first (does it finish?), then ViT-L in the background, and
+      # after COLO_PP_DEBUG_AFTER_S each rank's stacks (cuda-gdb, every thread) and nvidia-smi's view.
+      timeout 60 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+        --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=gpipe --model base --batch-size 64 \
+        --precision bf16 --warmup-steps 2 --steps 4 --peak-tflops 1 --json "$LOGS/ppdbg_base.json" >"$LOGS/ppdbg_base.log" 2>&1
+      note "pp-debug ViT-B gpipe 8 x 8 rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ppdbg_base.json" 2>/dev/null)"
+      NCCL_DEBUG=WARN timeout "${COLO_PP_DEBUG_TIMEOUT:-120}" build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench \
+        --plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=gpipe \
+        --model large --batch-size 128 --precision bf16 --warmup-steps 2 --steps 4 --peak-tflops 1 \
+        --json "$LOGS/ppdbg_large.json" >"$LOGS/ppdbg_large.log" 2>&1 &
+      job=$!
+      sleep "${COLO_PP_DEBUG_AFTER_S:-45}"
+      if kill -0 $job 2>/dev/null; then
+        nvidia-smi >"$LOGS/ppdbg_smi.txt" 2>&1
+        for pid in $(pgrep -f "bin/colo_vit_bench"); do
+          rank=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep '^RANK=' | cut -d= -f2)
+          timeout 60 cuda-gdb -p "$pid" -batch -ex "info threads" -ex "thread apply all bt 30" >"$LOGS/ppdbg_stacks_rank$rank.txt" 2>&1
+          note "pp-debug stacks of rank $rank (pid $pid): $(grep -c '^#' "$LOGS/ppdbg_stacks_rank$rank.txt") frames"
+          cp "$LOGS/ppdbg_stacks_rank$rank.txt" "$OUT/" 2>/dev/null
+        done
+      fi
+      wait $job
+      note "pp-debug ViT-L gpipe 8 x 16 rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ppdbg_large.json" 2>/dev/null)"
+      # Where 1f1b loses to interleaved at pp 2 (634 against 967 images/s, same call): a kernel trace of each.
+      traces=()
+      for style in 1f1b interleaved; do
+        extra=()
+        [ $style = interleaved ] && extra=(--plugin-opt num_model_chunks=2)
+        timeout 120 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+          --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=$style "${extra[@]}" --model large \
+          --batch-size 128 --precision bf16 --warmup-steps 3 --steps 6 --peak-tflops 1 --profile "$LOGS/pp_${style}_trace.json" \
+          --json "$LOGS/pp_${style}_prof.json" >"$LOGS/pp_${style}_prof.log" 2>&1
+        note "pp-debug profile $style rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/pp_${style}_prof.json" 2>/dev/null)"
+        traces+=("${style}_r0=$LOGS/pp_${style}_trace.json" "${style}_r1=$LOGS/pp_${style}_trace.rank1.json")
+      done
+      python3 benchmarks/peers/kernel_summary.py "${traces[@]}" --top 12 >"$LOGS/pp_kernels.md" 2>&1
+      cp "$LOGS/pp_kernels.md" "$OUT/" 2>/dev/null
+      rm -f "$LOGS"/pp_*_trace*.json
       ;;
     two-gpu-pp)
       # Issue 45 on two GPUs: ViT-L/16 bf16, batch 128 as COLO_PP_MICRO microbatches (default "8 16"),
