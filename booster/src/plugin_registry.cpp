@@ -296,7 +296,7 @@ PluginContext PluginRegistry::default_context() {
     auto env = dist::Environment::from_env();
     if (env.world_size == 1 && env.rdzv_file.empty()) env.rdzv_file = private_store_file();
     dist::ProcessGroup::Options options;
-    options.timeout = env.timeout.value_or(std::chrono::minutes(5));
+    options.timeout = env.timeout.value_or(std::chrono::milliseconds(env::kDefaultTimeoutMs));
     auto context = std::make_shared<PluginContext>();
     // The device first: NCCL binds a communicator to the device current at creation.
     context->device = dist::select_device(env);

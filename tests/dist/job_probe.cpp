@@ -12,6 +12,8 @@
 //                                closes the world (its peers' all-reduce fails at once), takes
 //                                1.5 s to exit (as a LibTorch process may) and exits 3; the
 //                                others print their error and exit 1
+//   colo_job_probe stop          rank 1 stops itself (SIGSTOP) while the others all-reduce: they
+//                                wait for it until their timeout
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
 
@@ -61,6 +63,12 @@ int run(const std::string& scenario, const std::string& dir) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are waiting by now
     std::raise(SIGKILL);
   }
+  if (scenario == "stop" && env.rank == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::raise(SIGSTOP);
+    std::fprintf(stderr, "rank 1: continued\n");
+    return 5;
+  }
   if (scenario == "lose-peer" && env.rank == 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::fprintf(stderr, "rank 1: error: cannot write the checkpoint (simulated)\n");
@@ -68,8 +76,8 @@ int run(const std::string& scenario, const std::string& dir) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     return 3;
   }
-  world->all_reduce(ones).wait();  // fails: rank 1 went away
-  std::fprintf(stderr, "rank %d: all_reduce returned though rank 1 went away\n", env.rank);
+  world->all_reduce(ones).wait();  // fails: rank 1 went away (or stopped)
+  std::fprintf(stderr, "rank %d: all_reduce returned without rank 1\n", env.rank);
   return 4;
 }
 
@@ -77,8 +85,9 @@ int run(const std::string& scenario, const std::string& dir) {
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
-  if (scenario != "join" && scenario != "hold" && scenario != "die" && scenario != "lose-peer") {
-    std::fprintf(stderr, "usage: colo_job_probe join|hold DIR|die|lose-peer\n");
+  if (scenario != "join" && scenario != "hold" && scenario != "die" && scenario != "lose-peer" &&
+      scenario != "stop") {
+    std::fprintf(stderr, "usage: colo_job_probe join|hold DIR|die|lose-peer|stop\n");
     return 2;
   }
   torch::set_num_threads(1);

@@ -788,4 +788,80 @@ TEST_F(ColoRunJob, ARankThatLostAPeerIsTheCauseWhenThePeerDoesNotFail) {
   EXPECT_LT(r.seconds, 14.0);
 }
 
+// ---- A rank stopped by a signal ------------------------------------------------------------------
+
+// Shell code that waits until the process whose pid is in file `name` is stopped (state T).
+std::string wait_until_stopped(const std::string& dir, const std::string& name) {
+  return "p=$(cat " + files::join(dir, name) + "); while ! grep -q '^[0-9]* (.*) T' /proc/$p/stat; do sleep 0.02; "
+         "done; ";
+}
+
+// Rank 1 stops itself (SIGSTOP) and nothing fails: after the job's timeout (COLO_TIMEOUT_MS)
+// colo-run names it as the cause, with 128 + SIGSTOP, and ends the job, rank 1 included.
+TEST_F(ColoRunJob, ARankStoppedForTheTimeoutIsTheCause) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0, 2}) +
+                             "kill -STOP $$; echo continued >&2; exit 0; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "1500"}});
+  EXPECT_EQ(r.exit_code, 128 + SIGSTOP) << r.err;
+  const std::string pid1 = std::to_string(read_pid("pid.1"));
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("colo-run: rank 1 (pid " + pid1 + ") was stopped by signal 19 (SIGSTOP) 1.", 0), 0u)
+      << r.err;
+  EXPECT_NE(lines.back().find(" s ago and not continued; the job's timeout (COLO_TIMEOUT_MS) is 1500 ms; stopped the "
+                              "other ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("continued\n"), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, 1.5);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+  expect_all_gone(3);
+}
+
+// Another rank fails while rank 1 is stopped (its collective timed out waiting, or NCCL's
+// watchdog aborted it): the stopped rank is the cause, at once.
+TEST_F(ColoRunJob, ARankFailingBesideAStoppedOneNamesTheStoppedOne) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0}) +
+                             "kill -STOP $$; exit 0; fi; " + wait_for_ranks({1}) +
+                             wait_until_stopped(dir_, "pid.1") + "echo 'timed out' >&2; ulimit -c 0; kill -ABRT $$";
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "60000"}});
+  EXPECT_EQ(r.exit_code, 128 + SIGSTOP) << r.err;
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("colo-run: rank 1 (pid " + std::to_string(read_pid("pid.1")) +
+                                   ") was stopped by signal 19 (SIGSTOP) ",
+                               0),
+            0u)
+      << r.err;
+  EXPECT_NE(lines.back().find(" s ago and not continued (rank 0 (pid " + std::to_string(read_pid("pid.0")) +
+                              ") was killed by signal 6 (SIGABRT) meanwhile, waiting for it); stopped the other "
+                              "ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+  expect_all_gone(2);
+}
+
+// A rank stopped for a while and continued is no cause: the job ends as its ranks do.
+TEST_F(ColoRunJob, ARankContinuedInTimeIsNoCause) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0}) +
+                             "kill -STOP $$; echo continued; exit 0; fi; " + wait_for_ranks({1}) +
+                             wait_until_stopped(dir_, "pid.1") + "sleep 0.5; kill -CONT $p; exit 0";
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "3000"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 1] continued"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+}
+
+// colo-run reads COLO_TIMEOUT_MS as every rank does, and refuses a bad one before any rank starts.
+TEST(ColoRun, ABadTimeoutIsRefusedBeforeTheRanksStart) {
+  for (const char* bad : {"-5", "0", "10abc", "abc"}) {
+    Result r = run_colo({"sh", "-c", "echo ran"}, {{"COLO_TIMEOUT_MS", bad}});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("environment variable COLO_TIMEOUT_MS"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("milliseconds from 1 to 604800000"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 }  // namespace

@@ -300,19 +300,51 @@ TEST_F(DistJob, WithoutColoRunTheSurvivorNamesTheRankThatDied) {
   EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
 }
 
-// Rank 1 fails (a checkpoint error, say), closes its groups and takes a while to exit; rank 0's
-// all-reduce fails at once ("Connection closed by peer") and rank 0 exits first. colo-run's last
-// line names rank 1, the cause, with its exit code, not rank 0.
-TEST_F(DistJob, ColoRunNamesTheRankThatFailedFirstNotTheOneThatLostIt) {
-  Process job(dir_, "job", {kColoRun, "--nproc-per-node", "2", kProbe, "lose-peer"}, {{"COLO_TIMEOUT_MS", "30000"}});
-  EXPECT_EQ(job.wait(), 3) << job.err();
+// Rank 1 fails (a checkpoint error, say), closes its groups and takes a while to exit; the
+// others' all-reduce fails at once ("Connection closed by peer") and one of them exits first.
+// colo-run's last line names rank 1, the cause, with its exit code, not the rank that lost it;
+// at 2, 4 and 8 ranks.
+class DistJobLostPeer : public DistJob, public ::testing::WithParamInterface<int> {};
+
+TEST_P(DistJobLostPeer, ColoRunNamesTheRankThatFailedFirstNotTheOneThatLostIt) {
+  const int ranks = GetParam();
+  Process job(dir_, "job", {kColoRun, "--nproc-per-node", std::to_string(ranks), kProbe, "lose-peer"},
+              {{"COLO_TIMEOUT_MS", "30000"}});
+  EXPECT_EQ(job.wait(90), 3) << job.err();
   const std::string err = job.err();
   EXPECT_NE(err.find("[rank 1] rank 1: error: cannot write the checkpoint (simulated)"), std::string::npos) << err;
   EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
   EXPECT_EQ(last_line(err).rfind("colo-run: rank 1 (pid ", 0), 0u) << err;
-  EXPECT_NE(last_line(err).find("exited with code 3 (rank 0 exited before it, having lost its connection to rank 1)"),
-            std::string::npos)
-      << err;
+  EXPECT_NE(last_line(err).find("exited with code 3 (rank "), std::string::npos) << err;
+  EXPECT_NE(last_line(err).find(" exited before it, having lost its connection to rank 1)"), std::string::npos) << err;
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DistJobLostPeer, ::testing::Values(2, 4, 8));
+
+// ---- A rank that is stopped, not dead ------------------------------------------------------------
+
+// Rank 1 stops itself (SIGSTOP) while the others wait for it in an all-reduce, at 2, 4 and 8
+// ranks. Its peers time out (Gloo) or are aborted by NCCL's watchdog and so fail first; colo-run's
+// last line must name rank 1, stopped, within the job's timeout (COLO_TIMEOUT_MS) and a margin,
+// and the job must end, rank 1 included.
+class DistJobStopped : public DistJob, public ::testing::WithParamInterface<int> {};
+
+TEST_P(DistJobStopped, ColoRunNamesTheStoppedRank) {
+  const int ranks = GetParam();
+  const auto start = Clock::now();
+  Process job(dir_, "job", {kColoRun, "--nproc-per-node", std::to_string(ranks), kProbe, "stop"},
+              {{"COLO_TIMEOUT_MS", "4000"}});
+  const int code = job.wait(90);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::string err = job.err();
+  EXPECT_EQ(code, 128 + SIGSTOP) << err;
+  EXPECT_EQ(last_line(err).rfind("colo-run: rank 1 (pid ", 0), 0u) << err;
+  EXPECT_NE(last_line(err).find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rank 1: continued"), std::string::npos) << "rank 1 was killed, not let go on: " << err;
+  // Starting 8 LibTorch processes on 2 cores takes a few seconds; the timeout is 4.
+  EXPECT_LT(seconds, 40.0) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DistJobStopped, ::testing::Values(2, 4, 8));
 
 }  // namespace

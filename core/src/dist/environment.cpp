@@ -66,7 +66,7 @@ void validate(const Environment& env) {
 }  // namespace
 
 std::optional<std::chrono::milliseconds> Environment::timeout_from(const Lookup& get) {
-  const auto ms = env::integer("COLO_TIMEOUT_MS", 1, kMaxTimeoutMs, "milliseconds", get);
+  const auto ms = env::timeout_ms(get);
   if (!ms) return std::nullopt;
   return std::chrono::milliseconds(*ms);
 }

@@ -42,6 +42,10 @@ std::optional<long long> integer(const char* name, long long min, long long max,
   return parsed;
 }
 
+std::optional<long long> timeout_ms(const Lookup& lookup) {
+  return integer("COLO_TIMEOUT_MS", 1, kMaxTimeoutMs, "milliseconds", lookup);
+}
+
 std::optional<std::string> secret(const char* name, std::size_t min_length, const Lookup& lookup) {
   const std::optional<std::string> value = text(name, lookup);
   if (!value) return std::nullopt;

@@ -1,7 +1,6 @@
 #include "job.h"
 
 #include <colo/files/files.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -19,6 +18,7 @@
 #include "node_capacity.h"
 #include "output.h"
 #include "posix.h"
+#include "rank_output.h"
 #include "spawn.h"
 
 extern char** environ;
@@ -28,19 +28,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One of a rank's output pipes, cut into whole lines so that ranks' lines never interleave
-// mid-line on colo-run's stdout/stderr.
-struct OutputStream {
-  int fd = -1;     // read end; -1 once closed
-  int out_fd = 1;  // where its lines go: colo-run's stdout or stderr
-  std::string pending;
-};
-
 struct Rank {
   int global_rank = 0;
   pid_t pid = -1;
   bool reaped = false;
   OutputStream out, err;
+  // Since when a signal (SIGSTOP, SIGTSTP, ...) holds the rank stopped, and which; unset while it
+  // runs. Its peers wait for it until their timeout, and NCCL's watchdog may then blame them.
+  std::optional<std::chrono::steady_clock::time_point> stopped_since;
+  int stop_signal = 0;
 };
 
 // Why the job stopped, kept for the first cause only: later failures are usually ranks that
@@ -51,18 +47,10 @@ struct Cause {
   std::string aftermath;  // what colo-run did about it, for the final report
 };
 
-// A line longer than this is forwarded in pieces, so a rank that never prints a newline (a
-// progress bar) cannot grow colo-run's memory without bound.
-constexpr std::size_t kMaxLine = 64 * 1024;
 // After the last rank exits and its process group is killed, how long to wait for descendants
 // that escaped the group (setsid daemons) to exit and close the inherited pipes before colo-run
 // leaves them be.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
-// How long after its output lost its reader colo-run waits before it stops the ranks. The line
-// that found the pipe closed is often a failing rank's last words, and a LibTorch process takes
-// a while to exit after printing them (0.4 s measured with 8 ranks on 2 cores): a rank that fails
-// meanwhile is the cause, and its exit code, not the closed pipe's 141, becomes the job's.
-constexpr auto kOutputGoneSettle = std::chrono::seconds(2);
 // How long a rank's failure waits, before it is taken as the job's cause, for the peer it lost
 // (lost_peer_of) to exit: a peer that closed its connections is on its way out, though a LibTorch
 // process takes a while to get there.
@@ -78,7 +66,7 @@ class Job {
     supervise();
     restore_signals();
     // The last lines, forwarded after every rank had exited, found no reader.
-    if (!cause_ && reader_gone_while_forwarding_) cause_ = output_gone_cause("");
+    if (!cause_ && output_.reader_gone_while_forwarding()) cause_ = output_gone_cause("");
     if (cause_) {
       print_to(STDERR_FILENO, "colo-run: {}{}\n", cause_->message, cause_->aftermath);
       return cause_->exit_code;
@@ -160,19 +148,11 @@ class Job {
     Spawned spawned = spawn_rank(rank.global_rank, argv, envp, config_.prefix_output, saved_mask_);
     rank.pid = spawned.pid;
     if (config_.prefix_output) {
-      rank.out = open_stream(spawned.out_fd, STDOUT_FILENO);
-      rank.err = open_stream(spawned.err_fd, STDERR_FILENO);
+      rank.out = OutputForwarder::open(spawned.out_fd, STDOUT_FILENO, rank.global_rank);
+      rank.err = OutputForwarder::open(spawned.err_fd, STDERR_FILENO, rank.global_rank);
     }
     rank.reaped = spawned.exec_error != 0;
     return spawned.exec_error;
-  }
-
-  static OutputStream open_stream(int fd, int out_fd) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    OutputStream stream;
-    stream.fd = fd;
-    stream.out_fd = out_fd;
-    return stream;
   }
 
   bool all_reaped() const {
@@ -206,10 +186,13 @@ class Job {
       }
       std::optional<Clock::time_point> wake = drain_deadline;
       if (kill_deadline_ && (!wake || *kill_deadline_ < *wake)) wake = kill_deadline_;
-      if (!cause_ && output_gone_deadline_ && (!wake || *output_gone_deadline_ < *wake)) {
-        wake = output_gone_deadline_;
+      const auto& output_gone = output_.output_gone_deadline();
+      if (!cause_ && output_gone && (!wake || *output_gone < *wake)) {
+        wake = output_gone;
       }
       if (traced_ && (!wake || traced_->deadline < *wake)) wake = traced_->deadline;
+      const auto stopped_until = cause_ ? std::nullopt : stopped_deadline();
+      if (stopped_until && (!wake || *stopped_until < *wake)) wake = stopped_until;
       int timeout_ms = -1;
       if (wake) {
         auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - Clock::now()).count();
@@ -219,10 +202,13 @@ class Job {
         throw std::runtime_error("poll failed: " + errno_text(errno));
       }
       for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) read_stream(*streams[i - 1]);
+        if (fds[i].revents != 0) output_.read(*streams[i - 1]);
       }
       if (fds[0].revents & POLLIN) handle_signals();
       if (traced_ && Clock::now() >= traced_->deadline) settle_traced();
+      if (const auto until = stopped_deadline(); !cause_ && until && Clock::now() >= *until) {
+        commit_stopped(*stopped_rank(), "");
+      }
       stop_if_output_gone();
       if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
         kill_deadline_.reset();
@@ -230,8 +216,8 @@ class Job {
       }
     }
     for (Rank& rank : ranks_) {
-      close_stream(rank.out);
-      close_stream(rank.err);
+      output_.close(rank.out);
+      output_.close(rank.err);
     }
   }
 
@@ -264,14 +250,50 @@ class Job {
   void reap() {
     for (;;) {
       int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid < 0 && errno == EINTR) continue;
       if (pid < 0) children_left_ = false;  // ECHILD: the whole tree is gone
       if (pid <= 0) return;
       auto rank = std::find_if(ranks_.begin(), ranks_.end(),
                                [pid](const Rank& r) { return r.pid == pid && !r.reaped; });
-      if (rank != ranks_.end()) on_rank_exit(*rank, status);
+      if (rank == ranks_.end()) continue;
+      if (WIFSTOPPED(status)) {
+        rank->stopped_since = Clock::now();
+        rank->stop_signal = WSTOPSIG(status);
+      } else if (WIFCONTINUED(status)) {
+        rank->stopped_since.reset();
+      } else {
+        on_rank_exit(*rank, status);
+      }
     }
+  }
+
+  // The rank stopped longest, if one is.
+  const Rank* stopped_rank() const {
+    const Rank* longest = nullptr;
+    for (const Rank& r : ranks_) {
+      if (!r.reaped && r.stopped_since && (!longest || *r.stopped_since < *longest->stopped_since)) longest = &r;
+    }
+    return longest;
+  }
+  std::optional<Clock::time_point> stopped_deadline() const {
+    const Rank* stopped = stopped_rank();
+    if (!stopped) return std::nullopt;
+    return *stopped->stopped_since + std::chrono::milliseconds(config_.timeout_ms);
+  }
+
+  // A stopped rank is the cause once it has been stopped for the job's timeout, or as soon as
+  // another rank fails meanwhile (`failed`: that rank's words), which is what its peers do when
+  // their collectives time out waiting for it.
+  void commit_stopped(const Rank& stopped, const std::string& failed) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - *stopped.stopped_since).count();
+    const std::string then =
+        failed.empty() ? fmt::format("; the job's timeout (COLO_TIMEOUT_MS) is {} ms", config_.timeout_ms)
+                       : fmt::format(" ({} meanwhile, waiting for it)", failed);
+    commit(Cause{fmt::format("rank {} (pid {}) was stopped by signal {} ({}) {:.1f} s ago and not continued{}",
+                             stopped.global_rank, stopped.pid, stopped.stop_signal, signal_name(stopped.stop_signal),
+                             seconds, then),
+                 128 + stopped.stop_signal, "; stopped the other ranks"});
   }
 
   void on_rank_exit(Rank& rank, int status) {
@@ -286,7 +308,7 @@ class Job {
     // The rank's last words (often the reason it failed) go out before colo-run's report.
     // Bounded: a surviving grandchild may keep writing.
     for (OutputStream* stream : {&rank.out, &rank.err}) {
-      for (int chunk = 0; chunk < 64 && stream->fd >= 0 && read_stream(*stream); ++chunk) {
+      for (int chunk = 0; chunk < 64 && stream->fd >= 0 && output_.read(*stream); ++chunk) {
       }
     }
     std::string what;
@@ -298,6 +320,10 @@ class Job {
       const int sig = WTERMSIG(status);
       code = 128 + sig;
       what = fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
+    }
+    if (const Rank* stopped = stopped_rank()) {
+      commit_stopped(*stopped, fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what));
+      return;
     }
     Cause cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
                 config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
@@ -350,6 +376,13 @@ class Job {
       return;
     }
     signal_all(SIGTERM);
+    // A stopped rank takes SIGTERM only once continued (SIGKILL needs no SIGCONT).
+    for (const Rank& rank : ranks_) {
+      if (!rank.reaped && rank.stopped_since) {
+        ::kill(-rank.pid, SIGCONT);
+        ::kill(rank.pid, SIGCONT);
+      }
+    }
     kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(config_.grace_period_s));
   }
@@ -370,83 +403,14 @@ class Job {
                        [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
   }
 
-  const Rank& owner(const OutputStream& stream) const {
-    for (const Rank& rank : ranks_) {
-      if (&rank.out == &stream || &rank.err == &stream) return rank;
-    }
-    throw std::logic_error("output stream without a rank");
-  }
-
-  // Reads what is there (one chunk); returns whether more may follow right away.
-  bool read_stream(OutputStream& stream) {
-    char buffer[65536];
-    ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return false;
-    if (n <= 0) {
-      close_stream(stream);
-      return false;
-    }
-    stream.pending.append(buffer, static_cast<std::size_t>(n));
-    emit_lines(stream, false);
-    return true;
-  }
-
-  // Forwards complete lines with the rank's prefix, one write() each so that lines of
-  // different ranks stay whole. At EOF the unterminated tail is passed on too, ended with a
-  // newline so that the next rank's line does not run into it.
-  void emit_lines(OutputStream& stream, bool at_eof) {
-    const std::string prefix = fmt::format("[rank {}] ", owner(stream).global_rank);
-    std::string out;
-    std::size_t start = 0;
-    for (;;) {
-      std::size_t newline = stream.pending.find('\n', start);
-      std::size_t end;
-      if (newline != std::string::npos && newline - start < kMaxLine) {
-        end = newline + 1;
-      } else if (stream.pending.size() - start >= kMaxLine) {
-        end = start + kMaxLine;
-      } else {
-        break;
-      }
-      out += prefix;
-      out.append(stream.pending, start, end - start);
-      if (out.back() != '\n') out += '\n';
-      start = end;
-    }
-    if (at_eof && start < stream.pending.size()) {
-      out += prefix;
-      out.append(stream.pending, start, std::string::npos);
-      out += '\n';
-      start = stream.pending.size();
-    }
-    stream.pending.erase(0, start);
-    forward(stream, out);
-  }
-
-  // Passes a rank's lines on. Once the reader of colo-run's stdout or stderr is gone (EPIPE),
-  // that stream's lines are read and dropped, so that no rank blocks on a full pipe, and the job
-  // is stopped (see stop_if_output_gone()).
-  void forward(const OutputStream& stream, const std::string& lines) {
-    if (lines.empty()) return;
-    OutputTarget& target = stream.out_fd == STDOUT_FILENO ? stdout_ : stderr_;
-    if (target.reader_gone) return;
-    if (write_all(stream.out_fd, lines) == WriteResult::kReaderGone) {
-      target.reader_gone = true;
-      if (!reader_gone_while_forwarding_) {
-        output_gone_deadline_ = Clock::now() + kOutputGoneSettle;
-        reader_gone_while_forwarding_ =
-            fmt::format("rank {}'s {}", owner(stream).global_rank, target.name);
-      }
-    }
-  }
-
   // A rank writing into a closed pipe itself (as with --no-prefix) is killed by SIGPIPE, and
   // colo-run then stops the others. With prefixing colo-run writes for the ranks, so it does the
   // same when its own stdout or stderr lost its reader: the job ends as it would without colo-run
   // in between (`colo-run ... | head -1` returns), with 128 + SIGPIPE. A rank that failed first,
   // or within kOutputGoneSettle after, remains the cause: its exit code is the job's.
   void stop_if_output_gone() {
-    if (cause_ || !output_gone_deadline_ || Clock::now() < *output_gone_deadline_) return;
+    const auto& deadline = output_.output_gone_deadline();
+    if (cause_ || !deadline || Clock::now() < *deadline) return;
     cause_ = output_gone_cause(
         "; stopped the ranks, as a closed pipe stops a program that writes to it");
     print_to(STDERR_FILENO, "colo-run: {}; stopping the ranks\n", cause_->message);
@@ -456,27 +420,13 @@ class Job {
   Cause output_gone_cause(const char* aftermath) const {
     return Cause{
         fmt::format("the reader of colo-run's output went away (EPIPE) while it was forwarding {}",
-                    *reader_gone_while_forwarding_),
+                    *output_.reader_gone_while_forwarding()),
         128 + SIGPIPE, aftermath};
   }
 
-  void close_stream(OutputStream& stream) {
-    if (stream.fd < 0) return;
-    emit_lines(stream, true);
-    ::close(stream.fd);
-    stream.fd = -1;
-  }
-
-  struct OutputTarget {
-    const char* name;
-    bool reader_gone = false;
-  };
-
   const LaunchConfig& config_;
   std::vector<Rank> ranks_;
-  OutputTarget stdout_{"stdout"}, stderr_{"stderr"};
-  std::optional<std::string> reader_gone_while_forwarding_;  // whose output found it gone
-  std::optional<Clock::time_point> output_gone_deadline_;     // then: kOutputGoneSettle later
+  OutputForwarder output_;
   int signal_fd_ = -1;
   bool children_left_ = true;
   sigset_t saved_mask_{};

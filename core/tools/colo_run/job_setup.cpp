@@ -1,4 +1,5 @@
 // run_job: what a job needs before its ranks start (job.h).
+#include <colo/env/variables.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -13,6 +14,12 @@
 namespace colo::launcher {
 
 int run_job(LaunchConfig config) {
+  try {
+    // Checked here, before any rank starts, as every rank would check it.
+    config.timeout_ms = env::timeout_ms().value_or(env::kDefaultTimeoutMs);
+  } catch (const env::VariableError& e) {
+    throw UsageError(e.what());
+  }
   if (config.job_token.empty()) config.job_token = resolve_job_token(config);
   if (config.master_port == 0) config.master_port = pick_free_port(config.master_addr);
 

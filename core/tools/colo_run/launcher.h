@@ -38,6 +38,10 @@ struct LaunchConfig {
   // COLO_RUN_REPORTS for the ranks: a directory of colo-run's where a rank that fails because it
   // lost a peer leaves a note naming the peer (run() makes a fresh one).
   std::string run_reports;
+  // The job's timeout (COLO_TIMEOUT_MS in colo-run's environment, which the ranks inherit; else
+  // colo's default): a rank stopped by a signal (SIGSTOP) for that long is the job's cause, and
+  // the job is stopped. Resolved by run().
+  long long timeout_ms = 0;
   double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the ranks
   bool prefix_output = true;
   bool self_check = false;  // --check: run the launcher's own self-check instead of a program

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <colo/env/variables.h>
+
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -33,7 +35,7 @@ struct Environment {
   std::string run_reports;
 
   // The largest COLO_TIMEOUT_MS taken: a week.
-  static constexpr long long kMaxTimeoutMs = 7LL * 24 * 3600 * 1000;
+  static constexpr long long kMaxTimeoutMs = env::kMaxTimeoutMs;
 
   // Reads the process environment. Throws env::VariableError (a std::invalid_argument) naming
   // the variable when one is present but malformed (not a whole number, out of range, rank

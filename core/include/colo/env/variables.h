@@ -39,6 +39,15 @@ std::optional<std::string> text(const char* name, const Lookup& lookup = process
 std::optional<long long> integer(const char* name, long long min, long long max, const char* meaning,
                                  const Lookup& lookup = process_environment());
 
+// COLO_TIMEOUT_MS: how long a collective (and the rendezvous) waits, in whole milliseconds from 1
+// to kMaxTimeoutMs (a week); nullopt when unset or empty. colo-run reads it too: a rank that stays
+// stopped (SIGSTOP) that long is named as the job's cause.
+inline constexpr long long kMaxTimeoutMs = 7LL * 24 * 3600 * 1000;
+std::optional<long long> timeout_ms(const Lookup& lookup = process_environment());
+// The timeout where COLO_TIMEOUT_MS is unset: the world group PluginRegistry::default_context
+// makes (train_vit's), and colo-run's watch over stopped ranks.
+inline constexpr long long kDefaultTimeoutMs = 5LL * 60 * 1000;
+
 // The shortest COLO_JOB_TOKEN colo takes, in characters (colo-run makes 64 hexadecimal digits,
 // 256 random bits; 32 characters leave a hand-made token at least 128 bits of hexadecimal).
 inline constexpr std::size_t kMinJobTokenLength = 32;
