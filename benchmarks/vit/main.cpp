@@ -22,6 +22,7 @@
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/env/variables.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/zero/device_memory.h>
@@ -37,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -106,8 +108,7 @@ std::string shell_quote(const std::string& arg) {
 
 // $COLO_COMMIT where set: a copy of the tree on another machine may carry stale git metadata.
 std::string commit_of_this_tree() {
-  const char* given = std::getenv("COLO_COMMIT");
-  return given && *given ? given : COLO_GIT_COMMIT;
+  return colo::env::text("COLO_COMMIT").value_or(COLO_GIT_COMMIT);
 }
 
 // nullopt: --help was printed.
@@ -371,7 +372,7 @@ int run(const Options& o) {
   if (!o.image_folder.empty()) {
     const auto folder = std::make_shared<data::ImageFolder>(o.image_folder, data::ImageFolderOptions(config.image_size()));
     const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
-    const int64_t local_ranks = std::max<int64_t>(1, std::atoll(std::getenv("LOCAL_WORLD_SIZE") ? std::getenv("LOCAL_WORLD_SIZE") : "1"));
+    const int64_t local_ranks = colo::env::integer("LOCAL_WORLD_SIZE", 1, INT_MAX, "processes").value_or(1);
     workers = o.workers > 0 ? o.workers : std::max<int64_t>(1, cores / local_ranks - 1);
     const int64_t dp_rank = b.mesh ? b.mesh->coordinate(dist::MeshAxis::kDp) : rank;
     loader = std::make_unique<data::DataLoader>(folder, data::DataLoaderOptions(o.batch_size)

@@ -8,6 +8,7 @@
 
 #include <colo/booster/closest_match.h>
 
+#include <colo/env/variables.h>
 #include <colo/files/files.h>
 
 #include "shared_library.h"
@@ -44,8 +45,8 @@ struct SearchDir {
 
 std::vector<SearchDir> search_dirs() {
   std::vector<SearchDir> dirs;
-  if (const char* env = std::getenv("COLO_PLUGIN_PATH")) {
-    std::string list = env;
+  if (const std::optional<std::string> path = env::text("COLO_PLUGIN_PATH")) {
+    const std::string& list = *path;
     std::size_t start = 0;
     while (start <= list.size()) {
       const std::size_t colon = std::min(list.find(':', start), list.size());
@@ -295,7 +296,7 @@ PluginContext PluginRegistry::default_context() {
     auto env = dist::Environment::from_env();
     if (env.world_size == 1 && env.rdzv_file.empty()) env.rdzv_file = private_store_file();
     dist::ProcessGroup::Options options;
-    options.timeout = dist::timeout_from_env(std::chrono::minutes(5));
+    options.timeout = env.timeout.value_or(std::chrono::milliseconds(env::kDefaultTimeoutMs));
     auto context = std::make_shared<PluginContext>();
     // The device first: NCCL binds a communicator to the device current at creation.
     context->device = dist::select_device(env);

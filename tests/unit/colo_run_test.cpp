@@ -413,7 +413,7 @@ TEST(ColoRun, RanksOfALaterNodeStartAtNodeRankTimesNproc) {
                        "--master-addr", "127.0.0.1", "--master-port", "29555", "sh", "-c",
                        "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_PORT "
                        "${COLO_RDZV_FILE-unset}\""},
-                      {{"COLO_RDZV_FILE", "/stale/from/outside"}});
+                      {{"COLO_RDZV_FILE", "/stale/from/outside"}, {"COLO_JOB_TOKEN", std::string(64, 'a')}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> out = lines_of(r.out);
   std::sort(out.begin(), out.end());
@@ -651,6 +651,219 @@ TEST(ColoRunCapacity, WarningNamesWhatRanksWouldShare) {
   EXPECT_NE(few_cores->find("4 CPU cores"), std::string::npos) << *few_cores;
   EXPECT_FALSE(oversubscription_warning(8, {16, 8}).has_value());
   EXPECT_FALSE(oversubscription_warning(2, {2, 0}).has_value());
+}
+
+// ---- Who may join (issue 42) -----------------------------------------------------------------
+
+bool is_hex_token(const std::string& token) {
+  return token.size() == 64 && std::all_of(token.begin(), token.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
+}
+
+// On one node the ranks meet through a store file by default, in a fresh directory only this user
+// may enter, and every rank gets the same job token, made for this job.
+TEST(ColoRun, OneNodeDefaultsToAPrivateStoreFileAndAJobToken) {
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c",
+                       "echo \"$COLO_RDZV_FILE $COLO_JOB_TOKEN $(stat -c %a \"$(dirname \"$COLO_RDZV_FILE\")\")\""},
+                      {{"COLO_JOB_TOKEN", ""}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 2u) << r.out;
+  std::vector<std::string> files_seen, tokens;
+  for (const std::string& line : out) {
+    std::istringstream fields(line);
+    std::string tag, tag_rank, file, token, mode;
+    fields >> tag >> tag_rank >> file >> token >> mode;
+    EXPECT_EQ(file.front(), '/') << line;
+    EXPECT_TRUE(is_hex_token(token)) << line;
+    EXPECT_EQ(mode, "700") << line;
+    files_seen.push_back(file);
+    tokens.push_back(token);
+  }
+  EXPECT_EQ(files_seen[0], files_seen[1]);
+  EXPECT_EQ(tokens[0], tokens[1]);
+  Result again = run_colo({"sh", "-c", "echo $COLO_JOB_TOKEN"}, {{"COLO_JOB_TOKEN", ""}});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out, "[rank 0] " + tokens[0] + "\n") << "every job gets a token of its own";
+}
+
+// --rdzv-file none: no store file (rank 0 serves a TCP store); a token given in colo-run's
+// environment is the one every rank gets; a malformed one is refused before any rank starts,
+// without echoing it.
+TEST(ColoRun, RdzvFileNoneAndAGivenJobToken) {
+  const std::string token(40, 'k');
+  Result r = run_colo({"--rdzv-file", "none", "--nproc-per-node", "2", "sh", "-c",
+                       "echo \"${COLO_RDZV_FILE-unset} $COLO_JOB_TOKEN\""},
+                      {{"COLO_JOB_TOKEN", token}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> out = lines_of(r.out);
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[rank 0] unset " + token, "[rank 1] unset " + token}));
+
+  r = run_colo({"sh", "-c", "echo ran"}, {{"COLO_JOB_TOKEN", "short secret"}});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("COLO_JOB_TOKEN (its value is not shown) must be at least 32 printable characters"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("short secret"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+// Node 0 of several makes the token when none is given and says how the others get it; a later
+// node refuses to start without it; --new-token makes one for all.
+TEST(ColoRun, SeveralNodesShareOneToken) {
+  Result r = run_colo({"--nnodes", "2", "--node-rank", "0", "--master-port", "29556", "sh", "-c",
+                       "echo $COLO_JOB_TOKEN"},
+                      {{"COLO_JOB_TOKEN", ""}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string token = r.out.substr(std::string("[rank 0] ").size(), 64);
+  EXPECT_TRUE(is_hex_token(token)) << r.out;
+  EXPECT_NE(r.err.find("start the colo-run of every other node with COLO_JOB_TOKEN=" + token), std::string::npos)
+      << r.err;
+
+  r = run_colo({"--nnodes", "2", "--node-rank", "1", "--master-port", "29556", "sh", "-c", "echo ran"},
+               {{"COLO_JOB_TOKEN", ""}});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--node-rank 1 needs the job's token"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  Result first = run_colo({"--new-token"});
+  Result second = run_colo({"--new-token"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_TRUE(is_hex_token(first.out.substr(0, first.out.size() - 1))) << first.out;
+  EXPECT_EQ(first.out.back(), '\n');
+  EXPECT_NE(first.out, second.out);
+}
+
+// ---- Which rank is the cause (issue 33, "Also") -------------------------------------------------
+
+// A rank whose failure follows from a peer's (its colo left a note in COLO_RUN_REPORTS naming the
+// peer it lost, as after "Connection closed by peer") is often the first to exit: the peer, the
+// cause, takes longer. colo-run waits for the peer and names it, with its exit code.
+TEST_F(ColoRunJob, ThePeerARankLostIsNamedWhenItFailsToo) {
+  const std::string note = "\"$COLO_RUN_REPORTS/lost-peer.0\"";
+  const std::string script =
+      record_pids() + "if [ \"$RANK\" = 0 ]; then " + wait_for_ranks({1}) + "echo 1 > " + note +
+      "; echo 'lost rank 1' >&2; exit 1; fi; while [ ! -e " + note +
+      " ]; do sleep 0.02; done; echo 'error: cannot write the checkpoint' >&2; sleep 1; exit 3";
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const std::string pid1 = std::to_string(read_pid("pid.1"));
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), "colo-run: rank 1 (pid " + pid1 +
+                              ") exited with code 3 (rank 0 exited before it, having lost its connection to rank "
+                              "1); stopped the other ranks")
+      << r.err;
+  EXPECT_NE(r.err.find("[rank 1] error: cannot write the checkpoint"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+  expect_all_gone(2);
+}
+
+// The peer a rank lost exits cleanly, or not at all within colo-run's wait: the rank that failed
+// is the cause after all.
+TEST_F(ColoRunJob, ARankThatLostAPeerIsTheCauseWhenThePeerDoesNotFail) {
+  const std::string note = "\"$COLO_RUN_REPORTS/lost-peer.0\"";
+  auto script = [&](const std::string& peer_then) {
+    return record_pids() + "if [ \"$RANK\" = 0 ]; then " + wait_for_ranks({1}) + "echo 1 > " + note +
+           "; exit 1; fi; while [ ! -e " + note + " ]; do sleep 0.02; done; " + peer_then;
+  };
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script("exit 0")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("colo-run: rank 0 (pid " + std::to_string(read_pid("pid.0")) + ") exited with code 1",
+                               0),
+            0u)
+      << r.err;
+  EXPECT_LT(r.seconds, 10.0);
+
+  r = run_colo({"--nproc-per-node", "2", "sh", "-c", script("wait")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("rank 0 (pid "), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, 4.5) << "colo-run waits for the peer a while";
+  EXPECT_LT(r.seconds, 14.0);
+}
+
+// ---- A rank stopped by a signal ------------------------------------------------------------------
+
+// Shell code that waits until the process whose pid is in file `name` is stopped (state T).
+std::string wait_until_stopped(const std::string& dir, const std::string& name) {
+  return "p=$(cat " + files::join(dir, name) + "); while ! grep -q '^[0-9]* (.*) T' /proc/$p/stat; do sleep 0.02; "
+         "done; ";
+}
+
+// Rank 1 stops itself (SIGSTOP) and nothing fails: after the job's timeout (COLO_TIMEOUT_MS)
+// colo-run names it as the cause, with 128 + SIGSTOP, and ends the job, rank 1 included.
+TEST_F(ColoRunJob, ARankStoppedForTheTimeoutIsTheCause) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0, 2}) +
+                             "kill -STOP $$; echo continued >&2; exit 0; fi; wait";
+  Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "1500"}});
+  EXPECT_EQ(r.exit_code, 128 + SIGSTOP) << r.err;
+  const std::string pid1 = std::to_string(read_pid("pid.1"));
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("colo-run: rank 1 (pid " + pid1 + ") was stopped by signal 19 (SIGSTOP) 1.", 0), 0u)
+      << r.err;
+  EXPECT_NE(lines.back().find(" s ago and not continued; the job's timeout (COLO_TIMEOUT_MS) is 1500 ms; stopped the "
+                              "other ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("continued\n"), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, 1.5);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+  expect_all_gone(3);
+}
+
+// Another rank fails while rank 1 is stopped (its collective timed out waiting, or NCCL's
+// watchdog aborted it): the stopped rank is the cause, at once.
+TEST_F(ColoRunJob, ARankFailingBesideAStoppedOneNamesTheStoppedOne) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0}) +
+                             "kill -STOP $$; exit 0; fi; " + wait_for_ranks({1}) +
+                             wait_until_stopped(dir_, "pid.1") + "echo 'timed out' >&2; ulimit -c 0; kill -ABRT $$";
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "60000"}});
+  EXPECT_EQ(r.exit_code, 128 + SIGSTOP) << r.err;
+  const std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("colo-run: rank 1 (pid " + std::to_string(read_pid("pid.1")) +
+                                   ") was stopped by signal 19 (SIGSTOP) ",
+                               0),
+            0u)
+      << r.err;
+  EXPECT_NE(lines.back().find(" s ago and not continued (rank 0 (pid " + std::to_string(read_pid("pid.0")) +
+                              ") was killed by signal 6 (SIGABRT) meanwhile, waiting for it); stopped the other "
+                              "ranks"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+  expect_all_gone(2);
+}
+
+// A rank stopped for a while and continued is no cause, though it then runs past the timeout
+// counted from its stop: the job ends as its ranks do.
+TEST_F(ColoRunJob, ARankContinuedInTimeIsNoCause) {
+  const std::string script = record_pids() + "if [ \"$RANK\" = 1 ]; then " + wait_for_ranks({0}) +
+                             "kill -STOP $$; sleep 2; echo continued; exit 0; fi; " + wait_for_ranks({1}) +
+                             wait_until_stopped(dir_, "pid.1") + "sleep 0.3; kill -CONT $p; exit 0";
+  Result r = run_colo({"--nproc-per-node", "2", "sh", "-c", script}, {{"COLO_TIMEOUT_MS", "1500"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 1] continued"), std::string::npos) << r.out;
+  EXPECT_GE(r.seconds, 2.0);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
+}
+
+// colo-run reads COLO_TIMEOUT_MS as every rank does, and refuses a bad one before any rank starts.
+TEST(ColoRun, ABadTimeoutIsRefusedBeforeTheRanksStart) {
+  for (const char* bad : {"-5", "0", "10abc", "abc"}) {
+    Result r = run_colo({"sh", "-c", "echo ran"}, {{"COLO_TIMEOUT_MS", bad}});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("environment variable COLO_TIMEOUT_MS"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("milliseconds from 1 to 604800000"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 }  // namespace

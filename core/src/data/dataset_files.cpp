@@ -3,6 +3,7 @@
 #include <colo/files/files.h>
 
 #include <colo/data/dataset_error.h>
+#include <colo/env/variables.h>
 #include <fmt/format.h>
 #include <zlib.h>
 
@@ -86,10 +87,9 @@ std::optional<std::string> find_plain_or_gzipped(const std::string& path) {
 std::string describe_searched_directory(const std::string& directory,
                                         const std::string& default_directory) {
   const bool exists = files::is_directory(directory);
-  const char* data_dir = std::getenv("COLO_DATA_DIR");
-  const char* origin = directory != default_directory               ? "the directory given"
-                       : (data_dir != nullptr && *data_dir != '\0') ? "the default directory, from COLO_DATA_DIR"
-                                                                    : "the default directory";
+  const char* origin = directory != default_directory      ? "the directory given"
+                       : env::text("COLO_DATA_DIR").has_value() ? "the default directory, from COLO_DATA_DIR"
+                                                                : "the default directory";
   return fmt::format("{} ({}{})", directory, origin, exists ? "" : ", which does not exist");
 }
 

@@ -1,10 +1,15 @@
+#include "backend_lifecycle.h"
 #include "collective_progress.h"
+#include "peer_addresses.h"
 #include "rendezvous.h"
+#include "signed_store.h"
+#include "wait_failure.h"
 
 #include <colo/compat/torch_compat.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/errors.h>
 #include <colo/dist/process_group.h>
+#include <colo/env/variables.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,6 +41,12 @@ struct ProcessGroup::Impl {
   // The collectives' numbers, and where the members were seen waiting (kept after close(), so
   // that a Work still held can report).
   std::unique_ptr<CollectiveProgress> progress;
+  // Gloo: where each member listens, to name the one whose connection failed (peer_addresses.h).
+  PeerAddresses peers;
+  // Gloo: the pairs listen on 127.0.0.1 only (every rank of the job runs on this machine).
+  bool loopback_only = false;
+  // COLO_RUN_REPORTS: where a rank that lost a peer leaves colo-run a note (wait_failure.h).
+  std::string run_reports;
 };
 
 namespace {
@@ -58,82 +69,6 @@ c10d::ReduceOp to_c10d(ReduceOp op, Backend backend) {
 
 const char* backend_name(Backend b) { return b == Backend::kNccl ? "nccl" : "gloo"; }
 
-Backend default_backend() {
-  return compat::kHasNccl && torch::cuda::is_available() ? Backend::kNccl : Backend::kGloo;
-}
-
-compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                    int size, std::chrono::milliseconds timeout) {
-  if (backend == Backend::kNccl) {
-#ifdef USE_C10D_NCCL
-    return compat::make_nccl_backend(store, rank, size, timeout);
-#else
-    throw std::invalid_argument("the NCCL backend was requested but this LibTorch has no NCCL; use gloo");
-#endif
-  }
-  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer that died raises
-  // SIGPIPE, which would end this rank silently instead of failing the collective with an error
-  // that names the peer. Ignore it (as Python, and so every PyTorch job, does) unless the program
-  // chose a handler of its own.
-  static const bool sigpipe_ignored = [] {
-    struct sigaction current {};
-    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-    return true;
-  }();
-  (void)sigpipe_ignored;
-  return compat::make_gloo_backend(store, rank, size, timeout);
-}
-
-// How long each of close()'s two waits lasts at most: enough for any collective of a healthy job
-// and for a backend's shutdown, short enough that an exit beside a dead peer is not held up for a
-// whole group timeout.
-constexpr std::chrono::milliseconds kCloseLimit{std::chrono::seconds(30)};
-
-// Runs `work` on a thread of its own and waits up to `limit` for it; false when it did not end in
-// time. The thread is then left behind: what it waits for (a collective whose peer died, a backend
-// destructor waiting for such a collective) may never end, and close() must still return. `work`
-// owns everything it touches. A failure is printed, prefixed with `what`.
-bool finishes_within(std::chrono::milliseconds limit, const std::string& what, std::function<void()> work) {
-  auto finished = std::make_shared<std::promise<void>>();
-  auto future = finished->get_future();
-  std::thread([finished, what, work = std::move(work)] {
-    try {
-      work();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "colo: %s: %s\n", what.c_str(), e.what());
-    } catch (...) {
-      std::fprintf(stderr, "colo: %s: unknown error\n", what.c_str());
-    }
-    finished->set_value();
-  }).detach();
-  return future.wait_for(limit) == std::future_status::ready;
-}
-
-// close()'s work: drains the GPU the backend's communicators belong to (cuda_device; -1: none),
-// aborts the backend and drops it, each of the two steps bounded by `limit`.
-void close_backend(compat::CommBackendPtr backend, int cuda_device, const std::string& what,
-                   std::chrono::milliseconds limit) {
-  if (cuda_device >= 0) {
-    const bool drained = finishes_within(limit, what, [cuda_device] { torch::cuda::synchronize(cuda_device); });
-    if (!drained) {
-      std::fprintf(stderr,
-                   "colo: %s: the GPU work queued on it did not finish within %lld ms (a peer may have died in the "
-                   "middle of a collective); aborting its communicators\n",
-                   what.c_str(), static_cast<long long>(limit.count()));
-    }
-  }
-  // Abort (NCCL: communicators, then the watchdog threads are told to end), then drop the last
-  // reference: the destructor joins the backend's threads (Gloo: after its queued work).
-  const bool stopped = finishes_within(limit, what, [backend = std::move(backend)]() mutable {
-    compat::abort_backend(*backend);
-    backend.reset();
-  });
-  if (!stopped) {
-    std::fprintf(stderr, "colo: %s: its backend did not shut down within %lld ms; leaving it behind\n", what.c_str(),
-                 static_cast<long long>(limit.count()));
-  }
-}
-
 // Waits up to `limit` (at least 1 ms: c10d reads 0 as "no timeout") for `work`. False when it is
 // still running; a failure of the work itself is rethrown. c10d's wait throws on a timeout
 // ("Operation timed out!") rather than returning false, so a throw while the work is not
@@ -148,13 +83,6 @@ bool completes_within(c10d::Work& work, std::chrono::milliseconds limit) {
   work.wait();  // completed meanwhile: returns, or rethrows the work's own failure
   return true;
 }
-
-// Gloo's message for a timed-out transfer ("Timed out waiting 1500ms for recv operation ...").
-bool says_timed_out(const std::string& what) { return what.find("imed out") != std::string::npos; }
-
-// How long reading the members' progress may add to a failure: the store answers in
-// milliseconds unless its server (global rank 0) is the process that is stuck.
-constexpr std::chrono::milliseconds kProgressReadLimit{std::chrono::seconds(5)};
 
 void require_same_device_kind(const torch::Tensor& t, Backend backend, const char* op) {
   if (backend == Backend::kNccl && !t.is_cuda()) {
@@ -236,17 +164,17 @@ void Work::wait() {
     s.done = true;
     std::string what = e.what();
     what = what.substr(0, what.find("\nException raised from"));  // drop c10's C++ stack trace
-    // After a slow wait, every member that arrived has had the time to say so; a failure that
-    // came at once (a peer's closed connection) would find them silent, and colo-run names a
-    // rank that died.
-    if (s.sequence > 0 && (s.recorded || says_timed_out(what))) {
-      if (!s.recorded) group->impl_->progress->record_waiting(s.sequence, s.op);  // for the others
-      throw DistError(fmt::format(
-          "{} #{} on group {} failed: {}. {}", s.op, s.sequence, group->describe(), what,
-          group->impl_->progress->describe_absent(s.sequence, s.op, std::min(group->timeout(), kProgressReadLimit))));
-    }
-    throw DistError(fmt::format("{} on group {} failed: {} (a peer may have died or be stuck; its own log says why)",
-                                s.op, group->describe(), what));
+    FailedWait failure;
+    failure.op = s.op;
+    failure.sequence = s.sequence;
+    failure.recorded = s.recorded;
+    failure.what = what;
+    failure.group = group->describe();
+    failure.timeout = group->timeout();
+    failure.global_ranks = group->global_ranks();
+    failure.global_rank = group->global_rank(group->rank());
+    failure.run_reports = group->impl_->run_reports;
+    throw DistError(explain_failed_wait(failure, *group->impl_->progress, group->impl_->peers));
   }
   s.done = true;
   if (s.on_complete) s.on_complete();
@@ -318,7 +246,9 @@ std::string ProcessGroup::store_get(const std::string& key) {
 }
 
 bool ProcessGroup::store_is_file() const {
-  return dynamic_cast<const c10d::FileStore*>(impl_->store.get()) != nullptr;
+  const c10d::Store* store = impl_->store.get();
+  if (const auto* signed_store = dynamic_cast<const SignedStore*>(store)) store = signed_store->inner().get();
+  return dynamic_cast<const c10d::FileStore*>(store) != nullptr;
 }
 
 std::string ProcessGroup::describe() const {
@@ -495,7 +425,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   auto impl = std::make_unique<Impl>();
   try {
-    impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout);
+    impl->backend = make_backend(backend_, prefixed, my_rank, static_cast<int>(global_ranks.size()), group_timeout,
+                                 impl_->loopback_only, impl->peers);
   } catch (const std::exception& e) {
     // Usually a member that never asked for the group (or asked with other ranks or another name),
     // or one that died: the backend's own words name a store key, not the group.
@@ -508,20 +439,38 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   }
   impl->creations = impl_->creations;
   impl->store = impl_->store;
+  impl->loopback_only = impl_->loopback_only;
+  impl->run_reports = impl_->run_reports;
   impl->progress = std::make_unique<CollectiveProgress>(impl_->store, prefix, my_rank, global_ranks);
   if (backend_ == Backend::kNccl) impl->cuda_device = compat::current_cuda_device();
   return std::shared_ptr<ProcessGroup>(
       new ProcessGroup(std::move(impl), name, global_ranks, my_rank, backend_, group_timeout));
 }
 
+namespace {
+
+// Whether nothing of the job need be reachable from another machine: every rank runs here, and
+// they meet here (a store file, or rank 0's store on a loopback address). LOCAL_WORLD_SIZE alone
+// would not do: launched by hand it defaults to WORLD_SIZE.
+bool every_rank_on_this_machine(const Environment& env) {
+  if (!env.is_single_node()) return false;
+  if (!env.rdzv_file.empty()) return true;
+  const std::string& addr = env.master_addr;
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
   constexpr const char* kWorldPrefix = "colo/world";
   const Backend backend = options.backend.value_or(default_backend());
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
+  impl->loopback_only = every_rank_on_this_machine(env);
+  impl->run_reports = env.run_reports;
   try {
     impl->backend = make_backend(backend, c10::make_intrusive<c10d::PrefixStore>(kWorldPrefix, store), env.rank,
-                                 env.world_size, options.timeout);
+                                 env.world_size, options.timeout, impl->loopback_only, impl->peers);
   } catch (const std::exception& e) {
     throw DistError(fmt::format("rank {}: creating the {} world group of {} ranks failed: {}", env.rank,
                                 backend_name(backend), env.world_size, e.what()));
@@ -537,13 +486,7 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
 }
 
 std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
-  const char* raw = std::getenv("COLO_TIMEOUT_MS");
-  if (!raw || !*raw) return fallback;
-  try {
-    return std::chrono::milliseconds(std::stoll(raw));
-  } catch (const std::exception&) {
-    throw std::invalid_argument(fmt::format("COLO_TIMEOUT_MS='{}' is not a number of milliseconds", raw));
-  }
+  return Environment::timeout_from(env::process_environment()).value_or(fallback);
 }
 
 }  // namespace colo::dist

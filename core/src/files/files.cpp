@@ -1,3 +1,4 @@
+#include <colo/env/variables.h>
 #include <colo/files/files.h>
 
 #include <dirent.h>
@@ -123,8 +124,7 @@ std::string canonical_or_absolute(const std::string& path) {
 }
 
 std::string temp_directory() {
-  const char* tmp = std::getenv("TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  return env::text("TMPDIR").value_or("/tmp");
 }
 
 std::string make_temp_directory(const std::string& prefix) {

@@ -22,12 +22,16 @@ po::options_description launcher_options() {
       ("nnodes", po::value<int>()->value_name("M"), "nodes in the job (default 1)")
       ("node-rank", po::value<int>()->value_name("R"), "this node's index in [0, M) (default 0)")
       ("master-addr", po::value<std::string>()->value_name("ADDR"),
-       "address of rank 0's store (default 127.0.0.1)")
+       "address of rank 0's store (default 127.0.0.1); several nodes: an address of node 0 the "
+       "others reach")
       ("master-port", po::value<int>()->value_name("PORT"),
        "port of rank 0's store (default: a free port; required with --nnodes > 1)")
-      ("rdzv-file", po::value<std::string>()->value_name("PATH|auto"),
+      ("rdzv-file", po::value<std::string>()->value_name("PATH|auto|none"),
        "ranks rendezvous through a c10d FileStore at PATH (must not exist; removed at the end), "
-       "or at a fresh temporary path with 'auto'; one node only. Exported as COLO_RDZV_FILE")
+       "or at a fresh temporary path with 'auto' (the default on one node: no port is opened); "
+       "'none': through a TCP store served by rank 0 at --master-addr:--master-port. One node "
+       "only. Exported as COLO_RDZV_FILE")
+      ("new-token", "print a fresh job token (for COLO_JOB_TOKEN) and exit")
       ("grace-period", po::value<double>()->value_name("SECONDS"),
        "when stopping the ranks, wait this long after SIGTERM before SIGKILL (default 5)")
       ("no-prefix", "pass the ranks' output through without the '[rank R] ' prefix")
@@ -82,6 +86,10 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
     config.show_help = true;
     return config;
   }
+  if (vm.count("new-token")) {
+    config.new_token = true;
+    return config;
+  }
   if (vm.count("nproc-per-node")) config.nproc_per_node = vm["nproc-per-node"].as<int>();
   if (vm.count("nnodes")) config.nnodes = vm["nnodes"].as<int>();
   if (vm.count("node-rank")) config.node_rank = vm["node-rank"].as<int>();
@@ -122,12 +130,18 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
   }
   if (vm.count("rdzv-file")) {
     if (config.rdzv_file.empty()) {
-      problems.push_back("--rdzv-file needs a path or 'auto'");
+      problems.push_back("--rdzv-file needs a path, 'auto' or 'none'");
+    } else if (config.rdzv_file == "none") {
+      config.rdzv_file.clear();
     } else if (config.nnodes > 1) {
       problems.push_back(
           "--rdzv-file works on one node only (the ranks share a local file); "
           "with --nnodes > 1 drop it and use --master-addr/--master-port");
     }
+  } else if (config.nnodes == 1) {
+    // One node: a store file in a fresh private directory, not a TCP store that would listen on
+    // every interface of the machine (LibTorch 1.13's binds no single address).
+    config.rdzv_file = "auto";
   }
   if (!std::isfinite(config.grace_period_s) || config.grace_period_s < 0) {
     problems.push_back(fmt::format("--grace-period must be a number of seconds >= 0 (got {})",
@@ -158,8 +172,24 @@ std::string usage() {
           "colo-run are forwarded the same way (exit 128 + signal). When nothing reads its output\n"
           "any more (colo-run ... | head -1), it stops the ranks as a closed pipe would (exit "
           "141).\n"
+          "A rank held stopped by a signal (SIGSTOP) for the job's timeout (COLO_TIMEOUT_MS,\n"
+          "milliseconds, checked before the ranks start; 5 minutes when unset), or while another\n"
+          "rank fails, is named as the cause and the job is stopped (exit 147, 128 + SIGSTOP).\n"
           "Warns when the ranks outnumber the cores (or the GPUs) available. Options end at "
           "PROGRAM.\n\n"
+          "Who may join: on one node the ranks meet through a store file in a fresh directory\n"
+          "only this user can open (--rdzv-file auto, the default), and colo's Gloo groups listen\n"
+          "on 127.0.0.1: nothing of the job is reachable from another machine. Several nodes:\n"
+          "rank 0 serves a TCP store at --master-addr:--master-port, on that address alone with\n"
+          "LibTorch 2.x, on every interface with LibTorch 1.13 (its TCPStore cannot be bound;\n"
+          "rank 0 says so). Every rank must hold the job token, COLO_JOB_TOKEN: colo-run passes\n"
+          "it to its ranks, makes one on node 0 when it is not set (and prints it when other\n"
+          "nodes need it), and requires it on the other nodes ('colo-run --new-token' makes one\n"
+          "to give every node). A rank proves it holds the token before it is admitted and signs\n"
+          "what it writes into the store; a process without it cannot take a rank's place (rank 0\n"
+          "logs the attempt), and no rank acts on a value it did not sign. The token is not\n"
+          "encryption: whoever reaches the store can still read it, and can disrupt the job (it\n"
+          "then fails, saying so); NCCL's and Gloo's own connections carry no token.\n\n"
        << launcher_options();
   return text.str();
 }

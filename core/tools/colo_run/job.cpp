@@ -1,7 +1,6 @@
 #include "job.h"
 
 #include <colo/files/files.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -14,11 +13,13 @@
 #include <chrono>
 #include <csignal>
 #include <optional>
-#include <set>
+#include <utility>
 
 #include "node_capacity.h"
 #include "output.h"
 #include "posix.h"
+#include "rank_output.h"
+#include "spawn.h"
 
 extern char** environ;
 
@@ -27,28 +28,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The variables colo-run owns. Copies inherited from colo-run's own environment (a nested
-// launch, a stale shell export) are dropped so that a rank never sees a mix of two launches.
-const std::set<std::string>& managed_variables() {
-  static const std::set<std::string> names = {
-      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
-      "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE"};
-  return names;
-}
-
-// One of a rank's output pipes, cut into whole lines so that ranks' lines never interleave
-// mid-line on colo-run's stdout/stderr.
-struct OutputStream {
-  int fd = -1;     // read end; -1 once closed
-  int out_fd = 1;  // where its lines go: colo-run's stdout or stderr
-  std::string pending;
-};
-
 struct Rank {
   int global_rank = 0;
   pid_t pid = -1;
   bool reaped = false;
   OutputStream out, err;
+  // Since when a signal (SIGSTOP, SIGTSTP, ...) holds the rank stopped, and which; unset while it
+  // runs. Its peers wait for it until their timeout, and NCCL's watchdog may then blame them.
+  std::optional<std::chrono::steady_clock::time_point> stopped_since;
+  int stop_signal = 0;
 };
 
 // Why the job stopped, kept for the first cause only: later failures are usually ranks that
@@ -59,18 +47,14 @@ struct Cause {
   std::string aftermath;  // what colo-run did about it, for the final report
 };
 
-// A line longer than this is forwarded in pieces, so a rank that never prints a newline (a
-// progress bar) cannot grow colo-run's memory without bound.
-constexpr std::size_t kMaxLine = 64 * 1024;
 // After the last rank exits and its process group is killed, how long to wait for descendants
 // that escaped the group (setsid daemons) to exit and close the inherited pipes before colo-run
 // leaves them be.
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
-// How long after its output lost its reader colo-run waits before it stops the ranks. The line
-// that found the pipe closed is often a failing rank's last words, and a LibTorch process takes
-// a while to exit after printing them (0.4 s measured with 8 ranks on 2 cores): a rank that fails
-// meanwhile is the cause, and its exit code, not the closed pipe's 141, becomes the job's.
-constexpr auto kOutputGoneSettle = std::chrono::seconds(2);
+// How long a rank's failure waits, before it is taken as the job's cause, for the peer it lost
+// (lost_peer_of) to exit: a peer that closed its connections is on its way out, though a LibTorch
+// process takes a while to get there.
+constexpr auto kLostPeerSettle = std::chrono::seconds(5);
 
 class Job {
  public:
@@ -82,7 +66,7 @@ class Job {
     supervise();
     restore_signals();
     // The last lines, forwarded after every rank had exited, found no reader.
-    if (!cause_ && reader_gone_while_forwarding_) cause_ = output_gone_cause("");
+    if (!cause_ && output_.reader_gone_while_forwarding()) cause_ = output_gone_cause("");
     if (cause_) {
       print_to(STDERR_FILENO, "colo-run: {}{}\n", cause_->message, cause_->aftermath);
       return cause_->exit_code;
@@ -120,12 +104,6 @@ class Job {
     for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
 
-    std::vector<std::string> inherited;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      std::string item = *entry;
-      if (managed_variables().count(item.substr(0, item.find('='))) == 0) inherited.push_back(item);
-    }
-
     // Grown one rank at a time: a rank that was never started (the exec failed earlier) is
     // not waited for.
     ranks_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
@@ -135,10 +113,7 @@ class Job {
 
       // Everything the child needs is built before fork(): between fork and exec the child
       // only makes system calls.
-      std::vector<std::string> env_strings = inherited;
-      for (const auto& [name, value] : make_rank_env(config_, local)) {
-        env_strings.push_back(name + "=" + value);
-      }
+      std::vector<std::string> env_strings = rank_environment(config_, local, environ);
       std::vector<char*> envp;
       for (auto& item : env_strings) envp.push_back(item.data());
       envp.push_back(nullptr);
@@ -167,85 +142,17 @@ class Job {
     }
   }
 
-  // Forks and execs one rank. Returns 0 once the exec succeeded, or the exec's errno (the
-  // child is reaped then). The exec status travels over a close-on-exec pipe: EOF means the
-  // exec happened, a written errno means it failed, so a typo in the program name is reported
-  // as such instead of as N ranks exiting with 127.
+  // Forks and execs one rank (spawn.h). Returns 0 once the exec succeeded, or the exec's errno
+  // (the child is reaped then).
   int spawn(Rank& rank, char* const* argv, char* const* envp) {
-    int exec_pipe[2] = {-1, -1};
-    int out_pipe[2] = {-1, -1};
-    int err_pipe[2] = {-1, -1};
-    auto fail = [&](const char* what) {
-      const int err = errno;
-      for (int fd :
-           {exec_pipe[0], exec_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-        if (fd >= 0) ::close(fd);
-      }
-      throw std::runtime_error(
-          fmt::format("cannot {} for rank {}: {}", what, rank.global_rank, errno_text(err)));
-    };
-    // Close-on-exec everywhere: otherwise rank 2 would inherit rank 0's pipe ends and rank 0's
-    // output would never reach EOF while rank 2 lives.
-    if (::pipe2(exec_pipe, O_CLOEXEC) != 0 ||
-        (config_.prefix_output &&
-         (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0))) {
-      fail("create pipes");
-    }
-    const pid_t launcher_pid = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) fail("fork");
-    if (pid == 0) {
-      // A session (hence a process group) of its own: kill(-pid) then reaches everything the
-      // rank started, and the terminal's Ctrl-C reaches only colo-run, which decides how to
-      // stop the job. Like torchrun's start_new_session.
-      ::setsid();
-      // If colo-run dies (even by SIGKILL), the kernel kills the rank. The signal fires when
-      // the *thread* that forked exits; colo-run forks from its only thread. Grandchildren are
-      // not covered: they rely on colo-run's kill(-pgid) while it is alive.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher_pid) ::_exit(1);  // colo-run died before prctl took effect
-      if (config_.prefix_output) {
-        ::dup2(out_pipe[1], STDOUT_FILENO);
-        ::dup2(err_pipe[1], STDERR_FILENO);
-      }
-      // Signal masks and ignored dispositions survive exec: undo colo-run's (main() ignores
-      // SIGPIPE), so that a rank writing to a closed pipe ends as it would on its own.
-      ::signal(SIGPIPE, SIG_DFL);
-      ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
-      ::execvpe(argv[0], argv, envp);
-      int err = errno;
-      ssize_t ignored = ::write(exec_pipe[1], &err, sizeof err);
-      (void)ignored;
-      ::_exit(127);
-    }
-    rank.pid = pid;
-    ::close(exec_pipe[1]);
+    Spawned spawned = spawn_rank(rank.global_rank, argv, envp, config_.prefix_output, saved_mask_);
+    rank.pid = spawned.pid;
     if (config_.prefix_output) {
-      ::close(out_pipe[1]);
-      ::close(err_pipe[1]);
-      rank.out = open_stream(out_pipe[0], STDOUT_FILENO);
-      rank.err = open_stream(err_pipe[0], STDERR_FILENO);
+      rank.out = OutputForwarder::open(spawned.out_fd, STDOUT_FILENO, rank.global_rank);
+      rank.err = OutputForwarder::open(spawned.err_fd, STDERR_FILENO, rank.global_rank);
     }
-    int err = 0;
-    ssize_t n;
-    do {
-      n = ::read(exec_pipe[0], &err, sizeof err);
-    } while (n < 0 && errno == EINTR);
-    ::close(exec_pipe[0]);
-    if (n != static_cast<ssize_t>(sizeof err)) return 0;
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    rank.reaped = true;
-    return err;
-  }
-
-  static OutputStream open_stream(int fd, int out_fd) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    OutputStream stream;
-    stream.fd = fd;
-    stream.out_fd = out_fd;
-    return stream;
+    rank.reaped = spawned.exec_error != 0;
+    return spawned.exec_error;
   }
 
   bool all_reaped() const {
@@ -256,6 +163,7 @@ class Job {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
       if (all_reaped()) {
+        settle_traced();
         if (!drain_deadline) {
           // Whatever the ranks left behind in their process groups would now be orphans.
           signal_all(SIGKILL);
@@ -278,9 +186,13 @@ class Job {
       }
       std::optional<Clock::time_point> wake = drain_deadline;
       if (kill_deadline_ && (!wake || *kill_deadline_ < *wake)) wake = kill_deadline_;
-      if (!cause_ && output_gone_deadline_ && (!wake || *output_gone_deadline_ < *wake)) {
-        wake = output_gone_deadline_;
+      const auto& output_gone = output_.output_gone_deadline();
+      if (!cause_ && output_gone && (!wake || *output_gone < *wake)) {
+        wake = output_gone;
       }
+      if (traced_ && (!wake || traced_->deadline < *wake)) wake = traced_->deadline;
+      const auto stopped_until = cause_ ? std::nullopt : stopped_deadline();
+      if (stopped_until && (!wake || *stopped_until < *wake)) wake = stopped_until;
       int timeout_ms = -1;
       if (wake) {
         auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - Clock::now()).count();
@@ -290,9 +202,13 @@ class Job {
         throw std::runtime_error("poll failed: " + errno_text(errno));
       }
       for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) read_stream(*streams[i - 1]);
+        if (fds[i].revents != 0) output_.read(*streams[i - 1]);
       }
       if (fds[0].revents & POLLIN) handle_signals();
+      if (traced_ && Clock::now() >= traced_->deadline) settle_traced();
+      if (const auto until = stopped_deadline(); !cause_ && until && Clock::now() >= *until) {
+        commit_stopped(*stopped_rank(), "");
+      }
       stop_if_output_gone();
       if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
         kill_deadline_.reset();
@@ -300,8 +216,8 @@ class Job {
       }
     }
     for (Rank& rank : ranks_) {
-      close_stream(rank.out);
-      close_stream(rank.err);
+      output_.close(rank.out);
+      output_.close(rank.err);
     }
   }
 
@@ -334,24 +250,65 @@ class Job {
   void reap() {
     for (;;) {
       int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid < 0 && errno == EINTR) continue;
       if (pid < 0) children_left_ = false;  // ECHILD: the whole tree is gone
       if (pid <= 0) return;
       auto rank = std::find_if(ranks_.begin(), ranks_.end(),
                                [pid](const Rank& r) { return r.pid == pid && !r.reaped; });
-      if (rank != ranks_.end()) on_rank_exit(*rank, status);
+      if (rank == ranks_.end()) continue;
+      if (WIFSTOPPED(status)) {
+        rank->stopped_since = Clock::now();
+        rank->stop_signal = WSTOPSIG(status);
+      } else if (WIFCONTINUED(status)) {
+        rank->stopped_since.reset();
+      } else {
+        on_rank_exit(*rank, status);
+      }
     }
+  }
+
+  // The rank stopped longest, if one is.
+  const Rank* stopped_rank() const {
+    const Rank* longest = nullptr;
+    for (const Rank& r : ranks_) {
+      if (!r.reaped && r.stopped_since && (!longest || *r.stopped_since < *longest->stopped_since)) longest = &r;
+    }
+    return longest;
+  }
+  std::optional<Clock::time_point> stopped_deadline() const {
+    const Rank* stopped = stopped_rank();
+    if (!stopped) return std::nullopt;
+    return *stopped->stopped_since + std::chrono::milliseconds(config_.timeout_ms);
+  }
+
+  // A stopped rank is the cause once it has been stopped for the job's timeout, or as soon as
+  // another rank fails meanwhile (`failed`: that rank's words), which is what its peers do when
+  // their collectives time out waiting for it.
+  void commit_stopped(const Rank& stopped, const std::string& failed) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - *stopped.stopped_since).count();
+    const std::string then =
+        failed.empty() ? fmt::format("; the job's timeout (COLO_TIMEOUT_MS) is {} ms", config_.timeout_ms)
+                       : fmt::format(" ({} meanwhile, waiting for it)", failed);
+    commit(Cause{fmt::format("rank {} (pid {}) was stopped by signal {} ({}) {:.1f} s ago and not continued{}",
+                             stopped.global_rank, stopped.pid, stopped.stop_signal, signal_name(stopped.stop_signal),
+                             seconds, then),
+                 128 + stopped.stop_signal, "; stopped the other ranks"});
   }
 
   void on_rank_exit(Rank& rank, int status) {
     rank.reaped = true;
     if (cause_) return;  // ranks exiting after the first cause are its aftermath
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    const bool awaited = traced_ && traced_->awaited_rank == rank.global_rank;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      if (awaited) settle_traced();  // the peer it lost was fine: the rank that failed is the cause
+      return;
+    }
+    if (traced_ && !awaited) return;  // a failure beside the one being traced: its aftermath
     // The rank's last words (often the reason it failed) go out before colo-run's report.
     // Bounded: a surviving grandchild may keep writing.
     for (OutputStream* stream : {&rank.out, &rank.err}) {
-      for (int chunk = 0; chunk < 64 && stream->fd >= 0 && read_stream(*stream); ++chunk) {
+      for (int chunk = 0; chunk < 64 && stream->fd >= 0 && output_.read(*stream); ++chunk) {
       }
     }
     std::string what;
@@ -364,8 +321,48 @@ class Job {
       code = 128 + sig;
       what = fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
     }
-    cause_ = Cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
-                   config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+    if (const Rank* stopped = stopped_rank()) {
+      commit_stopped(*stopped, fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what));
+      return;
+    }
+    Cause cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
+                config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+    std::optional<std::pair<int, int>> first;  // the rank that exited first, and the peer it lost
+    if (traced_) {
+      first = traced_->first;
+      cause.message += fmt::format(" (rank {} exited before it, having lost its connection to rank {})",
+                                   first->first, first->second);
+      traced_.reset();
+    }
+    // A rank that failed because a peer went away (it left a note saying which) is not the cause
+    // when that peer is failing too, only faster to exit: the peer's own exit is awaited, for a
+    // while, and the peer is named if it fails.
+    const std::optional<int> lost = lost_peer_of(config_.run_reports, rank.global_rank);
+    if (lost && running(*lost)) {
+      traced_ = Traced{cause, *lost, first.value_or(std::make_pair(rank.global_rank, *lost)),
+                       Clock::now() + kLostPeerSettle};
+      return;
+    }
+    commit(std::move(cause));
+  }
+
+  bool running(int global_rank) const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [global_rank](const Rank& r) {
+      return r.global_rank == global_rank && r.pid > 0 && !r.reaped;
+    });
+  }
+
+  // The traced failure becomes the cause as it stands (its peer did not fail in time, or exited
+  // cleanly).
+  void settle_traced() {
+    if (!traced_ || cause_) return;
+    Cause cause = std::move(traced_->cause);
+    traced_.reset();
+    commit(std::move(cause));
+  }
+
+  void commit(Cause cause) {
+    cause_ = std::move(cause);
     if (config_.nproc_per_node > 1) {
       print_to(STDERR_FILENO, "colo-run: {}; stopping the other ranks\n", cause_->message);
     }
@@ -379,6 +376,13 @@ class Job {
       return;
     }
     signal_all(SIGTERM);
+    // A stopped rank takes SIGTERM only once continued (SIGKILL needs no SIGCONT).
+    for (const Rank& rank : ranks_) {
+      if (!rank.reaped && rank.stopped_since) {
+        ::kill(-rank.pid, SIGCONT);
+        ::kill(rank.pid, SIGCONT);
+      }
+    }
     kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(config_.grace_period_s));
   }
@@ -399,83 +403,14 @@ class Job {
                        [](const Rank& r) { return r.out.fd >= 0 || r.err.fd >= 0; });
   }
 
-  const Rank& owner(const OutputStream& stream) const {
-    for (const Rank& rank : ranks_) {
-      if (&rank.out == &stream || &rank.err == &stream) return rank;
-    }
-    throw std::logic_error("output stream without a rank");
-  }
-
-  // Reads what is there (one chunk); returns whether more may follow right away.
-  bool read_stream(OutputStream& stream) {
-    char buffer[65536];
-    ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return false;
-    if (n <= 0) {
-      close_stream(stream);
-      return false;
-    }
-    stream.pending.append(buffer, static_cast<std::size_t>(n));
-    emit_lines(stream, false);
-    return true;
-  }
-
-  // Forwards complete lines with the rank's prefix, one write() each so that lines of
-  // different ranks stay whole. At EOF the unterminated tail is passed on too, ended with a
-  // newline so that the next rank's line does not run into it.
-  void emit_lines(OutputStream& stream, bool at_eof) {
-    const std::string prefix = fmt::format("[rank {}] ", owner(stream).global_rank);
-    std::string out;
-    std::size_t start = 0;
-    for (;;) {
-      std::size_t newline = stream.pending.find('\n', start);
-      std::size_t end;
-      if (newline != std::string::npos && newline - start < kMaxLine) {
-        end = newline + 1;
-      } else if (stream.pending.size() - start >= kMaxLine) {
-        end = start + kMaxLine;
-      } else {
-        break;
-      }
-      out += prefix;
-      out.append(stream.pending, start, end - start);
-      if (out.back() != '\n') out += '\n';
-      start = end;
-    }
-    if (at_eof && start < stream.pending.size()) {
-      out += prefix;
-      out.append(stream.pending, start, std::string::npos);
-      out += '\n';
-      start = stream.pending.size();
-    }
-    stream.pending.erase(0, start);
-    forward(stream, out);
-  }
-
-  // Passes a rank's lines on. Once the reader of colo-run's stdout or stderr is gone (EPIPE),
-  // that stream's lines are read and dropped, so that no rank blocks on a full pipe, and the job
-  // is stopped (see stop_if_output_gone()).
-  void forward(const OutputStream& stream, const std::string& lines) {
-    if (lines.empty()) return;
-    OutputTarget& target = stream.out_fd == STDOUT_FILENO ? stdout_ : stderr_;
-    if (target.reader_gone) return;
-    if (write_all(stream.out_fd, lines) == WriteResult::kReaderGone) {
-      target.reader_gone = true;
-      if (!reader_gone_while_forwarding_) {
-        output_gone_deadline_ = Clock::now() + kOutputGoneSettle;
-        reader_gone_while_forwarding_ =
-            fmt::format("rank {}'s {}", owner(stream).global_rank, target.name);
-      }
-    }
-  }
-
   // A rank writing into a closed pipe itself (as with --no-prefix) is killed by SIGPIPE, and
   // colo-run then stops the others. With prefixing colo-run writes for the ranks, so it does the
   // same when its own stdout or stderr lost its reader: the job ends as it would without colo-run
   // in between (`colo-run ... | head -1` returns), with 128 + SIGPIPE. A rank that failed first,
   // or within kOutputGoneSettle after, remains the cause: its exit code is the job's.
   void stop_if_output_gone() {
-    if (cause_ || !output_gone_deadline_ || Clock::now() < *output_gone_deadline_) return;
+    const auto& deadline = output_.output_gone_deadline();
+    if (cause_ || !deadline || Clock::now() < *deadline) return;
     cause_ = output_gone_cause(
         "; stopped the ranks, as a closed pipe stops a program that writes to it");
     print_to(STDERR_FILENO, "colo-run: {}; stopping the ranks\n", cause_->message);
@@ -485,66 +420,31 @@ class Job {
   Cause output_gone_cause(const char* aftermath) const {
     return Cause{
         fmt::format("the reader of colo-run's output went away (EPIPE) while it was forwarding {}",
-                    *reader_gone_while_forwarding_),
+                    *output_.reader_gone_while_forwarding()),
         128 + SIGPIPE, aftermath};
   }
 
-  void close_stream(OutputStream& stream) {
-    if (stream.fd < 0) return;
-    emit_lines(stream, true);
-    ::close(stream.fd);
-    stream.fd = -1;
-  }
-
-  struct OutputTarget {
-    const char* name;
-    bool reader_gone = false;
-  };
-
   const LaunchConfig& config_;
   std::vector<Rank> ranks_;
-  OutputTarget stdout_{"stdout"}, stderr_{"stderr"};
-  std::optional<std::string> reader_gone_while_forwarding_;  // whose output found it gone
-  std::optional<Clock::time_point> output_gone_deadline_;     // then: kOutputGoneSettle later
+  OutputForwarder output_;
   int signal_fd_ = -1;
   bool children_left_ = true;
   sigset_t saved_mask_{};
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Cause> cause_;
+  // A failure that may follow from another's: its rank lost its connection to `awaited_rank`,
+  // which was still running; settled when that rank exits or at `deadline`.
+  struct Traced {
+    Cause cause;
+    int awaited_rank = -1;
+    std::pair<int, int> first;  // the first rank traced, and the peer it lost
+    Clock::time_point deadline;
+  };
+  std::optional<Traced> traced_;
 };
 
 }  // namespace
 
-int run_job(LaunchConfig config) {
-  if (config.master_port == 0) config.master_port = pick_free_port(config.master_addr);
-
-  std::optional<files::TemporaryDirectory> rdzv_dir;
-  if (config.rdzv_file == "auto") {
-    // A fresh directory makes the path unique and guarantees the file does not exist yet.
-    rdzv_dir.emplace("colo-rdzv-");
-    config.rdzv_file = rdzv_dir->file("store");
-  } else if (!config.rdzv_file.empty()) {
-    if (files::lexists(config.rdzv_file)) {
-      throw UsageError(fmt::format(
-          "--rdzv-file '{}' already exists: a FileStore would read an earlier job's keys from "
-          "it. Remove it, or use --rdzv-file auto",
-          config.rdzv_file));
-    }
-    const std::string dir = files::parent_path(config.rdzv_file);
-    if (!files::is_directory(dir)) {
-      throw UsageError(
-          fmt::format("--rdzv-file '{}': directory '{}' does not exist", config.rdzv_file, dir));
-    }
-  }
-
-  // Said before the ranks start, so that it comes first and not amid their output.
-  if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
-    print_to(STDERR_FILENO, "{}\n", *warning);
-  }
-  int code = Job(config).run();
-  // The last FileStore user normally deletes the file; after a failure nobody did.
-  if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
-  return code;
-}
+int supervise(const LaunchConfig& config) { return Job(config).run(); }
 
 }  // namespace colo::launcher

@@ -6,8 +6,13 @@
 // the whole job when one rank fails, colo-run is interrupted or its output loses its reader.
 namespace colo::launcher {
 
-// Resolves the port and the rendezvous file ("auto": a fresh temporary directory), runs the job
-// and removes the rendezvous file; returns colo-run's exit status (see run() in launcher.h).
+// Resolves the port, the rendezvous file ("auto": a fresh temporary directory), the job token and
+// the ranks' report directory, runs the job and removes the rendezvous file; returns colo-run's
+// exit status (see run() in launcher.h). In job_setup.cpp.
 int run_job(LaunchConfig config);
+
+// Runs the job `config` describes, resolved (job.cpp): starts the ranks, forwards their output,
+// stops them all when one fails; returns the exit status.
+int supervise(const LaunchConfig& config);
 
 }  // namespace colo::launcher

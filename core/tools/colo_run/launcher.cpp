@@ -3,12 +3,17 @@
 // (parse_args, usage), job.cpp (the supervisor), self_check.cpp (--check), posix.cpp.
 #include "launcher.h"
 
+#include <colo/files/files.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
+#include <fstream>
+#include <set>
 
 #include "job.h"
 #include "posix.h"
@@ -40,7 +45,40 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank) {
       {"COLO_LAUNCHER", "colo-run"},
   };
   if (!config.rdzv_file.empty()) env.emplace_back("COLO_RDZV_FILE", config.rdzv_file);
+  if (!config.job_token.empty()) env.emplace_back("COLO_JOB_TOKEN", config.job_token);
+  if (!config.run_reports.empty()) env.emplace_back("COLO_RUN_REPORTS", config.run_reports);
   return env;
+}
+
+std::vector<std::string> rank_environment(const LaunchConfig& config, int local_rank, char** environ_entries) {
+  // The variables colo-run owns. Copies inherited from colo-run's own environment are dropped so
+  // that a rank never sees a mix of two launches.
+  static const std::set<std::string> owned = {
+      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE",   "COLO_JOB_TOKEN",
+      "COLO_RUN_REPORTS"};
+  std::vector<std::string> entries;
+  for (char** entry = environ_entries; *entry != nullptr; ++entry) {
+    std::string item = *entry;
+    if (owned.count(item.substr(0, item.find('='))) == 0) entries.push_back(std::move(item));
+  }
+  for (const auto& [name, value] : make_rank_env(config, local_rank)) entries.push_back(name + "=" + value);
+  return entries;
+}
+
+std::optional<int> lost_peer_of(const std::string& run_reports, int rank) {
+  if (run_reports.empty()) return std::nullopt;
+  const std::string path = files::join(run_reports, fmt::format("lost-peer.{}", rank));
+  // A note is left at every failure that names a peer, including one the program caught and
+  // survived: only a recent one explains the rank's exit.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || ::time(nullptr) - info.st_mtime > kLostPeerNoteLifetimeS) {
+    return std::nullopt;
+  }
+  std::ifstream note(path);
+  int peer = -1;
+  if (!(note >> peer) || peer < 0) return std::nullopt;
+  return peer;
 }
 
 int pick_free_port(const std::string& addr) {

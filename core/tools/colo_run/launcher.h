@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -29,12 +30,23 @@ struct LaunchConfig {
   // 0 until resolved: run() picks a free port on a single node; many nodes must agree on one,
   // so parse_args() requires --master-port there.
   int master_port = 0;
-  // "" (none), "auto" (run() creates a fresh path and removes it afterwards) or a path.
+  // "" (none: rank 0 serves a TCP store at master_addr:master_port), "auto" (run() creates a fresh
+  // path and removes it afterwards) or a path. parse_args() makes "auto" the default on one node.
   std::string rdzv_file;
+  // COLO_JOB_TOKEN for the ranks: resolved by run() (job_token.h) when empty.
+  std::string job_token;
+  // COLO_RUN_REPORTS for the ranks: a directory of colo-run's where a rank that fails because it
+  // lost a peer leaves a note naming the peer (run() makes a fresh one).
+  std::string run_reports;
+  // The job's timeout (COLO_TIMEOUT_MS in colo-run's environment, which the ranks inherit; else
+  // colo's default): a rank stopped by a signal (SIGSTOP) for that long is the job's cause, and
+  // the job is stopped. Resolved by run().
+  long long timeout_ms = 0;
   double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the ranks
   bool prefix_output = true;
   bool self_check = false;  // --check: run the launcher's own self-check instead of a program
   bool show_help = false;
+  bool new_token = false;   // --new-token: print a fresh job token and exit
   std::vector<std::string> command;  // the program and its arguments, passed through untouched
 };
 
@@ -50,10 +62,22 @@ LaunchConfig parse_args(const std::vector<std::string>& args);
 std::string usage();
 
 // The variables colo-run sets for local rank `local_rank` (RANK, LOCAL_RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER and, with a rendezvous
-// file, COLO_RDZV_FILE). `config` must be resolved (master_port set, rdzv_file not "auto");
-// throws std::invalid_argument otherwise.
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER and, where resolved,
+// COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS). `config` must be resolved (master_port
+// set, rdzv_file not "auto"); throws std::invalid_argument otherwise.
 EnvVars make_rank_env(const LaunchConfig& config, int local_rank);
+
+// What a rank's environment holds: colo-run's own `environ` without the variables colo-run owns
+// (an inherited RANK or COLO_JOB_TOKEN from a nested launch or a stale export), then
+// make_rank_env's, as "NAME=value".
+std::vector<std::string> rank_environment(const LaunchConfig& config, int local_rank, char** environ_entries);
+
+// The global rank that rank `rank` noted it lost before it failed: the note the ranks' colo
+// (core/src/dist/wait_failure.h, lost_peer_note_path) leaves in config.run_reports. nullopt when
+// there is none, or when it is older than kLostPeerNoteLifetimeS (from a failure the program
+// caught and survived).
+inline constexpr long kLostPeerNoteLifetimeS = 30;
+std::optional<int> lost_peer_of(const std::string& run_reports, int rank);
 
 // A port that was free on `addr` a moment ago (bind to port 0, read it back, close). Another
 // process may take it before rank 0 binds it; on one node --rdzv-file avoids ports altogether.

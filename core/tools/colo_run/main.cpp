@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "job_token.h"
 #include "launcher.h"
 #include "output.h"
 
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
         launcher::parse_args(std::vector<std::string>(argv + 1, argv + argc));
     if (config.show_help) {
       launcher::print_to(STDOUT_FILENO, "{}", launcher::usage());
+      return 0;
+    }
+    if (config.new_token) {
+      launcher::print_to(STDOUT_FILENO, "{}\n", launcher::new_job_token());
       return 0;
     }
     return launcher::run(std::move(config));

@@ -27,6 +27,10 @@ const char* signal_name(int sig) {
     case SIGTERM: return "SIGTERM";
     case SIGXCPU: return "SIGXCPU";
     case SIGSYS: return "SIGSYS";
+    case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP";
+    case SIGTTIN: return "SIGTTIN";
+    case SIGTTOU: return "SIGTTOU";
     default: return "unknown signal";
   }
   // clang-format on

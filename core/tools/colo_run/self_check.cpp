@@ -1,5 +1,6 @@
 #include "self_check.h"
 
+#include <colo/env/variables.h>
 #include <colo/files/files.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,21 +18,6 @@
 #include "posix.h"
 
 namespace colo::launcher {
-namespace {
-
-// Strict decimal parse for the check mode: digits only, fits an int.
-std::optional<int> parse_non_negative(const char* text) {
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  long long value = 0;
-  for (const char* p = text; *p != '\0'; ++p) {
-    if (*p < '0' || *p > '9') return std::nullopt;
-    value = value * 10 + (*p - '0');
-    if (value > INT_MAX) return std::nullopt;
-  }
-  return static_cast<int>(value);
-}
-
-}  // namespace
 
 int run_self_check(LaunchConfig config) {
   char exe[PATH_MAX];
@@ -69,7 +55,7 @@ int run_self_check(LaunchConfig config) {
   print_to(STDOUT_FILENO,
            "colo-run --check: OK: node {} of {} started ranks {}..{} of {} (master {}:{}{}); each "
            "verified RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, "
-           "MASTER_PORT and COLO_LAUNCHER, that it leads its own process group and that "
+           "MASTER_PORT, COLO_LAUNCHER and COLO_JOB_TOKEN, that it leads its own process group and that "
            "PR_SET_PDEATHSIG is SIGKILL; no two ranks got the same RANK\n",
            config.node_rank, config.nnodes, first, first + config.nproc_per_node - 1,
            config.nnodes * config.nproc_per_node, config.master_addr, config.master_port,
@@ -85,13 +71,13 @@ int check_rank_main(const std::string& check_dir) {
   }
   std::vector<std::string> problems;
   auto number = [&](const char* name) -> std::optional<int> {
-    const char* value = std::getenv(name);
-    std::optional<int> parsed = parse_non_negative(value);
-    if (!parsed) {
-      problems.push_back(fmt::format("{}='{}' is not a non-negative integer", name,
-                                     value != nullptr ? value : "(unset)"));
+    try {
+      if (auto value = env::integer(name, 0, INT_MAX, "a count or rank")) return static_cast<int>(*value);
+      problems.push_back(fmt::format("{} is not set", name));
+    } catch (const env::VariableError& e) {
+      problems.push_back(e.what());
     }
-    return parsed;
+    return std::nullopt;
   };
   const auto rank = number("RANK");
   const auto local_rank = number("LOCAL_RANK");
@@ -120,17 +106,21 @@ int check_rank_main(const std::string& check_dir) {
   if (master_port && (*master_port < 1 || *master_port > 65535)) {
     problems.push_back(fmt::format("MASTER_PORT {} is not in 1..65535", *master_port));
   }
-  const char* master_addr = std::getenv("MASTER_ADDR");
-  if (master_addr == nullptr || *master_addr == '\0') problems.push_back("MASTER_ADDR is empty");
-  const char* launcher = std::getenv("COLO_LAUNCHER");
-  if (launcher == nullptr || std::string(launcher) != "colo-run") {
+  const std::string master_addr = env::text("MASTER_ADDR").value_or("");
+  if (master_addr.empty()) problems.push_back("MASTER_ADDR is empty");
+  if (env::text("COLO_LAUNCHER") != std::optional<std::string>("colo-run")) {
     problems.push_back("COLO_LAUNCHER is not 'colo-run'");
   }
-  if (const char* rdzv = std::getenv("COLO_RDZV_FILE")) {
+  try {
+    if (!env::secret("COLO_JOB_TOKEN", env::kMinJobTokenLength)) problems.push_back("COLO_JOB_TOKEN is not set");
+  } catch (const env::VariableError& e) {
+    problems.push_back(e.what());
+  }
+  if (const std::optional<std::string> rdzv = env::text("COLO_RDZV_FILE")) {
     // Nobody rendezvoused yet, so the store file must not exist, but its directory must.
-    const std::string dir = files::parent_path(rdzv);
-    if (files::lexists(rdzv))
-      problems.push_back(fmt::format("COLO_RDZV_FILE '{}' already exists", rdzv));
+    const std::string dir = files::parent_path(*rdzv);
+    if (files::lexists(*rdzv))
+      problems.push_back(fmt::format("COLO_RDZV_FILE '{}' already exists", *rdzv));
     if (!files::is_directory(dir)) {
       problems.push_back(fmt::format("COLO_RDZV_FILE's directory '{}' does not exist", dir));
     }

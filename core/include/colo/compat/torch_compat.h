@@ -21,6 +21,7 @@
 #define COLO_HAS_GLOO 0
 #endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -64,18 +65,77 @@ inline constexpr bool kHasNccl =
     false;
 #endif
 
+// `loopback_only`: the pairs listen on 127.0.0.1, for a job whose ranks all run on this machine
+// (nothing of it need be reachable from another); otherwise on the address this machine's name
+// resolves to, as PyTorch does.
 inline CommBackendPtr make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                        std::chrono::milliseconds timeout) {
+                                        std::chrono::milliseconds timeout, bool loopback_only) {
 #if COLO_HAS_GLOO
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  options->devices.push_back(loopback_only ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                           : c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 #else
-  (void)store, (void)rank, (void)size, (void)timeout;
+  (void)store, (void)rank, (void)size, (void)timeout, (void)loopback_only;
   throw std::invalid_argument(
       "this colo was built without Gloo headers, so CPU collectives are unavailable; use CUDA tensors (NCCL) or "
       "build against a LibTorch that ships gloo/");
 #endif
+}
+
+// ---- Stores ----------------------------------------------------------------------------------
+// c10d::Store gained a pure virtual clone() (a copy for another thread) in PyTorch 2.x, and
+// TCPStoreOptions a listening socket to serve on (masterListenFd); 1.13 has neither. Detected
+// rather than tied to a version number.
+namespace detail {
+template <typename S, typename = void>
+struct StoreHasClone : std::false_type {};
+template <typename S>
+struct StoreHasClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
+template <typename O, typename = void>
+struct TakesListenFd : std::false_type {};
+template <typename O>
+struct TakesListenFd<O, std::void_t<decltype(std::declval<O&>().masterListenFd = 0)>> : std::true_type {};
+}  // namespace detail
+
+// A store of colo's own derives from this: where c10d::Store has clone(), it is answered by
+// clone_store().
+template <typename Base = c10d::Store, bool = detail::StoreHasClone<Base>::value>
+class CloneableStore : public Base {
+ protected:
+  virtual c10::intrusive_ptr<c10d::Store> clone_store() = 0;
+};
+template <typename Base>
+class CloneableStore<Base, true> : public Base {
+ public:
+  c10::intrusive_ptr<c10d::Store> clone() override { return clone_store(); }
+
+ protected:
+  virtual c10::intrusive_ptr<c10d::Store> clone_store() = 0;
+};
+
+// `store`'s clone where stores have one (2.x), else `store` itself (never asked for in 1.13).
+template <typename S>
+c10::intrusive_ptr<c10d::Store> clone_of(const c10::intrusive_ptr<S>& store) {
+  if constexpr (detail::StoreHasClone<S>::value) {
+    return store->clone();
+  } else {
+    return store;
+  }
+}
+
+// Whether rank 0's TCPStore can serve on a socket colo bound itself (to MASTER_ADDR only): 2.x.
+// 1.13's TCPStore binds the port on every interface, and cannot be told otherwise.
+inline constexpr bool kTcpStoreServesABoundSocket = detail::TakesListenFd<c10d::TCPStoreOptions>::value;
+
+// Hands `listen_fd` (bound and listening) to the store server where it can take it.
+template <typename O>
+void serve_on(O& options, int listen_fd) {
+  if constexpr (detail::TakesListenFd<O>::value) {
+    options.masterListenFd = listen_fd;
+  } else {
+    (void)options, (void)listen_fd;
+  }
 }
 
 #ifdef USE_C10D_NCCL

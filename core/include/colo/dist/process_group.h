@@ -146,10 +146,16 @@ class ProcessGroup {
 
 // Rendezvous (a FileStore when env.rdzv_file is set, else a TCPStore served by rank 0 at
 // master_addr:master_port) and the group of all ranks. The timeout also bounds the rendezvous:
-// a rank that never arrives ends it with a DistError naming who is missing.
+// a rank that never arrives ends it with a DistError naming who is missing. With env.job_token
+// (COLO_JOB_TOKEN) only processes that hold the token are admitted, and every value read from the
+// store must be signed with it (a process without it is refused, and rank 0 logs the attempt).
+// When every rank runs on this machine (a store file, or a loopback master_addr, and
+// local_world_size = world_size), Gloo's pairs listen on 127.0.0.1 only. Over Gloo, a collective
+// that fails because a member's connection went away names that member.
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options = {});
 
-// Milliseconds from COLO_TIMEOUT_MS when set, else the fallback.
+// Milliseconds from COLO_TIMEOUT_MS when set, else the fallback. A value that is not a whole
+// number from 1 to Environment::kMaxTimeoutMs throws env::VariableError naming the variable.
 std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback);
 
 }  // namespace colo::dist

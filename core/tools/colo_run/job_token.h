@@ -1,0 +1,21 @@
+#pragma once
+
+#include <string>
+
+#include "launcher.h"
+
+// The job token (COLO_JOB_TOKEN) on colo-run's side: made on node 0 when not given, required
+// from the environment on every other node, handed to every rank. colo-run itself checks nothing
+// with it (it links no LibTorch): the ranks sign and check what they write into the job's store
+// (colo's core/src/dist/admission.h and signed_store.h).
+namespace colo::launcher {
+
+// 64 hexadecimal digits from the kernel's random source (getrandom).
+std::string new_job_token();
+
+// COLO_JOB_TOKEN from colo-run's environment when set (throws UsageError when malformed); else a
+// new one on node 0, which it says on stderr when other nodes need it; else (node > 0) a
+// UsageError that says where the token comes from.
+std::string resolve_job_token(const LaunchConfig& config);
+
+}  // namespace colo::launcher

@@ -1,0 +1,350 @@
+// Whole jobs watched from outside: which sockets a one-node job listens on, who is admitted to a
+// job of two "nodes" (two colo-run on this machine, over loopback), and how a rank that died or
+// failed first is named, with colo-run and without. The job is colo_job_probe
+// (tests/dist/job_probe.cpp), started as separate processes.
+#include <colo/files/files.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace files = colo::files;
+using Clock = std::chrono::steady_clock;
+
+const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
+const std::string kProbe = COLO_BINARY_DIR "/bin/colo_job_probe";
+// 64 hexadecimal digits, as colo-run makes them.
+const std::string kToken = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The launcher variables of a surrounding job (a test run under colo-run) must not reach the
+// processes a test starts: each is given exactly the variables its scenario sets.
+bool inherited(const std::string& entry) {
+  static const std::set<std::string> dropped = {
+      "RANK",        "LOCAL_RANK",     "WORLD_SIZE",     "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "MASTER_ADDR", "MASTER_PORT",    "COLO_LAUNCHER",  "COLO_RDZV_FILE",   "COLO_JOB_TOKEN",
+      "COLO_RUN_REPORTS", "COLO_TIMEOUT_MS", "TORCHELASTIC_RUN_ID"};
+  return dropped.count(entry.substr(0, entry.find('='))) == 0;
+}
+
+// A process with its stdout and stderr in files of `dir`, named `name`.out / `name`.err.
+class Process {
+ public:
+  Process(const std::string& dir, const std::string& name, std::vector<std::string> argv,
+          const std::map<std::string, std::string>& env)
+      : out_path_(files::join(dir, name + ".out")), err_path_(files::join(dir, name + ".err")) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (inherited(*e)) env_strings.emplace_back(*e);
+    }
+    env_strings.push_back("OMP_NUM_THREADS=1");
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int out = ::open(out_path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+      const int err = ::open(err_path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(err, STDERR_FILENO);
+      ::execve(args[0], args.data(), envp.data());
+      ::_exit(126);
+    }
+  }
+  ~Process() {
+    if (!reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // The exit code (-1 when killed by a signal); past `timeout_s` the process is killed and the
+  // test fails.
+  int wait(double timeout_s = 60) {
+    const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        ADD_FAILURE() << "pid " << pid_ << " did not finish within " << timeout_s << " s; killing it\n" << err();
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+
+ private:
+  std::string out_path_, err_path_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  Clock::time_point start_;
+};
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string last_line(const std::string& text) {
+  std::string line, last;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+class DistJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!files::exists(kProbe)) GTEST_SKIP() << kProbe << " is not built";
+    std::string pattern = files::join(files::temp_directory(), "colo-dist-job-XXXXXX");
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) files::remove_all(dir_);
+  }
+  std::string dir_;
+};
+
+// ---- Listening sockets ------------------------------------------------------------------------
+
+// The socket inodes a process holds open ("socket:[N]" links in /proc/PID/fd).
+std::set<std::string> socket_inodes(const std::string& pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + pid + "/fd";
+  for (const auto& name : files::list_directory(fd_dir)) {
+    char target[256] = {};
+    const ssize_t n = ::readlink(files::join(fd_dir, name).c_str(), target, sizeof target - 1);
+    const std::string link(target, n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (link.rfind("socket:[", 0) == 0) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  return inodes;
+}
+
+// Whether /proc/net/tcp's hexadecimal local address ("0100007F:9C40", or tcp6's 32 digits) is a
+// loopback one: 127.0.0.0/8, ::1, or ::ffff:127.x.
+bool loopback_address(const std::string& local) {
+  const std::string host = local.substr(0, local.find(':'));
+  if (host.size() == 8) return host.substr(6, 2) == "7F";  // little-endian: the first octet last
+  if (host == "00000000000000000000000001000000") return true;
+  return host.substr(0, 24) == "0000000000000000FFFF0000" && host.substr(30, 2) == "7F";
+}
+
+// A job of two ranks on one node, as colo-run starts it by default, opens no listening socket on
+// an address other than loopback: its store is a file, its Gloo pairs listen on 127.0.0.1. Read
+// from /proc/net/tcp and tcp6 while the job holds, for the sockets the ranks themselves hold.
+TEST_F(DistJob, OneNodeJobListensOnLoopbackOnly) {
+  Process job(dir_, "job", {kColoRun, "--nproc-per-node", "2", kProbe, "hold", dir_}, {{"COLO_TIMEOUT_MS", "30000"}});
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!(files::exists(files::join(dir_, "ready.0")) && files::exists(files::join(dir_, "ready.1"))) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::set<std::string> inodes;
+  for (const char* ready : {"ready.0", "ready.1"}) {
+    std::string pid;
+    std::ifstream(files::join(dir_, ready)) >> pid;
+    ASSERT_FALSE(pid.empty()) << "the job's ranks did not start:\n" << job.err();
+    for (const auto& inode : socket_inodes(pid)) inodes.insert(inode);
+  }
+  int listening = 0;
+  std::vector<std::string> exposed;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (state != "0A" || inodes.count(inode) == 0) continue;  // 0A: LISTEN
+      ++listening;
+      if (!loopback_address(local)) exposed.push_back(std::string(table) + " " + local);
+    }
+  }
+  std::ofstream(files::join(dir_, "release")) << "done\n";
+  EXPECT_EQ(job.wait(), 0) << job.err();
+  EXPECT_GT(listening, 0) << "no listening socket of the job's ranks was found: the test looked in the wrong place";
+  EXPECT_TRUE(exposed.empty()) << "listening beyond loopback: " << ::testing::PrintToString(exposed);
+}
+
+// ---- The job token ----------------------------------------------------------------------------
+
+// Two colo-run on this machine form a job of two "nodes" over loopback, with a job token. Before
+// node 1 starts, two processes try to take rank 1: one without a token, one with another token.
+// Neither is admitted: rank 0 logs each refusal, the first fails at once saying the job needs its
+// token, the second at its (short) timeout saying its attempts were refused; then the true rank 1
+// joins and the job runs as usual.
+TEST_F(DistJob, AProcessWithoutTheTokenCannotTakeARank) {
+  const std::string port = std::to_string(free_port());
+  const std::vector<std::string> node = {kColoRun, "--nnodes", "2", "--nproc-per-node", "1",
+                                         "--master-addr", "127.0.0.1", "--master-port", port};
+  auto node_args = [&](int node_rank) {
+    std::vector<std::string> args = node;
+    args.insert(args.begin() + 1, {"--node-rank", std::to_string(node_rank)});
+    args.insert(args.end(), {kProbe, "join"});
+    return args;
+  };
+  Process node0(dir_, "node0", node_args(0), {{"COLO_JOB_TOKEN", kToken}, {"COLO_TIMEOUT_MS", "60000"}});
+  const std::map<std::string, std::string> rank1 = {{"RANK", "1"},          {"WORLD_SIZE", "2"},
+                                                    {"LOCAL_RANK", "0"},    {"LOCAL_WORLD_SIZE", "1"},
+                                                    {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(rank1.begin(), rank1.end());
+    return extra;
+  };
+  Process tokenless(dir_, "tokenless", {kProbe, "join"}, with({{"COLO_TIMEOUT_MS", "30000"}}));
+  EXPECT_EQ(tokenless.wait(), 1) << tokenless.out() << tokenless.err();
+  EXPECT_NE(tokenless.err().find("this job admits only processes that hold its job token (COLO_JOB_TOKEN), and this "
+                                 "one has none"),
+            std::string::npos)
+      << tokenless.err();
+  EXPECT_EQ(tokenless.out().find("admitted"), std::string::npos) << tokenless.out();
+
+  const std::string other_token(64, 'f');
+  Process impostor(dir_, "impostor", {kProbe, "join"},
+                   with({{"COLO_TIMEOUT_MS", "3000"}, {"COLO_JOB_TOKEN", other_token}}));
+  EXPECT_EQ(impostor.wait(), 1) << impostor.out() << impostor.err();
+  EXPECT_NE(impostor.err().find("rank 1: rendezvous timed out after 3000 ms: rank(s) 0 never arrived"),
+            std::string::npos)
+      << impostor.err();
+  EXPECT_NE(impostor.err().find("were refused"), std::string::npos) << impostor.err();
+
+  Process node1(dir_, "node1", node_args(1), {{"COLO_JOB_TOKEN", kToken}, {"COLO_TIMEOUT_MS", "60000"}});
+  EXPECT_EQ(node1.wait(), 0) << node1.err();
+  EXPECT_EQ(node0.wait(), 0) << node0.err();
+  EXPECT_NE(node0.out().find("[rank 0] rank 0 admitted; all_reduce ok"), std::string::npos) << node0.out();
+  EXPECT_NE(node1.out().find("[rank 1] rank 1 admitted; all_reduce ok"), std::string::npos) << node1.out();
+  const std::string log = node0.err();
+  EXPECT_NE(log.find("colo: rank 0: refused a process that asked to join this job as rank 1: it has no job token; "
+                     "it said it is pid "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("colo: rank 0: refused a process that asked to join this job as rank 1: its job token is not "
+                     "this job's"),
+            std::string::npos)
+      << log;
+}
+
+// A later node's colo-run without the token refuses to start, saying where the token comes from.
+TEST_F(DistJob, ALaterNodeNeedsTheToken) {
+  Process node1(dir_, "node1",
+                {kColoRun, "--nnodes", "2", "--node-rank", "1", "--master-port", "29999", kProbe, "join"}, {});
+  EXPECT_EQ(node1.wait(), 2);
+  EXPECT_NE(node1.err().find("--node-rank 1 needs the job's token: set COLO_JOB_TOKEN"), std::string::npos)
+      << node1.err();
+  EXPECT_EQ(node1.out(), "");
+}
+
+// ---- Naming the rank that went away -------------------------------------------------------------
+
+// Launched by hand (torchrun's variables, no colo-run): when rank 1 is killed, rank 0's error
+// names rank 1, not only an address and a port.
+TEST_F(DistJob, WithoutColoRunTheSurvivorNamesTheRankThatDied) {
+  const std::string port = std::to_string(free_port());
+  auto rank = [&](int r) {
+    return std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                              {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
+                                              {"MASTER_ADDR", "127.0.0.1"},       {"MASTER_PORT", port},
+                                              {"COLO_TIMEOUT_MS", "30000"}};
+  };
+  Process rank0(dir_, "rank0", {kProbe, "die"}, rank(0));
+  Process rank1(dir_, "rank1", {kProbe, "die"}, rank(1));
+  EXPECT_EQ(rank1.wait(), -1) << "rank 1 kills itself";
+  EXPECT_EQ(rank0.wait(), 1) << rank0.err();
+  const std::string err = rank0.err();
+  EXPECT_NE(err.find("all_reduce on group world (gloo, global ranks 0,1) failed"), std::string::npos) << err;
+  EXPECT_NE(err.find("(rank 1 (global 1))"), std::string::npos) << "the address names the rank: " << err;
+  EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
+}
+
+// Rank 1 fails (a checkpoint error, say), closes its groups and takes a while to exit; the
+// others' all-reduce fails at once ("Connection closed by peer") and one of them exits first.
+// colo-run's last line names rank 1, the cause, with its exit code, not the rank that lost it;
+// at 2, 4 and 8 ranks.
+class DistJobLostPeer : public DistJob, public ::testing::WithParamInterface<int> {};
+
+TEST_P(DistJobLostPeer, ColoRunNamesTheRankThatFailedFirstNotTheOneThatLostIt) {
+  const int ranks = GetParam();
+  Process job(dir_, "job", {kColoRun, "--nproc-per-node", std::to_string(ranks), kProbe, "lose-peer"},
+              {{"COLO_TIMEOUT_MS", "30000"}});
+  EXPECT_EQ(job.wait(90), 3) << job.err();
+  const std::string err = job.err();
+  EXPECT_NE(err.find("[rank 1] rank 1: error: cannot write the checkpoint (simulated)"), std::string::npos) << err;
+  EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
+  EXPECT_EQ(last_line(err).rfind("colo-run: rank 1 (pid ", 0), 0u) << err;
+  EXPECT_NE(last_line(err).find("exited with code 3 (rank "), std::string::npos) << err;
+  EXPECT_NE(last_line(err).find(" exited before it, having lost its connection to rank 1)"), std::string::npos) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DistJobLostPeer, ::testing::Values(2, 4, 8));
+
+// ---- A rank that is stopped, not dead ------------------------------------------------------------
+
+// Rank 1 stops itself (SIGSTOP) while the others wait for it in an all-reduce, at 2, 4 and 8
+// ranks. Its peers time out (Gloo) or are aborted by NCCL's watchdog and so fail first; colo-run's
+// last line must name rank 1, stopped, within the job's timeout (COLO_TIMEOUT_MS) and a margin,
+// and the job must end, rank 1 included.
+class DistJobStopped : public DistJob, public ::testing::WithParamInterface<int> {};
+
+TEST_P(DistJobStopped, ColoRunNamesTheStoppedRank) {
+  const int ranks = GetParam();
+  const auto start = Clock::now();
+  Process job(dir_, "job", {kColoRun, "--nproc-per-node", std::to_string(ranks), kProbe, "stop"},
+              {{"COLO_TIMEOUT_MS", "4000"}});
+  const int code = job.wait(90);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::string err = job.err();
+  EXPECT_EQ(code, 128 + SIGSTOP) << err;
+  EXPECT_EQ(last_line(err).rfind("colo-run: rank 1 (pid ", 0), 0u) << err;
+  EXPECT_NE(last_line(err).find("was stopped by signal 19 (SIGSTOP)"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rank 1: continued"), std::string::npos) << "rank 1 was killed, not let go on: " << err;
+  // Starting 8 LibTorch processes on 2 cores takes a few seconds; the timeout is 4.
+  EXPECT_LT(seconds, 40.0) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DistJobStopped, ::testing::Values(2, 4, 8));
+
+}  // namespace
