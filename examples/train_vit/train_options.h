@@ -89,6 +89,13 @@ struct TrainOptions {
   bool dry_run = false;
   int plan_world_size = 0;
   double gpu_memory_gib = 0.0;
+
+  // --layout auto: the plugin, its options, activation checkpointing and accumulation are the
+  // planner's choice (colo::planner::plan_layouts, auto_layout.h) for this model, batch and world,
+  // with the cluster and profile files when given.
+  std::string layout;
+  std::string layout_cluster;
+  std::string layout_profile;
 };
 
 // Parses the arguments after argv[0]. Throws UsageError listing every problem found (unknown
