@@ -99,8 +99,10 @@ class StepModel {
   // when it can.
   std::string structural_problem(const Layout& layout) const;
 
- private:
+  // What the model computes once and reuses across layouts (planner/src/step_terms.h).
   struct Caches;
+
+ private:
   PlanRequest request_;
   nn::ModelSummary summary_;
   std::unique_ptr<Caches> caches_;
