@@ -32,18 +32,32 @@ install_apt() {
   fi
 }
 
-# Test oracles only (colo never imports Python): PyTorch + timm + safetensors from PyPI. The same
-# wheel's libtorch is what the CI-only CUDA compile check builds against.
+# Test oracles only (colo never imports Python): PyTorch, timm, Hugging Face transformers and
+# safetensors from PyPI, at pinned versions: a new release could change a reference (timm's init
+# or resampling, transformers' ViT) under an unchanged test. Raise a pin on purpose, with the
+# tests. The same torch wheel's libtorch is what the CI-only CUDA compile check builds against.
+oracle_pins=(torch==2.15.0 timm==1.0.31 safetensors==0.8.0 transformers==5.24.0)
 install_oracles() {
-  if ! python3 -c 'import torch, timm, safetensors' 2>/dev/null; then
-    echo "colo: installing the Python test oracles (torch, timm, safetensors) from PyPI"
-    python3 -m pip install --quiet torch timm safetensors 2>/dev/null ||
-      python3 -m pip install --quiet --break-system-packages torch timm safetensors
+  if ! python3 -c 'import importlib.metadata as m, sys
+sys.exit(any(m.version(n) != v for n, v in (pin.split("==") for pin in sys.argv[1:])))' "${oracle_pins[@]}" 2>/dev/null; then
+    echo "colo: installing the Python test oracles (${oracle_pins[*]}) from PyPI"
+    python3 -m pip install --quiet "${oracle_pins[@]}" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "${oracle_pins[@]}"
   fi
 }
 
+# A compiler cache where one is installed (development machines; CI starts fresh and gains nothing):
+# several checkouts of the tree (git worktrees) share hits because paths are taken relative to
+# CCACHE_BASEDIR; the precompiled header needs ccache's pch sloppiness and -fpch-preprocess.
+launcher=()
+if command -v ccache >/dev/null && [ "${COLO_CCACHE:-1}" != 0 ]; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd .. && pwd)}
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
 configure_and_build() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_WERROR=${COLO_WERROR:-OFF} "$@" >/dev/null
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_WERROR=${COLO_WERROR:-OFF} "${launcher[@]}" "$@" >/dev/null
   cmake --build "$build" -j "$jobs"
 }
 
@@ -79,7 +93,7 @@ case "$mode" in
     # 49 build steps instead of 113, 550 s of CPU time instead of 1380 s. It could hide a missing
     # #include that a neighbouring source provides; the GPU machine's build, file by file, would not.
     TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
-      cmake -S . -B "${COLO_CUDA_BUILD_DIR:-build-cuda}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UNIT_TESTS=OFF \
+      cmake -S . -B "${COLO_CUDA_BUILD_DIR:-build-cuda}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UNIT_TESTS=OFF "${launcher[@]}" \
       -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
       -DCMAKE_PREFIX_PATH="$torch_root;$torch_root/share/cmake" -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
       -Dc10_LIBRARY="$torch_root/lib/libc10.so" \

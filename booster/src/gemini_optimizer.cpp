@@ -288,6 +288,7 @@ void GeminiOptimizer::settle_auto_placement() {
     const int64_t resident = params + optimizer_state_device_bytes();
     const int64_t working = std::max<int64_t>(0, zero::device_peak_allocated_bytes(device_) - resident);
     budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - params - working;
+    placement_overhead_bytes_ = params + working;
   }
   for (std::size_t c = 0; c < adam_.size(); ++c) {
     const int64_t bytes = adam_[c]->full_bytes();

@@ -41,6 +41,11 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
                            "pin host memory of parameter shards and gradient staging (per chunk)"));
   o.overlap_communication(in.get_bool("overlap_communication", o.overlap_communication(),
                                       "reduce-scatter each chunk's gradients as soon as they are complete"));
+  if (in.get_bool("cuda_graphs", false, "not implemented for gemini (see the error it gives)")) {
+    in.fail("cuda_graphs=true is not implemented for gemini: its chunks are gathered, released and moved between "
+            "host and device around each layer, decisions a graph replay cannot take; use torch_ddp or "
+            "hybrid_parallel (one rank) with cuda_graphs=true, or cuda_graphs=false");
+  }
   const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
                                            "dtype gradients are reduced in; auto: the precision's");
   if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));

@@ -76,6 +76,8 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.loss_scaler(precision.loss_scaler);
   o.sequence_parallel(in.get_bool("enable_sequence_parallelism", false,
                                    "LayerNorm, dropout and residuals on 1/tp of the tokens (with tp_size > 1)"));
+  o.cuda_graphs(in.get_bool("cuda_graphs", false,
+                            "replay each microbatch's forward and backward as CUDA graphs (one stage, one rank)"));
 
   // Rules that tie options together; each problem once, all of them reported.
   if (o.sequence_parallel() && o.tp_size() <= 1) {
@@ -84,6 +86,29 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   if (o.sequence_parallel() && o.pp_style() == pipeline::ScheduleStyle::kZeroBubble) {
     in.fail("enable_sequence_parallelism with pp_style=zero_bubble is not supported yet (the deferred weight gradients "
             "of the sequence-parallel LayerNorms would miss their tensor-parallel sum); use 1f1b or interleaved");
+  }
+  if (o.cuda_graphs()) {
+    // Each rule says what a graph replay cannot do there; the dp size is checked with the mesh.
+    if (o.pp_size() > 1) {
+      in.fail(fmt::format("cuda_graphs with pp_size={} is not implemented yet (a stage holds several microbatches' "
+                          "activations, which one graph's replays would overwrite); use pp_size=1 or cuda_graphs=false",
+                          o.pp_size()));
+    }
+    if (o.tp_size() > 1) {
+      in.fail(fmt::format("cuda_graphs with tp_size={} is not implemented yet (the tensor-parallel collectives run "
+                          "inside the layers); use tp_size=1 or cuda_graphs=false",
+                          o.tp_size()));
+    }
+    if (o.zero_stage() > 0) {
+      in.fail(fmt::format("cuda_graphs with zero_stage={} is not implemented yet (ZeRO's gradient hooks do not fire "
+                          "in a graph replay); use zero_stage=0 or cuda_graphs=false",
+                          o.zero_stage()));
+    }
+    if (o.pp_style() != pipeline::ScheduleStyle::kOneFOneB || o.num_model_chunks() != 1) {
+      in.fail(fmt::format("cuda_graphs needs pp_style=1f1b with one model chunk (each microbatch's backward before "
+                          "the next microbatch's forward), got pp_style={}, num_model_chunks={}",
+                          style, o.num_model_chunks()));
+    }
   }
   if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
   if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));

@@ -70,6 +70,19 @@ HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const P
     : Plugin(context), options_(HybridParallelOptions::parse(options)) {
   context_.mesh = make_mesh(context_, options_);
   const auto& mesh = *context_.mesh;
+  if (options_.cuda_graphs()) {
+    if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
+      throw std::invalid_argument(
+          fmt::format("hybrid_parallel: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
+    }
+    if (mesh.size(MeshAxis::kDp) > 1) {
+      throw std::invalid_argument(fmt::format(
+          "hybrid_parallel: cuda_graphs=true with {} data-parallel ranks is not implemented yet (the gradient "
+          "all-reduce starts from per-parameter hooks, which a graph replay does not call); give the layout one "
+          "data-parallel rank or set cuda_graphs=false",
+          mesh.size(MeshAxis::kDp)));
+    }
+  }
   StagedCheckpointIO::Part part;
   part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;
   part.index = mesh.coordinate(MeshAxis::kPp);
@@ -169,6 +182,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.style = options_.pp_style();
   parts.pp_group = pp;
   parts.policy = policy;
+  if (options_.cuda_graphs()) parts.graphed = std::make_shared<nn::CudaGraphedStack>(chunks.front());
   auto model = std::make_shared<PipelineModel>(std::move(parts));
 
   // 5.
@@ -256,6 +270,9 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   callbacks.backward_output = [&optimizer](const torch::Tensor& output, const torch::Tensor& grad) {
     optimizer.backward_by_grad({output}, {grad});
   };
+  if (const auto& graphed = pipelined->graphed()) {
+    callbacks.forward = [graphed](int, const torch::Tensor& x) { return graphed->forward(x); };
+  }
 
   // Every backward of the step accumulates locally; the data-parallel reduction runs once, after
   // the rank's last backward, unless the caller accumulates over several steps (no_sync).

@@ -24,7 +24,8 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
   }
   wait_for_weights();
   if (torch::GradMode::is_enabled()) prepare_for_backward();
-  auto output = module_->forward(parts_.policy.cast_to_compute(input));
+  const auto cast = parts_.policy.cast_to_compute(input);
+  auto output = parts_.graphed ? parts_.graphed->forward(cast) : module_->forward(cast);
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }
 

@@ -32,6 +32,11 @@ LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
                                       "reduce gradients during backward and gather weights during the next forward"));
   o.cpu_offload(in.get_bool("cpu_offload", o.cpu_offload(),
                             "fp32 masters, optimizer state and the Adam step on the CPU (pinned transfers)"));
+  if (in.get_bool("cuda_graphs", false, "not implemented for low_level_zero (see the error it gives)")) {
+    in.fail("cuda_graphs=true is not implemented for low_level_zero: ZeRO reduces each gradient from a "
+            "per-parameter hook and gathers the updated weights layer by layer, which a graph replay does not "
+            "do; use torch_ddp or hybrid_parallel (one rank) with cuda_graphs=true, or cuda_graphs=false");
+  }
   const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
                                            "dtype gradients are reduced in; auto: the precision's");
   if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));

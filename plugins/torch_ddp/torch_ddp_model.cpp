@@ -22,7 +22,8 @@ torch::Tensor TorchDdpModel::forward(const torch::Tensor& input) {
     ddp::broadcast_coalesced(*buffer_sync_group_, buffers_, 0);
   }
   if (reducer_ && torch::GradMode::is_enabled()) reducer_->prepare_for_backward();
-  auto output = module_->forward(policy_.cast_to_compute(input));
+  const auto cast = policy_.cast_to_compute(input);
+  auto output = graphed_ ? graphed_->forward(cast) : module_->forward(cast);
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }
 

@@ -4,6 +4,7 @@
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/model_wrapper.h>
 #include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/nn/cuda_graphed_stack.h>
 
 #include <memory>
 #include <string>
@@ -43,6 +44,8 @@ class TorchDdpModel : public ModelWrapper {
 
   // Null in a world of one, where there is nothing to average.
   const std::shared_ptr<ddp::BucketedAllReduce>& reducer() const { return reducer_; }
+  // Training passes through CUDA graphs of the stack (cuda_graphs=true; one rank, no reducer).
+  void use_cuda_graphs(std::shared_ptr<nn::CudaGraphedStack> graphed) { graphed_ = std::move(graphed); }
 
  private:
   // The master of each canonical parameter name (empty without masters).
@@ -53,6 +56,7 @@ class TorchDdpModel : public ModelWrapper {
   std::shared_ptr<amp::MasterWeights> masters_;
   std::shared_ptr<dist::ProcessGroup> buffer_sync_group_;  // null: buffers are not broadcast
   std::vector<torch::Tensor> buffers_;
+  std::shared_ptr<nn::CudaGraphedStack> graphed_;  // null: eager
 };
 
 }  // namespace colo::plugins

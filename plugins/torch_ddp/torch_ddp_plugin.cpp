@@ -8,6 +8,7 @@
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/nn/cuda_graphed_stack.h>
 #include <colo/dist/process_group.h>
 #include <fmt/format.h>
 
@@ -36,6 +37,8 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
   o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
   o.master_weights(
       in.get_bool("master_weights", o.master_weights(), "keep fp32 master weights for the optimizer under fp16/bf16"));
+  o.cuda_graphs(in.get_bool("cuda_graphs", o.cuda_graphs(),
+                            "replay the training forward and backward as CUDA graphs (small batches: no launch cost)"));
 
   if (!(o.bucket_cap_mb() > 0.0) || !std::isfinite(o.bucket_cap_mb())) {
     in.fail(fmt::format("bucket_cap_mb must be a positive number of MiB, got {}", o.bucket_cap_mb()));
@@ -58,6 +61,18 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
     throw std::invalid_argument("torch_ddp needs the job's world process group in its PluginContext");
   }
   context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
+  if (options_.cuda_graphs()) {
+    if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
+      throw std::invalid_argument(fmt::format("torch_ddp: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
+    }
+    if (context_.world->size() > 1) {
+      throw std::invalid_argument(fmt::format(
+          "torch_ddp: cuda_graphs=true over {} data-parallel ranks is not implemented yet: the gradient all-reduce "
+          "starts from per-parameter hooks, which a graph replay does not call; train on one rank or set "
+          "cuda_graphs=false",
+          context_.world->size()));
+    }
+  }
 }
 
 Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
@@ -89,9 +104,10 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
                                .find_unused_parameters(options_.find_unused_parameters())
                                .overlap_communication(options_.overlap_communication()));
 
-  // 5.
+  // 5. (With cuda_graphs, the stack's training passes are captured at the first step.)
   auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
                                                  options_.broadcast_buffers() ? world : nullptr);
+  if (options_.cuda_graphs()) wrapped->use_cuda_graphs(std::make_shared<nn::CudaGraphedStack>(model));
 
   // 6.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());

@@ -23,6 +23,9 @@ struct TorchDdpOptions {
   TORCH_ARG(bool, master_weights) = true;
   TORCH_ARG(double, max_grad_norm) = 0.0;
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
+  // The model's training forward and backward as CUDA graphs (nn::CudaGraphedStack): one GPU
+  // per model replica only, no activation checkpointing.
+  TORCH_ARG(bool, cuda_graphs) = false;
 
  public:
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key

@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <iostream>
 #include <map>
 #include <set>
 #include <string>
@@ -31,7 +33,18 @@ namespace {
 using namespace test;
 
 constexpr int64_t kGeminiPerRankBatch = 4;
-constexpr double kBf16ContinueTolerance = 2e-2;
+// A step taken after loading a checkpoint, against the step gemini took from the same state:
+// per tensor, ||continued - gemini's|| / ||gemini's step||, the error relative to the update
+// itself, so that a skipped (or doubled) step is an error of 1, whatever the weights' size.
+// MEASURED_BELOW: see CheckpointsRoundTripWithTorchDdpAndLowLevelZeroAcrossWorldSizes.
+constexpr double kBf16ContinueTolerance = 0.25;
+
+double step_error(const torch::Tensor& continued, const torch::Tensor& stepped, const torch::Tensor& before) {
+  const auto c = continued.detach().to(torch::kCPU, torch::kDouble);
+  const auto s = stepped.detach().to(torch::kCPU, torch::kDouble);
+  const auto b = before.detach().to(torch::kCPU, torch::kDouble);
+  return ((c - s).norm() / (s - b).norm().clamp_min(1e-30)).item<double>();
+}
 
 std::shared_ptr<Plugin> gemini_plugin(const PluginOptions& options,
                                       const std::shared_ptr<dist::ProcessGroup>& group = nullptr) {
@@ -148,12 +161,27 @@ TEST(Gemini, AutoPlacementFillsTheDeviceBudgetInChunkOrder) {
     auto b = gemini_plugin(chunking)->boost({model, gemini_adamw(*model), cross_entropy, nullptr, nullptr});
     state_bytes = gemini_of(b).optimizer_state_device_bytes() + gemini_of(b).optimizer_state_host_bytes();
   }
-  // A device of 64 bytes, of about half of it (at the default steady_cuda_cap_ratio 0.9;
-  // fp32 parameter shards are the masters themselves, so the parameters take none of it), of ten times it.
+  // What placement takes first (resident parameters and the step's working memory: 0 on CPU
+  // ranks, where fp32 parameter shards are the masters themselves; on a GPU the activations and
+  // cuBLAS's workspace), measured by a run whose budget holds everything.
+  int64_t overhead = 0;
+  {
+    auto options = chunking;
+    options["placement_policy"] = "auto";
+    options["device_memory_mb"] = "1000000";
+    auto model = deep_vit();
+    auto b = gemini_plugin(options)->boost({model, gemini_adamw(*model), cross_entropy, nullptr, nullptr});
+    gemini_step(b, data.images[0], data.labels[0], *world());
+    overhead = gemini_of(b).placement_overhead_bytes();
+    EXPECT_GE(overhead, 0);
+  }
+  // Beyond that overhead, optimizer state room of 64 bytes, of about half the state (at the default
+  // steady_cuda_cap_ratio 0.9), of ten times it.
   std::vector<std::size_t> on_device;
   std::size_t num_chunks = 0;
   for (double share : {64.0 / static_cast<double>(state_bytes), 0.5 / 0.9, 10.0}) {
-    const double megabytes = share * static_cast<double>(state_bytes) / (1024.0 * 1024.0);
+    const double megabytes =
+        (share * static_cast<double>(state_bytes) + static_cast<double>(overhead) / 0.9) / (1024.0 * 1024.0);
     SCOPED_TRACE(fmt::format("device_memory_mb={}", megabytes));
     auto options = chunking;
     options["placement_policy"] = "auto";
@@ -244,9 +272,13 @@ TEST(Gemini, CheckpointsRoundTripWithTorchDdpAndLowLevelZeroAcrossWorldSizes) {
     // and summed in another order (buckets against chunks), and Adam turns differences of rounding
     // size into updates of up to lr (measured <= 6e-3 relative).
     gemini_step(zb, data.images[2], data.labels[2], *world());
+    double worst = 0;
     for (const auto& [name, tensor] : zb.model->full_state()) {
-      EXPECT_LE(relative_error(tensor, gemini_after.at(name)), kBf16ContinueTolerance) << name;
+      const double e = step_error(tensor, gemini_after.at(name), saved_model.at(name));
+      worst = std::max(worst, e);
+      EXPECT_LE(e, kBf16ContinueTolerance) << name;
     }
+    if (world()->rank() == 0) std::cout << "[measured] low_level_zero's step against gemini's: " << worst << "\n";
   }
   world()->barrier().wait();
   // And back: gemini over half the world loads the checkpoint and continues identically.
@@ -260,9 +292,13 @@ TEST(Gemini, CheckpointsRoundTripWithTorchDdpAndLowLevelZeroAcrossWorldSizes) {
     expect_same(ab.model->full_state(), saved_model, "model under gemini on fewer ranks");
     expect_same(ab.optimizer->full_state().tensors, saved_optimizer, "optimizer under gemini on fewer ranks");
     gemini_step(ab, data.images[2], data.labels[2], *sub);
+    double worst = 0;
     for (const auto& [name, tensor] : ab.model->full_state()) {
-      EXPECT_LE(relative_error(tensor, gemini_after.at(name)), kBf16ContinueTolerance) << name;
+      const double e = step_error(tensor, gemini_after.at(name), saved_model.at(name));
+      worst = std::max(worst, e);
+      EXPECT_LE(e, kBf16ContinueTolerance) << name;
     }
+    if (world()->rank() == 0) std::cout << "[measured] gemini's step on fewer ranks against gemini's: " << worst << "\n";
   }
   remove_shared_directory(dir);
 }

@@ -209,6 +209,13 @@ TEST(ProcessGroup, AHalfMadeGroupNamesItselfAndWhatToDo) {
 // A group of the whole world whose last member skips all_reduce #2: every member that waited
 // names the last one, and only it, with where it was last seen waiting (#1, where rank 0's late
 // arrival kept everyone else waiting long enough to record it).
+//
+// Driven by events, not by the machine's speed (8 ranks share 2 cores in CI): rank 0 joins #1
+// only once the last member has said, through the store, that it is about to enter #1, and then
+// three tenths of the timeout later; a wait is recorded after one tenth, so the last member's
+// record is certain unless it is descheduled for 0.8 s between its store write and its call. A
+// world barrier lines the members up before #2, whose 4 s timeout each of them waits out: a
+// member is named as absent only if it entered #2 more than 3.6 s after another timed out there.
 TEST(ProcessGroup, TimeoutNamesTheMembersThatDidNotArrive) {
   COLO_SKIP_ON_NCCL_OR_ONE_RANK();
   const int n = world()->size();
@@ -217,11 +224,16 @@ TEST(ProcessGroup, TimeoutNamesTheMembersThatDidNotArrive) {
   const auto timeout = std::chrono::milliseconds(4000);
   auto group = world()->new_subgroup(all, "roll_call", timeout);
   auto t = torch::ones({1}).to(device());
-  // A wait is recorded once it lasts a tenth of the timeout: rank 0 keeps #1 waiting for three.
-  if (group->rank() == 0) std::this_thread::sleep_for(timeout * 3 / 10);
-  group->all_reduce(t).wait();
-
   const int skipper = n - 1;
+  const std::string arriving = "roll_call_skipper_enters_1";
+  if (group->rank() == skipper) world()->store_set(arriving, "1");
+  if (group->rank() == 0) {
+    world()->store_get(arriving);
+    std::this_thread::sleep_for(timeout * 3 / 10);
+  }
+  group->all_reduce(t).wait();
+  world()->barrier().wait();
+
   if (group->rank() != skipper) {
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -240,6 +252,7 @@ TEST(ProcessGroup, TimeoutNamesTheMembersThatDidNotArrive) {
             << "rank " << member << " arrived, yet is named: " << what;
       }
     }
+    // The timeout ends the wait: a bound far above it (10 s for scheduling) that a hang would pass.
     EXPECT_LT(std::chrono::steady_clock::now() - start, timeout + std::chrono::seconds(10));
   }
   // Every member keeps its end of the group open until all have given up on #2: a member that

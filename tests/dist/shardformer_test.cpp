@@ -231,6 +231,10 @@ TEST(Shardformer, ShardedVitLoadsTimmWeightsAndGivesItsLogits) {
   const auto config = tiny_vit().num_heads(4).depth(2);
   torch::manual_seed(31);
   auto whole = nn::make_vision_transformer(config);
+  {  // every tensor away from its initial value: fresh biases are 0 and LayerNorm weights 1
+    torch::NoGradGuard no_grad;
+    for (auto& p : whole->parameters()) p.add_(0.05 * torch::randn_like(p));
+  }
   whole->eval();
   const auto images = make_batches(1, 3, 12).images[0].cpu();
   const auto want = whole->forward(images);

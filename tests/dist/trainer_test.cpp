@@ -303,8 +303,10 @@ TEST(Trainer, MetricsLogWritesEveryRecordAsAJsonLineOnRankZero) {
 TEST(Trainer, CheckpointHookSavesEveryNStepsAStateThatResumes) {
   const auto dir = shared_directory("trainer_checkpoint");
   int64_t saved_at = 0;
+  int64_t batches_per_epoch = 0;
   {
     auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    batches_per_epoch = run.boosted.dataloader->num_batches();
     Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(5).progress(false));
     trainer.fit(*run.boosted.dataloader, 3, nullptr, 1,
                 {std::make_shared<LRSchedulerHook>(),
@@ -319,6 +321,17 @@ TEST(Trainer, CheckpointHookSavesEveryNStepsAStateThatResumes) {
   const auto progress = run.booster->load_state(run.boosted, state);
   EXPECT_EQ(progress.global_step, saved_at);
   EXPECT_EQ(run.boosted.lr_scheduler->step_count(), saved_at);
+  // The data position after 4 batches of one per step (12, 6 and 3 batches per epoch at 2, 4 and 8
+  // ranks: epoch 0 batch 4, epoch 0 batch 4, epoch 1 batch 1), saved and put back into the loader.
+  ASSERT_GT(batches_per_epoch, 0);
+  const data::DataLoaderState position{(saved_at - 1) / batches_per_epoch,
+                                       saved_at - (saved_at - 1) / batches_per_epoch * batches_per_epoch};
+  EXPECT_EQ(progress.data.epoch, position.epoch);
+  EXPECT_EQ(progress.data.next_batch, position.next_batch);
+  EXPECT_EQ(progress.epoch, position.epoch);
+  EXPECT_TRUE(run.boosted.dataloader->state() == position)
+      << "the loader resumed at epoch " << run.boosted.dataloader->state().epoch << " batch "
+      << run.boosted.dataloader->state().next_batch;
   remove_shared_directory(dir);
 }
 

@@ -3,7 +3,8 @@
 
 Writes, with the `safetensors` package:
 
-  OUT/finetune_vit_tiny.safetensors            a vit_tiny_patch16_224 state_dict (seed 3): the checkpoint
+  OUT/finetune_vit_tiny.safetensors            a vit_tiny_patch16_224 state_dict (seed 3; biases,
+                                               LayerNorms and class token random, randomise.py): the checkpoint
   OUT/finetune_vit_tiny.reference.safetensors  "pos_embed_112" and "pos_embed_384": the position embeddings
                                                timm.create_model(..., img_size=112 or 384, num_classes=5,
                                                pretrained=True) loads from that checkpoint (its
@@ -16,6 +17,8 @@ import timm
 import torch
 from safetensors.torch import save_file
 
+from randomise import randomise_constant_tensors
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -24,6 +27,7 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(3)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    randomise_constant_tensors(model)
     # Position embeddings with structure across the grid, so that resampling has something to keep.
     with torch.no_grad():
         model.pos_embed.normal_(0, 0.02)

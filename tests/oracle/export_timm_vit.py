@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Reference outputs of a timm Vision Transformer, for colo's parity tests.
 
-Creates timm.create_model(MODEL, pretrained=False) with a fixed seed, runs a fixed random batch
-through it in eval mode and writes, with the `safetensors` package:
+Creates timm.create_model(MODEL, pretrained=False) with a fixed seed, gives every bias, LayerNorm
+and the class token random values (randomise.py: a fresh model's 0s and 1s would hide how they are
+applied), runs a fixed random batch through it in eval mode and writes, with the `safetensors`
+package:
 
   OUT/MODEL.safetensors            the model's state_dict (timm names): what colo loads; its
                                    metadata "state_dict_keys" lists the names in timm's order
@@ -21,6 +23,8 @@ import torch
 import timm
 from safetensors.torch import save_file
 
+from randomise import randomise_constant_tensors
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +39,9 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(args.seed)
-    model = timm.create_model(args.model, pretrained=False).to(args.device).eval()
+    model = timm.create_model(args.model, pretrained=False)
+    randomise_constant_tensors(model)
+    model = model.to(args.device).eval()
     config = model.pretrained_cfg
     _, height, width = config["input_size"]
     generator = torch.Generator().manual_seed(args.seed + 1)

@@ -34,6 +34,15 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
 
+// Time bounds, each with its margin stated. The ranks of the stopping tests park in a `sleep 30`
+// (record_pids): a job that stopped them ends long before it, one that waited for them after it.
+// kStoppedWithinS splits the two with 10 s to spare on either side of what an idle machine takes
+// (well under 1 s) and the 30 s a missed stop takes, so that a loaded CI machine (8 test ranks on
+// 2 cores) does not fail a correct stop. Waits for an event (files appearing, a process ending)
+// poll until it happens and give up only after kEventWaitS: a passing run never waits that long.
+constexpr double kStoppedWithinS = 20.0;
+constexpr double kEventWaitS = 30.0;
+
 struct Result {
   int exit_code = -1;  // -1 when colo-run itself was killed by a signal
   std::string out;
@@ -89,7 +98,7 @@ class ColoRunProcess {
   pid_t pid() const { return pid_; }
 
   // Collects the output until colo-run exits; past `timeout_s` it is killed and the test fails.
-  Result wait(double timeout_s = 15) {
+  Result wait(double timeout_s = 2 * kEventWaitS) {
     Result result;
     const auto deadline = start_ + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(timeout_s));
@@ -169,7 +178,7 @@ class ColoRunIntoClosedPipe {
   }
 
   // Reads up to and including the first newline (bounded by `timeout_s`), then closes the pipe.
-  std::string read_first_line_and_close(double timeout_s = 10) {
+  std::string read_first_line_and_close(double timeout_s = kEventWaitS) {
     std::string line;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeout_s));
@@ -186,7 +195,7 @@ class ColoRunIntoClosedPipe {
   }
 
   // colo-run's raw wait status, or nullopt when it did not end within `timeout_s`.
-  std::optional<int> wait_status(double timeout_s = 15) {
+  std::optional<int> wait_status(double timeout_s = 2 * kEventWaitS) {
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeout_s));
     while (Clock::now() < deadline) {
@@ -295,7 +304,7 @@ class ColoRunJob : public ::testing::Test {
     return pids;
   }
   // Waits (bounded) until every rank has written its pid files.
-  bool wait_for_pid_files(int nranks, double timeout_s = 5) const {
+  bool wait_for_pid_files(int nranks, double timeout_s = kEventWaitS) const {
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeout_s));
     while (Clock::now() < deadline) {
@@ -417,7 +426,7 @@ TEST_F(ColoRunJob, FailingRankStopsTheOthersAndIsReportedByRank) {
                              wait_for_ranks({0, 2}) + "echo dying >&2; exit 3; fi; wait";
   Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script});
   EXPECT_EQ(r.exit_code, 3) << r.err;
-  EXPECT_LT(r.seconds, 10.0);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
   const std::string pid1 = std::to_string(read_pid("pid.1"));
   const std::string report =
       "colo-run: rank 1 (pid " + pid1 + ") exited with code 3; stopped the other ranks\n";
@@ -431,7 +440,7 @@ TEST_F(ColoRunJob, RankKilledBySignalStopsTheOthers) {
                              wait_for_ranks({0, 2}) + "kill -9 $$; fi; wait";
   Result r = run_colo({"--nproc-per-node", "3", "sh", "-c", script});
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
-  EXPECT_LT(r.seconds, 10.0);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
   const std::string pid1 = std::to_string(read_pid("pid.1"));
   EXPECT_NE(r.err.find("rank 1 (pid " + pid1 + ") was killed by signal 9 (SIGKILL)"),
             std::string::npos)
@@ -448,7 +457,7 @@ TEST_F(ColoRunJob, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   Result r = run_colo({"--nproc-per-node", "2", "--grace-period", "1", "sh", "-c", script});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_GE(r.seconds, 1.0) << "SIGKILL came before the grace period ended";
-  EXPECT_LT(r.seconds, 8.0);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
   expect_all_gone(2);
 }
 
@@ -459,7 +468,7 @@ TEST_F(ColoRunJob, SigintStopsAllRanks) {
   Result r = job.wait();
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_NE(r.err.find("received SIGINT"), std::string::npos) << r.err;
-  EXPECT_LT(r.seconds, 10.0);
+  EXPECT_LT(r.seconds, kStoppedWithinS);
   expect_all_gone(3);
 }
 
@@ -470,7 +479,7 @@ TEST_F(ColoRunJob, RanksDieWithTheLauncher) {
   ColoRunProcess job({"--nproc-per-node", "2", "sh", "-c",
                       "echo $$ > " + d + "/rank.$RANK.tmp && mv " + d + "/rank.$RANK.tmp " + d +
                           "/rank.$RANK; exec sleep 30"});
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  const auto deadline = Clock::now() + std::chrono::seconds(static_cast<int>(kEventWaitS));
   while (!(files::exists(files::join(dir_, "rank.0")) && files::exists(files::join(dir_, "rank.1"))) && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -479,7 +488,7 @@ TEST_F(ColoRunJob, RanksDieWithTheLauncher) {
   ASSERT_GT(rank1, 0);
   ::kill(job.pid(), SIGKILL);
   job.wait();
-  const auto until = Clock::now() + std::chrono::seconds(3);
+  const auto until = Clock::now() + std::chrono::seconds(static_cast<int>(kEventWaitS));
   while (!(process_dead(rank0) && process_dead(rank1)) && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -573,7 +582,7 @@ TEST_F(ColoRunJob, ClosedOutputPipeStopsTheRanksLikeSigpipe) {
   const std::optional<int> status = job.wait_status();
   ASSERT_TRUE(status.has_value()) << "colo-run kept the ranks running after its output pipe closed";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGPIPE) << describe_status(*status);
-  EXPECT_LT(job.seconds(), 10.0);
+  EXPECT_LT(job.seconds(), kStoppedWithinS);
   expect_all_gone(2);
 }
 

@@ -48,6 +48,17 @@ ViTConfig small_config() {
   return ViTConfig().image_size(32).patch_size(8).embed_dim(32).depth(2).num_heads(4).num_classes(10);
 }
 
+// small_config()'s ViT with every tensor moved away from its initial value: a fresh ViT's biases
+// are 0 and its LayerNorm weights 1 in any seed, so a load that put one of them in another's place
+// would go unseen.
+std::shared_ptr<LayerStack> randomised_vit(uint64_t seed, const ViTConfig& config = small_config()) {
+  torch::manual_seed(seed);
+  auto model = colo::nn::make_vision_transformer(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.add_(0.05 * torch::randn_like(p));
+  return model;
+}
+
 NamedTensors timm_state(const LayerStack& model) {
   NamedTensors state;
   for (const auto& item : model.canonical_named_parameters()) state.emplace_back(item.key(), item.value().clone());
@@ -398,10 +409,8 @@ NamedTensors to_hf_names(const NamedTensors& timm, int64_t depth) {
 }
 
 TEST(Pretrained, HuggingFaceNamesRoundTrip) {
-  torch::manual_seed(1);
-  const auto source = colo::nn::make_vision_transformer(small_config());
-  torch::manual_seed(2);
-  const auto target = colo::nn::make_vision_transformer(small_config());
+  const auto source = randomised_vit(1);
+  const auto target = randomised_vit(2);
   const auto hf = to_hf_names(timm_state(*source), 2);
   EXPECT_TRUE(colo::nn::is_hf_vit_state(hf));
   EXPECT_FALSE(colo::nn::is_hf_vit_state(timm_state(*source)));
@@ -443,16 +452,14 @@ TEST(Pretrained, HuggingFaceStateWithoutAllOfQueryKeyValueIsRejected) {
 
 TEST(Pretrained, LoadPretrainedDetectsTheNaming) {
   const TemporaryDirectory dir;
-  torch::manual_seed(1);
-  const auto source = colo::nn::make_vision_transformer(small_config());
+  const auto source = randomised_vit(1);
   const auto timm_file = dir.file("timm.safetensors");
   const auto hf_file = dir.file("hf.safetensors");
   colo::checkpoint::write_safetensors(timm_file, timm_state(*source));
   colo::checkpoint::write_safetensors(hf_file, to_hf_names(timm_state(*source), 2));
 
   for (const auto& file : {timm_file, hf_file}) {
-    torch::manual_seed(2);
-    const auto target = colo::nn::make_vision_transformer(small_config());
+    const auto target = randomised_vit(2);
     colo::nn::load_pretrained(*target, file);
     const auto t = target->canonical_named_parameters();
     for (const auto& item : source->canonical_named_parameters()) {
@@ -510,6 +517,31 @@ TEST(Pretrained, NonFiniteWeightsAreRefusedAndChangeNothing) {
   for (std::size_t i = 0; i < before.size(); ++i) {
     EXPECT_TRUE(torch::equal(before[i].second, after[i].second)) << "a refused load changed " << before[i].first;
   }
+}
+
+// Parity with Hugging Face: transformers' ViTForImageClassification with random weights
+// (tests/oracle/export_hf_vit.py, the CTest fixture oracle_hf_vit), saved by its save_pretrained
+// and loaded under its own names, gives the logits transformers computed. An independent check of
+// the name mapping (which tensor is which LayerNorm, the split query/key/value, the head).
+TEST(HuggingFaceParity, ViTForImageClassificationLogits) {
+  const std::string dir = COLO_BINARY_DIR "/oracle/hf_vit_tiny32";
+  const std::string reference_file = dir + ".reference.safetensors";
+  ASSERT_TRUE(file_exists(dir + "/model.safetensors") && file_exists(reference_file))
+      << dir << " is missing: run `python3 " COLO_SOURCE_DIR "/tests/oracle/export_hf_vit.py --out " COLO_BINARY_DIR
+         "/oracle` (CTest fixture oracle_hf_vit)";
+  const auto weights = colo::nn::read_pretrained(dir);
+  EXPECT_TRUE(weights.hugging_face);
+  const auto reference = colo::checkpoint::read_safetensors(reference_file);
+  // Hugging Face's LayerNorms use eps 1e-12 (pretrained.h).
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config().norm_eps(1e-12));
+  const auto report = colo::nn::load_pretrained(*model, weights);
+  EXPECT_TRUE(report.notes.empty());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const double error = relative_error(model->forward(reference.at("input")), reference.at("logits"));
+  std::cout << "Hugging Face ViT logits: ||colo - transformers|| / ||transformers|| = " << error << "\n";
+  EXPECT_LT(error, 1e-5);
 }
 
 // ---------------------------------------------------------------------------------------------

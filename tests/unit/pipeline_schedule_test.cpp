@@ -7,6 +7,7 @@
 #include <colo/pipeline/schedule.h>
 #include <colo/pipeline/schedule_format.h>
 #include <colo/pipeline/schedule_generators.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -236,6 +237,38 @@ TEST(PipelineValidate, FindsOutOfRangeActionsAndBadShapes) {
   Schedule one_rank_two_chunks(ScheduleShape(1, 1).chunks(2));
   message = error_of<ScheduleError>([&] { validate(one_rank_two_chunks); });
   EXPECT_NE(message.find("chunks > 1 needs pp >= 2"), std::string::npos) << message;
+}
+
+// Each range check at its boundary: for a bound n (stages or microbatches), n - 1 and 0 are in
+// range, n, n + 1 and -1 are not. An index of n that got past the check would be counted in
+// another stage's slot, or past the end of the table.
+TEST(PipelineValidate, RangeChecksHoldAtTheirBoundaries) {
+  // pp=2 (stages 0, 1) and 3 microbatches; extra actions on the rank that owns their stage.
+  const auto with_extra = [](const Action& extra) {
+    auto schedule = one_f_one_b(2, 3);
+    schedule.actions[extra.stage >= 0 ? extra.stage % 2 : 0].push_back(extra);
+    return error_of<ScheduleError>([&] { validate(schedule); });
+  };
+  for (const int mb : {0, 2}) {  // in range: a duplicate, not a range problem
+    const auto message = with_extra({1, ActionKind::kForward, mb});
+    EXPECT_NE(message.find("a duplicate of"), std::string::npos) << mb << ": " << message;
+    EXPECT_EQ(message.find("out of range"), std::string::npos) << mb << ": " << message;
+  }
+  for (const int mb : {3, 4, -1}) {
+    const auto message = with_extra({1, ActionKind::kForward, mb});
+    EXPECT_NE(message.find(fmt::format("microbatch {} is out of range [0, 3)", mb)), std::string::npos)
+        << mb << ": " << message;
+  }
+  for (const int stage : {0, 1}) {
+    const auto message = with_extra({stage, ActionKind::kBackward, 2});
+    EXPECT_NE(message.find("a duplicate of"), std::string::npos) << stage << ": " << message;
+    EXPECT_EQ(message.find("out of range"), std::string::npos) << stage << ": " << message;
+  }
+  for (const int stage : {2, 3, -1}) {
+    const auto message = with_extra({stage, ActionKind::kBackward, 0});
+    EXPECT_NE(message.find(fmt::format("stage {} is out of range [0, 2)", stage)), std::string::npos)
+        << stage << ": " << message;
+  }
 }
 
 TEST(PipelineValidate, ListsAtMostTwentyProblems) {

@@ -160,7 +160,26 @@ TEST_F(Safetensors, RejectsMissingAndTooShortFiles) {
 
 TEST_F(Safetensors, RejectsAHeaderLengthBeyondTheFile) {
   expect_rejected(write_raw("length.safetensors", 1000, "{}", ""), {"header length 1000", "does not fit"});
-  expect_rejected(write_raw("huge.safetensors", ~0ULL, "{}", ""), {"header length", "does not fit"});
+  expect_rejected(write_raw("huge.safetensors", ~0ULL, "{}", ""),
+                  {"header length 18446744073709551615 is over the format's limit of 100000000 bytes"});
+}
+
+// The header-length cap (100,000,000 bytes, as the Rust reference implementation's) at its
+// boundary, in sparse files long enough to hold each header: at the cap and one below, the
+// header is read (and found not to be JSON: the file is zeros); one above, it is refused before
+// anything is allocated or read.
+TEST_F(Safetensors, HeaderLengthCapHoldsAtItsBoundary) {
+  constexpr std::uint64_t kCap = 100'000'000;
+  const auto sparse = [&](const std::string& name, std::uint64_t header_length) {
+    const std::string file = write_raw(name, header_length, "", "");
+    EXPECT_EQ(::truncate(file.c_str(), static_cast<off_t>(8 + header_length)), 0) << file;
+    return file;
+  };
+  for (const std::uint64_t length : {kCap - 1, kCap}) {
+    expect_rejected(sparse("at" + std::to_string(length) + ".safetensors", length), {"header is not valid JSON"});
+  }
+  expect_rejected(sparse("over.safetensors", kCap + 1),
+                  {"header length 100000001 is over the format's limit of 100000000 bytes"});
 }
 
 TEST_F(Safetensors, RejectsInvalidJson) {
@@ -193,6 +212,28 @@ TEST_F(Safetensors, RejectsOverlappingTensors) {
   const std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
                              R"( "b": {"dtype": "I64", "shape": [2], "data_offsets": [8, 24]}})";
   expect_rejected(write_raw("overlap.safetensors", header, 24), {"'a' [0, 16]", "'b' [8, 24]", "overlapping"});
+}
+
+// A shape whose byte count does not fit in 64 bits is colo's error, however the product wraps:
+// [2^62, 4] of F32 wraps to 0 bytes, which empty data_offsets would match (the tensor would then
+// fail later, as an allocation of 2^64 elements). At the boundary: F32 [2^62 - 1] is 2^64 - 4
+// bytes (fits, and is then compared with the offsets), [2^62] and [2^62 + 1] do not fit; a U8
+// dimension of 2^63 - 1 fits, 2^63 is beyond int64_t, which a tensor's sizes are.
+TEST_F(Safetensors, RejectsShapesWhoseByteCountOverflows) {
+  const auto entry = [&](const std::string& name, const std::string& dtype, const std::string& shape) {
+    return write_raw(name, R"({"w": {"dtype": ")" + dtype + R"(", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})",
+                     0);
+  };
+  const std::string too_large = "is too large; the header is corrupt";
+  expect_rejected(entry("wrap.safetensors", "F32", "[4611686018427387904, 4]"),
+                  {"tensor 'w' shape [4611686018427387904, 4] " + too_large});
+  expect_rejected(entry("fits.safetensors", "F32", "[4611686018427387903]"),
+                  {"do not match shape [4611686018427387903] of F32 (18446744073709551612 bytes)"});
+  expect_rejected(entry("at.safetensors", "F32", "[4611686018427387904]"), {too_large});
+  expect_rejected(entry("past.safetensors", "F32", "[4611686018427387905]"), {too_large});
+  expect_rejected(entry("u8fits.safetensors", "U8", "[9223372036854775807]"),
+                  {"do not match shape [9223372036854775807] of U8 (9223372036854775807 bytes)"});
+  expect_rejected(entry("u8over.safetensors", "U8", "[9223372036854775808]"), {too_large});
 }
 
 TEST_F(Safetensors, RejectsMalformedEntries) {

@@ -648,6 +648,8 @@ TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
   const Result r = run_on(2, tiny_override({"--config", config("pipeline_interleaved_2chunks.json"), "--plugin-opt",
                                             "num_model_chunks=3"}));
   EXPECT_NE(r.exit_code, 0) << "3 chunks of 4 layers on 2 stages were accepted: " << r.out;
+  EXPECT_NE(r.err.find("layers cannot be cut into pp_size 2 x num_model_chunks 3 = 6 stages"), std::string::npos)
+      << "refused, but not for its chunks: " << r.out << r.err;
 }
 
 TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {

@@ -122,6 +122,7 @@ TEST(ZeroShardLayout, ShardsRoundTripThroughUnshard) {
   auto half = torch::zeros({layout.shard_numel()}, torch::kBFloat16);
   layout.copy_to_shard(1, full, half);
   EXPECT_EQ(half.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(half, shards[1].to(torch::kBFloat16))) << "rank 1's shard, each value rounded to bf16";
 }
 
 TEST(ZeroShardLayout, RejectsBadLayouts) {

@@ -223,7 +223,11 @@ ParsedHeader parse_header(const std::string& path) {
   unsigned char length_bytes[8];
   in.read(reinterpret_cast<char*>(length_bytes), 8);
   const std::uint64_t header_size = read_u64_le(length_bytes);
-  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
+  if (header_size > kMaxHeaderBytes) {
+    throw CheckpointError(path + ": header length " + std::to_string(header_size) + " is over the format's limit of " +
+                          std::to_string(kMaxHeaderBytes) + " bytes; it is not a safetensors file or is corrupt");
+  }
+  if (header_size > file_size - 8) {
     throw CheckpointError(path + ": header length " + std::to_string(header_size) + " does not fit in the file (" +
                           std::to_string(file_size) + " bytes); it is not a safetensors file or is truncated");
   }

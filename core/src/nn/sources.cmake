@@ -11,6 +11,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/layer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/activation_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_stack.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_graphed_stack.cpp
   ${CMAKE_CURRENT_LIST_DIR}/patch_embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mlp.cpp

@@ -177,7 +177,7 @@ RunResult ScheduleRunner::run(const std::vector<torch::Tensor>& inputs, const st
                                    : take(run.received, key_of({ActionKind::kForward, a.stage - 1, a.stage, a.microbatch}),
                                           "the activation for " + a.str());
     if (training && a.stage > 0) x.requires_grad_(true);
-    auto y = chunks_[chunk]->forward(x);
+    auto y = callbacks.forward ? callbacks.forward(chunk, x) : chunks_[chunk]->forward(x);
     if (a.stage + 1 < stages) {
       run.to_send[key_of({ActionKind::kForward, a.stage, a.stage + 1, a.microbatch})] = y.detach();
       if (training) run.held[{a.stage, a.microbatch}] = {x, y};

@@ -201,6 +201,10 @@ class GeminiOptimizer : public OptimizerWrapper {
   bool chunk_capacity_searched() const { return chunk_capacity_searched_; }
   // Auto placement: true once the first step has measured and placed the optimizer state.
   bool placement_settled() const { return settled_; }
+  // What auto placement took off the top of the device's budget before placing optimizer
+  // state: the resident parameters plus the warm-up step's working memory (activations,
+  // gathered chunks, library workspaces such as cuBLAS's; 0 on a CPU). 0 until settled.
+  int64_t placement_overhead_bytes() const { return placement_overhead_bytes_; }
   // Bytes of fp32 optimizer state (master, gradient, two moments) this rank keeps on the device
   // and in host memory, measured from the tensors.
   int64_t optimizer_state_device_bytes() const;
@@ -236,6 +240,7 @@ class GeminiOptimizer : public OptimizerWrapper {
   int64_t chunk_capacity_ = 0;
   bool chunk_capacity_searched_ = false;
   bool settled_ = true;
+  int64_t placement_overhead_bytes_ = 0;
   bool warmup_started_ = false;
   std::unique_ptr<zero::ChunkedParameters> chunks_;
   // Last: destroyed first, so that its hooks are gone before what they use.

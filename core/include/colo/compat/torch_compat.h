@@ -311,4 +311,20 @@ inline void remove_grad_accumulated_hook(const GradAccumulatedHook& hook) {
   if (hook.accumulator) hook.accumulator->del_post_hook(hook.key);
 }
 
+// A weak reference to an autograd node, of the kind Tensor::grad_fn() hands out: a
+// std::shared_ptr up to PyTorch 2.11, a c10::intrusive_ptr later. expired() once the node is gone.
+namespace detail {
+template <typename Pointer>
+struct WeakOf;
+template <typename T>
+struct WeakOf<std::shared_ptr<T>> {
+  using type = std::weak_ptr<T>;
+};
+template <typename T>
+struct WeakOf<c10::intrusive_ptr<T>> {
+  using type = c10::weak_intrusive_ptr<T>;
+};
+}  // namespace detail
+using WeakNode = typename detail::WeakOf<std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>>::type;
+
 }  // namespace colo::compat

@@ -32,6 +32,9 @@ struct StageCallbacks {
   std::function<void(const torch::Tensor& loss)> backward_loss;
   // Backward from a stage's output given the gradient the next stage sent for it.
   std::function<void(const torch::Tensor& output, const torch::Tensor& grad)> backward_output;
+  // Runs a model chunk on a microbatch (optional; default: the chunk's own forward). A plugin
+  // sets it to replay the chunk as CUDA graphs.
+  std::function<torch::Tensor(int chunk, const torch::Tensor& input)> forward;
 };
 
 struct RunOptions {
