@@ -103,6 +103,10 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source) {
     c.device.host_adam_ns_per_element = d.number("host_adam_ns_per_element", 1.0);
     c.device.host_device_GBps = d.number("host_device_GBps", c.device.is_gpu ? 25.0 : 0.0, !c.device.is_gpu);
     c.device.host_memory_gib = d.number("host_memory_gib", 1024.0);
+    c.device.cores_per_node = static_cast<int>(d.integer("cores_per_node", 0, 0));
+    if (c.device.is_gpu && c.device.cores_per_node != 0) {
+      d.fail("cores_per_node", "applies to CPU ranks (kind \"cpu\") only; remove it for GPUs");
+    }
     d.allow("description");
     d.finish();
   }
@@ -134,6 +138,12 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source) {
   }
   in.finish();
   return c;
+}
+
+double compute_slowdown(const ClusterSpec& cluster, int world_size) {
+  if (cluster.device.is_gpu || cluster.device.cores_per_node <= 0) return 1.0;
+  const int ranks_per_node = std::max(1, std::min(world_size, cluster.gpus_per_node));
+  return std::max(1.0, static_cast<double>(ranks_per_node) / cluster.device.cores_per_node);
 }
 
 std::string shipped_cluster_file(const std::string& name) {
@@ -169,6 +179,7 @@ ClusterSpec local_cpu_cluster(int ranks, double memory_gib_per_rank) {
   c.device.device_adam_ns_per_element = 2;
   c.device.host_adam_ns_per_element = 2;
   c.device.host_device_GBps = 0;
+  c.device.cores_per_node = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   c.intra_node.defaults = {100e-6, 1e9};
   c.inter_node = c.intra_node;
   c.overlap_efficiency = 0;
@@ -198,7 +209,8 @@ std::string to_json(const ClusterSpec& c) {
         {"device_adam_ns_per_element", c.device.device_adam_ns_per_element},
         {"host_adam_ns_per_element", c.device.host_adam_ns_per_element},
         {"host_device_GBps", c.device.host_device_GBps},
-        {"host_memory_gib", c.device.host_memory_gib}}},
+        {"host_memory_gib", c.device.host_memory_gib},
+        {"cores_per_node", c.device.cores_per_node}}},
       {"intra_node", level_json(c.intra_node)},
       {"overlap_efficiency", c.overlap_efficiency},
   };

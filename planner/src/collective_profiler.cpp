@@ -165,6 +165,7 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
     cluster.device.memory_gib = bytes / (1024.0 * 1024.0 * 1024.0) / n;
   }
   cluster.device.host_memory_gib = cluster.device.memory_gib * n;
+  if (!device.is_cuda()) cluster.device.cores_per_node = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   // The peak MFU is measured against: a matmul's rate here (fp32; bf16 too on a GPU).
   cluster.device.peak_tflops["fp32"] = max_over(world, measure_matmul_tflops(device, torch::kFloat));
   if (device.is_cuda()) cluster.device.peak_tflops["bf16"] = max_over(world, measure_matmul_tflops(device, torch::kBFloat16));

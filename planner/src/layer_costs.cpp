@@ -65,10 +65,18 @@ LayerTimes LayerCosts::analytic(const std::string& layer, int64_t samples) const
 }
 
 LayerTimes LayerCosts::times(const std::string& layer, int64_t samples) const {
-  if (!use_profile_) return analytic(layer, samples);
   // The patch embedding and the head are not split by tensor parallelism: their tp=1 costs.
   const bool block = layer == "encoder_block";
-  return request_.profile->at(layer, block ? layout_.tp : 1, block && layout_.sequence_parallel, samples);
+  auto t = use_profile_ ? request_.profile->at(layer, block ? layout_.tp : 1, block && layout_.sequence_parallel, samples)
+                        : analytic(layer, samples);
+  // Measured (or modelled) for a rank with a core of its own; CPU ranks that outnumber the
+  // cores share them.
+  const double slowdown = compute_slowdown(request_.cluster, request_.world_size);
+  for (double* v : {&t.forward, &t.backward, &t.input_grad, &t.weight_grad, &t.checkpointed_forward,
+                    &t.checkpointed_backward}) {
+    *v *= slowdown;
+  }
+  return t;
 }
 
 double LayerCosts::boundary_bytes(int64_t samples) const {

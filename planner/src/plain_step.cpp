@@ -73,7 +73,8 @@ OptimizerTerms optimizer_terms(const PlanRequest& r, double elements, double hos
   const double on_device = elements - host_elements;
   OptimizerTerms t;
   const auto device_time = [&](double n) {
-    return r.profile ? r.profile->device_optimizer.seconds(n) : n * device.device_adam_ns_per_element * 1e-9;
+    return compute_slowdown(r.cluster, r.world_size) *
+           (r.profile ? r.profile->device_optimizer.seconds(n) : n * device.device_adam_ns_per_element * 1e-9);
   };
   if (!device.is_gpu) {
     // CPU ranks: host and device are one memory; the CPU steps everything.

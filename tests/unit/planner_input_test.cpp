@@ -71,6 +71,10 @@ TEST(PlannerInput, AMissingOrMisspeltOrOutOfRangeClusterFieldIsNamed) {
                                  "  \"overlap_efficiency\": 1.5\n}\n");
   EXPECT_NE(what.find(":5: field 'overlap_efficiency': expected a fraction in [0, 1], got 1.5"), std::string::npos)
       << what;
+  what = error_of_cluster("{\n  \"gpus_per_node\": 8,\n  \"device\": {\"kind\": \"gpu\", \"memory_gib\": 80, "
+                          "\"cores_per_node\": 2, \"peak_tflops\": {\"bf16\": 989}},\n"
+                          "  \"intra_node\": {\"latency_us\": 20, \"bus_bandwidth_GBps\": 3}\n}\n");
+  EXPECT_NE(what.find(":3: field 'device.cores_per_node': applies to CPU ranks"), std::string::npos) << what;
   what = error_of_cluster("{\n  \"gpus_per_node\": 8\n  \"device\": {}\n}\n");
   EXPECT_NE(what.find("bad_cluster.json:3:"), std::string::npos) << what;
   EXPECT_NE(what.find("malformed JSON"), std::string::npos) << what;

@@ -40,6 +40,20 @@ TEST(PlannerStepModel, DataParallelStepIsComputeThenTheLastBucketAndAdam) {
   EXPECT_EQ(p.bound, "compute");
 }
 
+TEST(PlannerStepModel, CpuRanksThatOutnumberTheCoresShareThem) {
+  // Two ranks of a node: on one core each rank's compute and Adam take twice their profile; on
+  // two or more cores (or cores not given: 0) their profile.
+  for (const int cores : {0, 1, 2, 3}) {
+    auto request = fixture_request(2, 16);
+    request.cluster.device.cores_per_node = cores;
+    const double slowdown = cores == 1 ? 2.0 : 1.0;
+    const auto p = StepModel(request).predict(layout("torch_ddp", 2));
+    EXPECT_NEAR(p.breakdown.compute, slowdown * 0.312, kEps) << cores << " cores";
+    EXPECT_NEAR(p.breakdown.optimizer, slowdown * kParams * 1e-8, kEps) << cores << " cores";
+    EXPECT_NEAR(p.breakdown.dp_comm, 1e-4 + 726568e-9, kEps) << "measured over these ranks already";
+  }
+}
+
 TEST(PlannerStepModel, CheckpointingRecomputesEveryLayerButTheFirst) {
   StepModel model(fixture_request(2, 16));
   const auto p = model.predict(layout("torch_ddp ckpt", 2));

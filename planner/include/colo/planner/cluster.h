@@ -52,6 +52,10 @@ struct DeviceSpec {
   double host_device_GBps = 0;
   // Host memory of one node (offloaded state of all its ranks must fit).
   double host_memory_gib = 1024;
+  // CPU ranks only: the cores of one node (0: a core per rank). Ranks that outnumber the cores
+  // take turns on them, so each rank's compute (measured on a core of its own) takes
+  // ranks / cores as long; see compute_slowdown().
+  int cores_per_node = 0;
 };
 
 // A cluster file (docs/planning.md): nodes of gpus_per_node devices, two link levels.
@@ -79,6 +83,10 @@ struct ClusterSpec {
   };
   std::vector<Derating> small_messages;
 };
+
+// How much longer a rank's compute takes than its profile (measured on a core of its own) says:
+// ranks of a node / cores_per_node for CPU ranks that outnumber the cores, 1 otherwise.
+double compute_slowdown(const ClusterSpec& cluster, int world_size);
 
 // The path of a cluster file shipped with colo (planner/clusters/; installed to
 // share/colo/clusters): beside the installed library, else in the source tree it was built from.
