@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_layout.h"
 #include "compute_threads.h"
 #include "dry_run.h"
 #include "layout_checks.h"
@@ -199,7 +200,7 @@ std::optional<colo::data::Normalization> pretrained_normalization(const std::opt
   return colo::data::Normalization{w->mean, w->std};
 }
 
-int run(const TrainOptions& o, const colo::dist::Environment& env) {
+int run(TrainOptions o, const colo::dist::Environment& env) {
   const auto job_start = Clock::now();
   const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
   train_vit::set_compute_threads(threads);
@@ -229,6 +230,7 @@ int run(const TrainOptions& o, const colo::dist::Environment& env) {
   // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
   if (pretrained && pretrained->hugging_face) config.norm_eps(1e-12);
   const int64_t workers = loader_workers(o, env);
+  if (!o.layout.empty()) train_vit::apply_planned_layout(o, config, env);
   if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;

@@ -89,6 +89,14 @@ po::options_description make_description(TrainOptions& o) {
       ("gpu-memory-gib", po::value(&o.gpu_memory_gib)->default_value(o.gpu_memory_gib)->value_name("X"),
        "with --dry-run: plan for GPUs of X GiB each (gemini's auto placement plans against it); 0: this machine's "
        "GPU, or CPU ranks where there is none")
+      ("layout", po::value(&o.layout)->value_name("auto"),
+       "auto: train with colo-plan's best layout for this model, batch and world (plugin, its options, "
+       "activation checkpointing, accumulation; docs/planning.md); --dry-run shows its memory plan")
+      ("layout-cluster", po::value(&o.layout_cluster)->value_name("FILE"),
+       "with --layout auto: the cluster file (default: the shipped 8xH100 one on GPUs, rough built-in constants "
+       "on CPU ranks; colo-plan profile --collectives measures one)")
+      ("layout-profile", po::value(&o.layout_profile)->value_name("FILE"),
+       "with --layout auto: a per-layer profile from colo-plan profile (default: analytic compute)")
       ("seed", po::value(&o.seed)->default_value(o.seed)->value_name("N"),
        "seeds the model's initialisation, the shuffle and the augmentation");
 
@@ -306,6 +314,13 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
         "sub-directory of images per class");
   }
   if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
+  if (vm.count("layout") && o.layout != "auto") {
+    problems.push_back(fmt::format("--layout {}: the one value is auto (colo-plan --explain shows any other layout)",
+                                   o.layout));
+  }
+  if ((!o.layout_cluster.empty() || !o.layout_profile.empty()) && o.layout.empty()) {
+    problems.emplace_back("--layout-cluster and --layout-profile describe a plan: use them with --layout auto");
+  }
   at_least("world-size", o.plan_world_size, 0, "must be >= 0 (0: the launcher's)");
   if (auto problem = colo::memory_size_problem(o.gpu_memory_gib, colo::kGibibytes, true); !problem.empty()) {
     problems.push_back(fmt::format("--gpu-memory-gib {}: {} (0: this machine's GPU)", o.gpu_memory_gib, problem));

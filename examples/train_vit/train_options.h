@@ -98,6 +98,13 @@ struct TrainOptions {
   // file set with where ("pp_size" -> "parallel.pp of FILE").
   std::vector<std::string> notes;
   std::map<std::string, std::string> plugin_option_sources;
+
+  // --layout auto: the plugin, its options, activation checkpointing and accumulation are the
+  // planner's choice (colo::planner::plan_layouts, auto_layout.h) for this model, batch and world,
+  // with the cluster and profile files when given.
+  std::string layout;
+  std::string layout_cluster;
+  std::string layout_profile;
 };
 
 // Parses the arguments after argv[0]. Throws UsageError listing every problem found (unknown

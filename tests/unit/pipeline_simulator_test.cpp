@@ -288,6 +288,31 @@ TEST(PipelineSimulator, RecordsWhenEachStepStartsAndEnds) {
   EXPECT_THROW(simulate(one_f_one_b_schedule(ScheduleShape(2, 2)), ActionCosts().forward(0)), std::invalid_argument);
 }
 
+// A stage that costs more sets the pace: 1F1B, pp = 2, m = 2 with stage 1 twice as slow as stage 0
+// (a performance model's per-stage costs). Rank 0: F0 [0, 1], F1 [1, 2], B0 waits for rank 1's
+// B0 [3, 7], runs [7, 9]; rank 1: F0 [1, 3], B0 [3, 7], F1 [7, 9], B1 [9, 13]; rank 0's B1 [13, 15].
+TEST(PipelineSimulator, PerStageCostsGiveEachStageItsOwnTimes) {
+  const auto schedule = one_f_one_b_schedule(ScheduleShape(2, 2));
+  const auto costs = ActionCosts().per_stage({StageCosts{1, 2, 1, 1}, StageCosts{2, 4, 2, 2}});
+  const auto result = simulate(schedule, costs);
+  EXPECT_DOUBLE_EQ(result.makespan, 15);
+  EXPECT_DOUBLE_EQ(result.ranks[0].busy, 6);
+  EXPECT_DOUBLE_EQ(result.ranks[1].busy, 12);
+  EXPECT_DOUBLE_EQ(result.ranks[1].actions[2].start, 7);  // F1 on rank 1
+  // Interleaved: the stage's own cost, not divided by the chunks.
+  const auto interleaved = interleaved_schedule(ScheduleShape(2, 2).chunks(2));
+  const auto even = simulate(interleaved, ActionCosts().per_stage(std::vector<StageCosts>(4, StageCosts{0.5, 1, 0.5, 0.5})));
+  EXPECT_DOUBLE_EQ(even.makespan, simulate(interleaved).makespan);
+  // Of the wrong count, or not positive: an error that says which.
+  EXPECT_THROW(simulate(schedule, ActionCosts().per_stage({StageCosts{}})), std::invalid_argument);
+  try {
+    simulate(schedule, ActionCosts().per_stage({StageCosts{}, StageCosts{1, 0, 1, 1}}));
+    ADD_FAILURE() << "a zero backward cost was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("per_stage[1].backward"), std::string::npos) << e.what();
+  }
+}
+
 // Megatron's pattern, written out: after each action, one batch that sends its output and
 // receives the next action's input (the batch before the first action only receives).
 std::vector<RankProgram> send_with_next_receive(const Schedule& schedule) {

@@ -308,6 +308,10 @@ SimulationResult simulate(const Schedule& schedule, const std::vector<RankProgra
                           const ActionCosts& costs) {
   validate(schedule);
   check_costs(costs);
+  if (!costs.per_stage().empty() && costs.per_stage().size() != static_cast<std::size_t>(schedule.num_stages())) {
+    throw std::invalid_argument(fmt::format("ActionCosts: per_stage has {} entries for {} virtual stages ({})",
+                                            costs.per_stage().size(), schedule.num_stages(), describe(schedule.shape)));
+  }
   check_programs(schedule, programs);
   return DryRun(schedule, programs, costs).run();
 }

@@ -64,7 +64,7 @@ struct SimulationResult {
 //   - no deadlock: on one, the error names each blocked rank, the step it is blocked at and what
 //     it waits for, and prints the schedule grid with the blocked ranks' next actions marked.
 // Each action takes its ActionCosts, communication no time. Throws std::invalid_argument for a
-// cost that is not positive and finite.
+// cost that is not positive and finite, or per-stage costs of another count than the virtual stages.
 SimulationResult simulate(const Schedule& schedule, const std::vector<RankProgram>& programs,
                           const ActionCosts& costs = {});
 // The same for lower(schedule).

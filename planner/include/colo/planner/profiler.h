@@ -1,0 +1,60 @@
+#pragma once
+
+#include <colo/dist/process_group.h>
+#include <colo/nn/vit_config.h>
+#include <colo/planner/cluster.h>
+#include <colo/planner/profile.h>
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colo::planner {
+
+// What colo-plan profile measures (measure_profile): each layer kind of `model` in `precision`
+// at each micro-batch size, for each tensor-parallel shard a tp size gives one rank (built on this
+// one device: the block's linears cut to a rank's share; under sequence parallelism its norms and
+// residuals on 1/tp of the tokens, the linears' inputs gathered locally), with and without
+// activation checkpointing and with the backward split as zero bubble splits it; Adam's step per
+// element; on a GPU also Adam on the host and pinned host<->device copies; a matmul's rate.
+struct ProfileOptions {
+  explicit ProfileOptions(nn::ViTConfig model) : model_(std::move(model)) {}
+  TORCH_ARG(nn::ViTConfig, model);
+  TORCH_ARG(std::string, precision) = "bf16";
+  TORCH_ARG(std::vector<int64_t>, microbatches) = std::vector<int64_t>{1, 2, 4, 8, 16, 32};
+  TORCH_ARG(std::vector<int>, tp_sizes) = std::vector<int>{1};
+  TORCH_ARG(bool, sequence_parallel) = true;  // also the sp shard of every tp > 1
+  TORCH_ARG(c10::Device, device) = c10::Device(c10::kCPU);
+  TORCH_ARG(int, warmup) = 2;
+  TORCH_ARG(int, repeats) = 5;  // the median of these
+  // Elements of the Adam measurements (at least two sizes: a line is fitted through them).
+  TORCH_ARG(std::vector<int64_t>, optimizer_sizes) = std::vector<int64_t>{1 << 20, 1 << 22, 1 << 24};
+};
+
+// Measures the profile. `progress` (may be empty) gets a line per measurement. Throws
+// std::invalid_argument for options that cannot be measured (a tp size that does not divide the
+// heads, fp8 where float8 products are missing).
+CostProfile measure_profile(const ProfileOptions& options, const std::function<void(const std::string&)>& progress = {});
+
+// An n×n×n matrix product's rate on `device` in `dtype` (n = 8192 on a GPU, 1024 on the CPU), in
+// TFLOP/s: what the measured cluster takes as its peak.
+double measure_matmul_tflops(const c10::Device& device, c10::ScalarType dtype);
+
+// colo-plan profile --collectives: every collective over `world` (the ranks colo-run started,
+// Gloo on CPU ranks, NCCL on GPUs) at sizes from 4 KiB to `largest_bytes`, a line of latency +
+// bytes / bus bandwidth fitted through each (collective_model.h's convention), and how much of
+// an all-reduce a matmul beside it hides (overlap_efficiency). Every rank takes part; the result
+// is a cluster of one node of world->size() ranks, `device` and `memory_gib` per rank.
+struct CollectiveProfileOptions {
+  TORCH_ARG(int64_t, largest_bytes) = 16 << 20;
+  TORCH_ARG(int, repeats) = 5;
+  TORCH_ARG(double, memory_gib) = 0;  // 0: this machine's memory / ranks (CPU), the GPU's otherwise
+};
+ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& device,
+                                const CollectiveProfileOptions& options = {},
+                                const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace colo::planner

@@ -1,0 +1,176 @@
+// measure_collectives: latency and bus bandwidth of each collective over the ranks this job runs
+// on, and how much of an all-reduce the computation beside it hides.
+#include <colo/planner/profiler.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "profiler_timing.h"
+
+namespace colo::planner {
+namespace {
+
+using detail::median;
+using detail::seconds_now;
+using detail::synchronize;
+
+// The slowest rank's value: a collective is as slow as its last member.
+double max_over(dist::ProcessGroup& world, double x) {
+  auto t = world.communicable(torch::full({1}, x, torch::dtype(torch::kFloat64)));
+  world.all_reduce(t, dist::ReduceOp::kMax).wait();
+  return t.cpu().item<double>();
+}
+
+// Seconds one `collective` of `bytes` takes (the median of repeats, slowest rank).
+double time_collective(dist::ProcessGroup& world, const c10::Device& device, Collective collective, int64_t bytes,
+                       int repeats) {
+  const int n = world.size();
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  const int64_t elements = std::max<int64_t>(bytes / 4 / n * n, n);
+  auto full = torch::ones({elements}, options);
+  auto part = torch::ones({elements / n}, options);
+  std::vector<double> times;
+  for (int r = 0; r < repeats + 1; ++r) {
+    world.barrier().wait();
+    synchronize(device);
+    const double start = seconds_now();
+    switch (collective) {
+      case Collective::kAllReduce:
+        world.all_reduce(full).wait();
+        break;
+      case Collective::kAllGather:
+        world.all_gather(full, part).wait();
+        break;
+      case Collective::kReduceScatter:
+        world.reduce_scatter(part, full).wait();
+        break;
+      case Collective::kBroadcast:
+        world.broadcast(full, 0).wait();
+        break;
+      case Collective::kSendRecv: {
+        // Pairs (0, 1), (2, 3), ...: the even rank sends, the odd one receives.
+        const int peer = world.rank() ^ 1;
+        if (peer < n) {
+          if (world.rank() % 2 == 0) {
+            world.send(full, peer).wait();
+          } else {
+            world.recv(full, peer).wait();
+          }
+        }
+        break;
+      }
+    }
+    synchronize(device);
+    if (r > 0) times.push_back(seconds_now() - start);
+  }
+  return max_over(world, median(times));
+}
+
+double moved_bytes(Collective collective, double bytes, int n) {
+  const double fraction = static_cast<double>(n - 1) / n;
+  switch (collective) {
+    case Collective::kAllReduce:
+      return 2 * fraction * bytes;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return fraction * bytes;
+    default:
+      return bytes;
+  }
+}
+
+// A matmul loop of about `target` seconds, and the share of an all-reduce it hides.
+double overlap_efficiency(dist::ProcessGroup& world, const c10::Device& device, int64_t bytes, double comm_seconds) {
+  const int64_t n = device.is_cuda() ? 4096 : 256;
+  auto a = torch::randn({n, n}, torch::TensorOptions().device(device));
+  auto b = torch::randn({n, n}, torch::TensorOptions().device(device));
+  auto buffer = torch::ones({bytes / 4}, torch::TensorOptions().device(device));
+  torch::NoGradGuard no_grad;
+  // Calibrate the loop to the all-reduce's time.
+  synchronize(device);
+  double start = seconds_now();
+  int per_probe = 0;
+  while (seconds_now() - start < 0.05) {
+    torch::mm(a, b);
+    ++per_probe;
+    synchronize(device);
+  }
+  const double one = (seconds_now() - start) / per_probe;
+  const int iterations = static_cast<int>(max_over(world, std::max(1.0, std::round(comm_seconds / one))));
+  auto loop = [&] {
+    for (int i = 0; i < iterations; ++i) torch::mm(a, b);
+    synchronize(device);
+  };
+  std::vector<double> alone, together;
+  for (int r = 0; r < 4; ++r) {
+    world.barrier().wait();
+    start = seconds_now();
+    loop();
+    alone.push_back(seconds_now() - start);
+    world.barrier().wait();
+    start = seconds_now();
+    auto work = world.all_reduce(buffer);
+    loop();
+    work.wait();
+    synchronize(device);
+    together.push_back(seconds_now() - start);
+  }
+  const double compute = max_over(world, median(alone));
+  const double both = max_over(world, median(together));
+  const double hidden = compute + comm_seconds - both;
+  return std::clamp(hidden / std::min(compute, comm_seconds), 0.0, 1.0);
+}
+
+}  // namespace
+
+ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& device,
+                                const CollectiveProfileOptions& o,
+                                const std::function<void(const std::string&)>& progress) {
+  const int n = world.size();
+  if (n < 2) throw std::invalid_argument("measuring collectives needs at least 2 ranks: start it under colo-run");
+  ClusterSpec cluster;
+  cluster.name = fmt::format("measured: {} {} rank{} of one node ({})", n, device.is_cuda() ? "GPU" : "CPU",
+                             n == 1 ? "" : "s", world.backend() == dist::Backend::kNccl ? "NCCL" : "Gloo");
+  cluster.source = "colo-plan profile --collectives";
+  cluster.gpus_per_node = n;
+  cluster.nics_per_node = n;
+  cluster.device.is_gpu = device.is_cuda();
+  double comm_largest = 0;
+  for (auto collective : all_collectives()) {
+    std::vector<std::pair<double, double>> points;
+    for (int64_t bytes = 4096; bytes <= o.largest_bytes(); bytes *= 4) {
+      const double seconds = time_collective(world, device, collective, bytes, o.repeats());
+      points.emplace_back(moved_bytes(collective, static_cast<double>(bytes), n), seconds);
+      if (collective == Collective::kAllReduce) comm_largest = seconds;
+      if (progress) {
+        progress(fmt::format("{} {} bytes over {} ranks: {:.3f} ms", to_string(collective), bytes, n, seconds * 1e3));
+      }
+    }
+    const auto [latency, per_byte] = detail::fit_line(points);
+    cluster.intra_node.per_collective[collective] = {latency, 1.0 / per_byte};
+  }
+  cluster.intra_node.defaults = cluster.intra_node.per_collective[Collective::kAllReduce];
+  cluster.inter_node = cluster.intra_node;
+  int64_t largest = 4096;
+  while (largest * 4 <= o.largest_bytes()) largest *= 4;
+  cluster.overlap_efficiency = overlap_efficiency(world, device, largest, comm_largest);
+  if (progress) progress(fmt::format("overlap efficiency: {:.2f}", cluster.overlap_efficiency));
+  if (o.memory_gib() > 0) {
+    cluster.device.memory_gib = o.memory_gib();
+  } else if (!device.is_cuda()) {
+    const double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    cluster.device.memory_gib = bytes / (1024.0 * 1024.0 * 1024.0) / n;
+  }
+  cluster.device.host_memory_gib = cluster.device.memory_gib * n;
+  if (!device.is_cuda()) cluster.device.cores_per_node = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  // The peak MFU is measured against: a matmul's rate here (fp32; bf16 too on a GPU).
+  cluster.device.peak_tflops["fp32"] = max_over(world, measure_matmul_tflops(device, torch::kFloat));
+  if (device.is_cuda()) cluster.device.peak_tflops["bf16"] = max_over(world, measure_matmul_tflops(device, torch::kBFloat16));
+  cluster.device.host_device_GBps = device.is_cuda() ? 25.0 : 0.0;
+  return cluster;
+}
+
+}  // namespace colo::planner

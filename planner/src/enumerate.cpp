@@ -1,0 +1,132 @@
+// enumerate_layouts: the search space (planner.h says what it covers).
+#include <colo/planner/planner.h>
+
+#include <algorithm>
+
+namespace colo::planner {
+namespace {
+
+std::vector<int> divisors(int64_t n, int64_t at_most) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= std::min(n, at_most); ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
+  std::vector<Layout> out;
+  const auto wants = [&](const char* plugin) {
+    return std::find(r.plugins.begin(), r.plugins.end(), plugin) != r.plugins.end();
+  };
+  const auto& c = r.model.vit;
+  const int world = r.world_size;
+  const int layers = static_cast<int>(c.depth()) + 1;
+  const std::vector<bool> both = {false, true};
+
+  // Plain data parallelism over the world.
+  if (world >= 1 && r.global_batch % world == 0) {
+    const int64_t local = r.global_batch / world;
+    for (int accum : divisors(local, r.max_grad_accum)) {
+      for (bool ckpt : both) {
+        Layout base;
+        base.dp = world;
+        base.grad_accum = accum;
+        base.activation_checkpointing = ckpt;
+        if (wants("torch_ddp")) {
+          Layout l = base;
+          l.plugin = "torch_ddp";
+          out.push_back(l);
+        }
+        if (wants("low_level_zero")) {
+          for (int stage : {1, 2}) {
+            for (bool offload : both) {
+              if (offload && !r.include_offload) continue;
+              Layout l = base;
+              l.plugin = "low_level_zero";
+              l.zero_stage = stage;
+              l.cpu_offload = offload;
+              out.push_back(l);
+            }
+          }
+        }
+        if (wants("gemini")) {
+          for (int placement = 0; placement < 3; ++placement) {
+            if (placement == 1 && !r.include_offload) continue;
+            Layout l = base;
+            l.plugin = "gemini";
+            l.zero_stage = 3;
+            l.gemini_placement = placement == 2 ? "auto" : "static";
+            l.optim_offload = placement == 1;
+            out.push_back(l);
+          }
+        }
+      }
+    }
+  }
+  if (!wants("hybrid_parallel")) return out;
+
+  for (int tp : divisors(world, world)) {
+    if (c.num_heads() % tp != 0 || c.mlp_hidden_dim() % tp != 0) continue;
+    if (tp > r.cluster.gpus_per_node && tp > 1) continue;  // tensor parallelism across nodes: never worth it
+    for (int pp : divisors(world / tp, layers)) {
+      const int dp = world / (tp * pp);
+      if (r.global_batch % dp != 0) continue;
+      const int64_t local = r.global_batch / dp;
+      for (bool sp : both) {
+        if (sp && tp == 1) continue;
+        for (int zero : {0, 1, 2}) {
+          if (zero > 0 && dp == 1) continue;  // nothing to shard over
+          for (bool offload : both) {
+            if (offload && (zero == 0 || !r.include_offload)) continue;
+            for (bool ckpt : both) {
+              Layout base;
+              base.plugin = "hybrid_parallel";
+              base.dp = dp;
+              base.pp = pp;
+              base.tp = tp;
+              base.sequence_parallel = sp;
+              base.zero_stage = zero;
+              base.cpu_offload = offload;
+              base.activation_checkpointing = ckpt;
+              if (pp == 1) {
+                out.push_back(base);  // no pipeline
+                for (int m : divisors(local, r.max_microbatches)) {
+                  if (m < 2) continue;
+                  Layout l = base;
+                  l.microbatches = m;
+                  out.push_back(l);
+                }
+                continue;
+              }
+              for (int m : divisors(local, r.max_microbatches)) {
+                if (m < pp) continue;
+                for (auto style : {pipeline::ScheduleStyle::kGPipe, pipeline::ScheduleStyle::kOneFOneB,
+                                   pipeline::ScheduleStyle::kZeroBubble}) {
+                  if (style == pipeline::ScheduleStyle::kZeroBubble && sp) continue;  // not supported together
+                  Layout l = base;
+                  l.microbatches = m;
+                  l.schedule = style;
+                  out.push_back(l);
+                }
+                for (int chunks : r.interleaved_chunks) {
+                  if (chunks < 2 || m % pp != 0 || pp * chunks > layers) continue;
+                  Layout l = base;
+                  l.microbatches = m;
+                  l.schedule = pipeline::ScheduleStyle::kInterleaved;
+                  l.chunks = chunks;
+                  out.push_back(l);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace colo::planner

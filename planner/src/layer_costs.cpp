@@ -1,0 +1,133 @@
+#include "layer_costs.h"
+
+#include <colo/planner/collective_model.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace colo::planner::detail {
+namespace {
+
+double element_bytes_of(const std::string& precision) { return precision == "fp32" ? 4.0 : 2.0; }
+
+}  // namespace
+
+LayerCosts::LayerCosts(const PlanRequest& request, const Layout& layout)
+    : request_(request),
+      layout_(layout),
+      depth_(static_cast<int>(request.model.vit.depth())),
+      element_(element_bytes_of(request.precision)),
+      use_profile_(request.profile.has_value()) {}
+
+// The analytic model: matrix products at the cluster's sustained rate, the memory-bound rest
+// (norms, GELU, residual adds, the attention's q/k/v traffic) at its sustained bandwidth, and a
+// fixed cost per layer pass. A backward is two forwards' products and memory traffic.
+LayerTimes LayerCosts::analytic(const std::string& layer, int64_t samples) const {
+  const auto& c = request_.model.vit;
+  const auto& device = request_.cluster.device;
+  auto peak = device.peak_tflops.find(request_.precision == "fp8" ? "fp8" : request_.precision);
+  if (peak == device.peak_tflops.end()) peak = device.peak_tflops.find("bf16");
+  const double flops_per_s = (peak == device.peak_tflops.end() ? 100.0 : peak->second) * 1e12 * device.matmul_efficiency;
+  const double bytes_per_s = device.memory_bandwidth_GBps * 1e9 * device.memory_efficiency;
+  const double overhead = device.layer_overhead_us * 1e-6;
+  const int tp = layout_.tp;
+  const double b = static_cast<double>(samples);
+  const double t = static_cast<double>(c.num_tokens());
+  const double d = static_cast<double>(c.embed_dim());
+  const double m = static_cast<double>(c.mlp_hidden_dim());
+  double flops = 0, bytes = 0, weight_share = 0.5;
+  if (layer == "patch_embedding") {
+    flops = patch_embedding_flops(c, samples);
+    bytes = element_ * b * (static_cast<double>(c.in_channels() * c.image_size() * c.image_size()) + 3 * t * d);
+    weight_share = 1.0;  // its input needs no gradient
+  } else if (layer == "encoder_block") {
+    flops = encoder_block_flops(c, samples, tp);
+    // Replicated over tp (unless sequence parallel): two norms, two residual adds (~10 passes
+    // over the tokens); split: q, k, v and the attention output, GELU over the hidden units.
+    const double replicated = 10 * b * t * d / (layout_.sequence_parallel ? tp : 1);
+    const double split = (6 * b * t * d + 3 * b * t * m) / tp;
+    bytes = element_ * (replicated + split);
+  } else {
+    flops = head_flops(c, samples);
+    bytes = element_ * 3 * b * t * d;
+  }
+  LayerTimes times;
+  times.samples = samples;
+  const double product = flops / flops_per_s;
+  const double traffic = bytes / bytes_per_s;
+  times.forward = product + traffic + overhead;
+  times.backward = 2 * product + 2 * traffic + overhead;
+  times.weight_grad = weight_share * 2 * product + 0.5 * overhead;
+  times.input_grad = std::max(times.backward - times.weight_grad, 0.5 * overhead);
+  times.checkpointed_forward = times.forward;
+  times.checkpointed_backward = times.forward + times.backward;
+  return times;
+}
+
+LayerTimes LayerCosts::times(const std::string& layer, int64_t samples) const {
+  // The patch embedding and the head are not split by tensor parallelism: their tp=1 costs.
+  const bool block = layer == "encoder_block";
+  auto t = use_profile_ ? request_.profile->at(layer, block ? layout_.tp : 1, block && layout_.sequence_parallel, samples)
+                        : analytic(layer, samples);
+  // Measured (or modelled) for a rank with a core of its own; CPU ranks that outnumber the
+  // cores share them.
+  const double slowdown = compute_slowdown(request_.cluster, request_.world_size);
+  for (double* v : {&t.forward, &t.backward, &t.input_grad, &t.weight_grad, &t.checkpointed_forward,
+                    &t.checkpointed_backward}) {
+    *v *= slowdown;
+  }
+  return t;
+}
+
+double LayerCosts::boundary_bytes(int64_t samples) const {
+  const auto& c = request_.model.vit;
+  const double tokens = static_cast<double>(c.num_tokens());
+  const double share = layout_.sequence_parallel ? 1.0 / layout_.tp : 1.0;
+  return element_ * static_cast<double>(samples) * tokens * static_cast<double>(c.embed_dim()) * share;
+}
+
+PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
+  PassCosts pass;
+  const bool checkpointing = layout_.activation_checkpointing;
+  const int tp = layout_.tp;
+  const auto& cluster = request_.cluster;
+  const auto group = tp_group(tp, cluster.gpus_per_node);
+  const auto& c = request_.model.vit;
+  // A block's activation [b, T, D] (padded to a multiple of tp under sequence parallelism).
+  const double tokens = layout_.sequence_parallel
+                            ? static_cast<double>((c.num_tokens() + tp - 1) / tp * tp)
+                            : static_cast<double>(c.num_tokens());
+  const double activation = element_ * static_cast<double>(samples) * tokens * static_cast<double>(c.embed_dim());
+  // Per block and pass direction: two all-reduces, or two all-gathers and two reduce-scatters.
+  const double block_comm = layout_.sequence_parallel
+                                ? 2 * (collective_seconds(cluster, Collective::kAllGather, activation, group) +
+                                       collective_seconds(cluster, Collective::kReduceScatter, activation, group))
+                                : 2 * collective_seconds(cluster, Collective::kAllReduce, activation, group);
+  const double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
+  for (int l = begin; l < end; ++l) {
+    const std::string kind = l == 0 ? "patch_embedding" : l <= depth_ ? "encoder_block" : "head";
+    const auto t = times(kind, samples);
+    // The first layer's input needs no gradient: checkpointing does not apply to it.
+    const bool recomputed = checkpointing && l > 0;
+    pass.forward += recomputed ? t.checkpointed_forward : t.forward;
+    if (recomputed) {
+      pass.backward += t.checkpointed_backward;
+      const double again = std::max(t.checkpointed_backward - t.backward, 0.0);
+      pass.recompute += again;
+      pass.input_grad += std::max(t.checkpointed_backward - t.weight_grad, 0.0);
+    } else {
+      pass.backward += t.backward;
+      pass.input_grad += t.input_grad;
+    }
+    pass.weight_grad += t.weight_grad;
+    if (tp > 1 && kind == "encoder_block") {
+      pass.tp_forward += block_comm;
+      pass.tp_backward += block_comm * (recomputed ? 2 : 1);
+    }
+    if (tp > 1 && layout_.sequence_parallel && kind == "patch_embedding") pass.tp_backward += edge_comm;
+    if (tp > 1 && layout_.sequence_parallel && kind == "head") pass.tp_forward += edge_comm;
+  }
+  return pass;
+}
+
+}  // namespace colo::planner::detail

@@ -1,0 +1,51 @@
+#pragma once
+// Timing helpers of the profilers: wall time around synchronised device work, medians, a line
+// fitted through (x, seconds) points.
+
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+namespace colo::planner::detail {
+
+inline void synchronize(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+inline double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// Least squares y = a + b·x; a clamped at >= 0 (a fixed cost), b at > 0 (refitted through the
+// origin when the intercept went negative).
+inline std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points) {
+  const double n = static_cast<double>(points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double denominator = n * sxx - sx * sx;
+  double b = denominator != 0 ? (n * sxy - sx * sy) / denominator : 0.0;
+  double a = n > 0 ? (sy - b * sx) / n : 0.0;
+  if (a < 0 || b <= 0) {
+    a = std::max(a, 0.0);
+    b = sxx > 0 ? std::max((sxy - a * sx) / sxx, 1e-30) : 1e-30;
+  }
+  return {a, b};
+}
+
+}  // namespace colo::planner::detail

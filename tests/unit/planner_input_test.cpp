@@ -1,0 +1,228 @@
+// The planner's bad input (an unknown model, malformed cluster and profile files, a world no
+// layout fits) and its command line, colo-plan, whose config train_vit accepts.
+#include <colo/files/files.h>
+#include <colo/planner/file_error.h>
+#include <colo/planner/planner.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+
+#include "planner_fixture.h"
+
+namespace {
+
+using colo::planner::PlannerFileError;
+using planner_fixture::fixture_path;
+using planner_fixture::fixture_request;
+
+std::string error_of_cluster(const std::string& text) {
+  try {
+    colo::planner::parse_cluster(text, "bad_cluster.json");
+  } catch (const PlannerFileError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PlannerInput, AnUnknownModelListsTheKnownOnesAndTheClosest) {
+  try {
+    colo::planner::model_by_name("vit-b16");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("unknown model 'vit-b16'"), std::string::npos) << what;
+    EXPECT_NE(what.find("did you mean 'vit-b/16'"), std::string::npos) << what;
+    EXPECT_NE(what.find("6.45b"), std::string::npos) << what;
+  }
+  EXPECT_EQ(colo::planner::model_by_name("giant").vit.embed_dim(), 4096);
+  EXPECT_EQ(colo::planner::model_by_name("ViT-H/14").vit.patch_size(), 14);
+}
+
+TEST(PlannerInput, AClusterFieldOfTheWrongTypeIsNamedWithItsLine) {
+  const std::string text =
+      "{\n"
+      "  \"gpus_per_node\": 8,\n"
+      "  \"device\": {\"kind\": \"gpu\", \"memory_gib\": 80, \"peak_tflops\": {\"bf16\": 989}},\n"
+      "  \"intra_node\": {\n"
+      "    \"latency_us\": 20,\n"
+      "    \"bus_bandwidth_GBps\": \"fast\"\n"
+      "  }\n"
+      "}\n";
+  const auto what = error_of_cluster(text);
+  EXPECT_NE(what.find("bad_cluster.json:6: field 'intra_node.bus_bandwidth_GBps'"), std::string::npos) << what;
+  EXPECT_NE(what.find("expected a number"), std::string::npos) << what;
+}
+
+TEST(PlannerInput, AMissingOrMisspeltOrOutOfRangeClusterFieldIsNamed) {
+  const std::string head = "{\n  \"gpus_per_node\": 8,\n  \"device\": {\"kind\": \"gpu\", \"memory_gib\": 80, "
+                           "\"peak_tflops\": {\"bf16\": 989}},\n";
+  auto what = error_of_cluster(head + "  \"intra_node\": {\"latency_us\": 20}\n}\n");
+  EXPECT_NE(what.find(":4: field 'intra_node.bus_bandwidth_GBps': missing"), std::string::npos) << what;
+  what = error_of_cluster(head + "  \"intra_node\": {\"latency_us\": 20, \"bus_bandwith_GBps\": 3}\n}\n");
+  EXPECT_NE(what.find("field 'intra_node.bus_bandwith_GBps': unknown field (did you mean 'bus_bandwidth_GBps'?)"),
+            std::string::npos)
+      << what;
+  what = error_of_cluster(head + "  \"intra_node\": {\"latency_us\": 20, \"bus_bandwidth_GBps\": 3},\n"
+                                 "  \"overlap_efficiency\": 1.5\n}\n");
+  EXPECT_NE(what.find(":5: field 'overlap_efficiency': expected a fraction in [0, 1], got 1.5"), std::string::npos)
+      << what;
+  what = error_of_cluster("{\n  \"gpus_per_node\": 8,\n  \"device\": {\"kind\": \"gpu\", \"memory_gib\": 80, "
+                          "\"cores_per_node\": 2, \"peak_tflops\": {\"bf16\": 989}},\n"
+                          "  \"intra_node\": {\"latency_us\": 20, \"bus_bandwidth_GBps\": 3}\n}\n");
+  EXPECT_NE(what.find(":3: field 'device.cores_per_node': applies to CPU ranks"), std::string::npos) << what;
+  what = error_of_cluster("{\n  \"gpus_per_node\": 8\n  \"device\": {}\n}\n");
+  EXPECT_NE(what.find("bad_cluster.json:3:"), std::string::npos) << what;
+  EXPECT_NE(what.find("malformed JSON"), std::string::npos) << what;
+  what = error_of_cluster(head + "  \"intra_node\": {\"latency_us\": 20, \"bus_bandwidth_GBps\": 3},\n"
+                                 "  \"small_messages\": [{\"below_bytes\": 1024, \"bandwidth_factor\": 0.5},\n"
+                                 "                     {\"below_bytes\": 0, \"bandwidth_factor\": 0.9}]\n}\n");
+  EXPECT_NE(what.find(":6: field 'small_messages[1].below_bytes'"), std::string::npos) << what;
+}
+
+TEST(PlannerInput, AProfileFieldIsNamedWithItsLine) {
+  std::ifstream in(fixture_path("profile.json"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  // The head's second point loses its forward time.
+  const auto head = text.find("\"layer\": \"head\"");
+  ASSERT_NE(head, std::string::npos);
+  const auto second = text.find("\"samples\": 8", head);
+  const auto forward = text.find("\"forward_s\"", second);
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(second), '\n');
+  text.replace(forward, std::string("\"forward_s\"").size(), "\"forwards\"");
+  try {
+    colo::planner::parse_profile(text, "bad_profile.json");
+    FAIL() << "accepted";
+  } catch (const PlannerFileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fmt::format("bad_profile.json:{}: field 'layers[4].points[1]", line - 1)), std::string::npos)
+        << what;
+  }
+  // A profile of another model is refused with what differs.
+  auto request = fixture_request(2, 16);
+  request.model.vit.embed_dim(128).num_heads(4);
+  try {
+    colo::planner::StepModel model(request);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("embed_dim 64, the model has 128"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlannerInput, AWorldNoLayoutFitsSaysWhatMemoryOrWorldWould) {
+  auto request = fixture_request(2, 16);
+  request.cluster.device.memory_gib = 1.0 / 1024;  // 1 MiB per rank
+  try {
+    colo::planner::plan_layouts(request);
+    FAIL() << "a layout fitted 1 MiB";
+  } catch (const colo::planner::NoLayoutFits& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no layout of fixture"), std::string::npos) << what;
+    EXPECT_NE(what.find("GiB would do (--gpu-memory-gib)"), std::string::npos) << what;
+  }
+  // A batch no data-parallel size of these plugins divides.
+  auto odd = fixture_request(2, 7);
+  odd.plugins = {"torch_ddp", "low_level_zero", "gemini"};
+  try {
+    colo::planner::plan_layouts(odd);
+    FAIL() << "planned a batch of 7 on 2 data-parallel ranks";
+  } catch (const colo::planner::NoLayoutFits& e) {
+    EXPECT_NE(std::string(e.what()).find("no layout splits the global batch 7 over 2 ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PlannerInput, ALayoutThatCannotBeReadSaysWhichToken) {
+  try {
+    colo::planner::Layout::parse("hybrid_parallel pp2 mb4 zero3", 4);
+    FAIL() << "accepted zero3";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read 'zero3'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(colo::planner::Layout::parse("hybrid_parallel pp3", 4), std::invalid_argument);
+  EXPECT_THROW(colo::planner::Layout::parse("hybrid_parallel pp2", 4), std::invalid_argument);  // no mbN
+  EXPECT_THROW(colo::planner::Layout::parse("torch_ddp dp3", 4), std::invalid_argument);
+}
+
+// colo-plan and train_vit, run as a user runs them.
+class PlannerCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = colo::files::join(colo::files::temp_directory(), "planner_cli_" + std::to_string(::getpid()));
+    colo::files::remove_all(dir_);
+    colo::files::create_directories(dir_);
+  }
+  void TearDown() override { colo::files::remove_all(dir_); }
+
+  int run(const std::string& command, std::string* output) const {
+    const auto log = colo::files::join(dir_, "output.txt");
+    const int status = std::system(("env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE " +
+                                    command + " >" + log + " 2>&1")
+                                       .c_str());
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    *output = text.str();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  const std::string plan_ = COLO_BINARY_DIR "/bin/colo-plan";
+  const std::string train_ = COLO_BINARY_DIR "/bin/train_vit";
+  const std::string model_ = "--model tiny --image-size 32 --patch-size 8 --hidden 64 --depth 5 --heads 4 "
+                             "--mlp-ratio 2 --num-classes 10";
+  std::string dir_;
+};
+
+TEST_F(PlannerCli, WritesAConfigTrainVitAccepts) {
+  const auto config = colo::files::join(dir_, "planned.json");
+  std::string out;
+  ASSERT_EQ(run(plan_ + " " + model_ + " --world-size 2 --global-batch 16 --cluster " + fixture_path("cluster.json") +
+                    " --profile " + fixture_path("profile.json") + " --out " + config,
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("PREDICTED"), std::string::npos) << out;
+  EXPECT_NE(out.find("searched 156 layouts"), std::string::npos) << out;
+  ASSERT_TRUE(colo::files::exists(config)) << out;
+  ASSERT_EQ(run(train_ + " --config " + config + " --dry-run --world-size 2", &out), 0) << out;
+  EXPECT_NE(out.find("memory plan"), std::string::npos) << out;
+}
+
+TEST_F(PlannerCli, ExplainsOneLayoutAndRefusesAnUnknownModel) {
+  std::string out;
+  ASSERT_EQ(run(plan_ + " " + model_ + " --world-size 2 --global-batch 8 --cluster " + fixture_path("cluster.json") +
+                    " --profile " + fixture_path("profile.json") + " --explain 'hybrid_parallel pp2 gpipe mb2'",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("pipeline bubble"), std::string::npos) << out;
+  EXPECT_NE(out.find("bound by:"), std::string::npos) << out;
+  EXPECT_EQ(run(plan_ + " --model vit-x --world-size 2 --global-batch 8", &out), 2) << out;
+  EXPECT_NE(out.find("unknown model 'vit-x'"), std::string::npos) << out;
+  EXPECT_EQ(run(plan_ + " " + model_ + " --world-size 2 --global-batch 8 --cluster " + fixture_path("profile.json"),
+                &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("profile.json:"), std::string::npos) << out;
+}
+
+TEST_F(PlannerCli, TrainVitLayoutAutoTakesThePlannersChoice) {
+  std::string out;
+  ASSERT_EQ(run(train_ + " --layout auto --layout-cluster " + fixture_path("cluster.json") + " --layout-profile " +
+                    fixture_path("profile.json") +
+                    " --dataset synthetic --model custom --image-size 32 --patch-size 8 --embed-dim 64 --depth 5 "
+                    "--heads 4 --mlp-ratio 2 --batch-size 16 --dry-run --world-size 2",
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("train_vit --layout auto:"), std::string::npos) << out;
+  EXPECT_NE(out.find("memory plan"), std::string::npos) << out;
+}
+
+}  // namespace

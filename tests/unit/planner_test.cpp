@@ -1,0 +1,206 @@
+// The performance model on recorded inputs (planner_fixtures/): a fixed profile and cluster in,
+// the expected breakdown out, derived by hand in the comments. No timing: a change to the model
+// shows here. Units: seconds. The fixture's layer times at 8 samples: patch embedding and head
+// F 2 ms, B 4 ms; a block F 20 ms, B 40 ms (tp 2: 12 / 24; tp 2 with sp: 10 / 20); at 4 samples
+// half of that; B splits into input and weight gradient equally; a checkpointed backward is
+// F + B. Collectives: 100 us + moved bytes / 1 GB/s; Adam 10 ns per element.
+#include <colo/booster/booster.h>
+#include <colo/planner/planner.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "planner_fixture.h"
+
+namespace {
+
+using colo::planner::Layout;
+using colo::planner::StepModel;
+using planner_fixture::fixture_request;
+
+constexpr double kEps = 1e-9;
+constexpr double kParams = 181642;  // 13504 patch embedding + 5 x 33472 blocks + 778 head
+
+Layout layout(const std::string& text, int world) { return Layout::parse(text, world); }
+
+TEST(PlannerStepModel, DataParallelStepIsComputeThenTheLastBucketAndAdam) {
+  StepModel model(fixture_request(2, 16));
+  const auto p = model.predict(layout("torch_ddp", 2));
+  // 8 samples per rank: 6 ms + 5 x 60 ms + 6 ms.
+  EXPECT_NEAR(p.breakdown.compute, 0.312, kEps);
+  // One bucket of 181642 x 4 bytes, all-reduced over 2 ranks: 100 us + 726568 B / 1 GB/s; a
+  // single bucket cannot hide behind the backward that produces it.
+  EXPECT_NEAR(p.breakdown.dp_comm, 1e-4 + 726568e-9, kEps);
+  EXPECT_NEAR(p.breakdown.optimizer, kParams * 1e-8, kEps);
+  EXPECT_EQ(p.breakdown.bubble, 0.0);
+  EXPECT_EQ(p.breakdown.tp_comm, 0.0);
+  EXPECT_NEAR(p.step_seconds, 0.312 + 8.26568e-4 + 1.81642e-3, kEps);
+  EXPECT_NEAR(p.images_per_second, 16 / p.step_seconds, 1e-6);
+  EXPECT_EQ(p.bound, "compute");
+}
+
+TEST(PlannerStepModel, CpuRanksThatOutnumberTheCoresShareThem) {
+  // Two ranks of a node: on one core each rank's compute and Adam take twice their profile; on
+  // two or more cores (or cores not given: 0) their profile.
+  for (const int cores : {0, 1, 2, 3}) {
+    auto request = fixture_request(2, 16);
+    request.cluster.device.cores_per_node = cores;
+    const double slowdown = cores == 1 ? 2.0 : 1.0;
+    const auto p = StepModel(request).predict(layout("torch_ddp", 2));
+    EXPECT_NEAR(p.breakdown.compute, slowdown * 0.312, kEps) << cores << " cores";
+    EXPECT_NEAR(p.breakdown.optimizer, slowdown * kParams * 1e-8, kEps) << cores << " cores";
+    EXPECT_NEAR(p.breakdown.dp_comm, 1e-4 + 726568e-9, kEps) << "measured over these ranks already";
+  }
+}
+
+TEST(PlannerStepModel, CheckpointingRecomputesEveryLayerButTheFirst) {
+  StepModel model(fixture_request(2, 16));
+  const auto p = model.predict(layout("torch_ddp ckpt", 2));
+  // The patch embedding's input needs no gradient: F + B = 6 ms. Blocks: 20 + 60 ms each; head 2 + 6.
+  EXPECT_NEAR(p.breakdown.compute, 0.006 + 5 * 0.080 + 0.008, kEps);
+  EXPECT_NEAR(p.breakdown.recompute, 5 * 0.020 + 0.002, kEps);
+}
+
+TEST(PlannerStepModel, ZeroStagesReduceScatterAndGatherAndStepAShard) {
+  StepModel model(fixture_request(2, 16));
+  // Reduce-scatter and all-gather of the 726568 bytes over 2 ranks: 100 us + 363284 B / 1 GB/s each.
+  const double half = 1e-4 + 363284e-9;
+  const auto zero2 = model.predict(layout("low_level_zero zero2", 2));
+  EXPECT_NEAR(zero2.breakdown.dp_comm, 2 * half, kEps);
+  EXPECT_NEAR(zero2.breakdown.optimizer, 90821 * 1e-8, kEps);  // ceil(181642 / 2) elements
+  // ZeRO-1 all-reduces the gradients, then gathers the weights.
+  const auto zero1 = model.predict(layout("low_level_zero zero1", 2));
+  EXPECT_NEAR(zero1.breakdown.dp_comm, 1e-4 + 726568e-9 + half, kEps);
+  // gemini gathers every chunk in forward and again in backward and reduce-scatters once: 3 x half,
+  // of which overlap_efficiency 0.5 of the 312 ms of compute hides all but one collective's worth.
+  const auto gemini = model.predict(layout("gemini static", 2));
+  EXPECT_NEAR(gemini.breakdown.dp_comm, half, kEps);
+  EXPECT_NEAR(gemini.step_seconds, 0.312 + half + 90821 * 1e-8, kEps);
+}
+
+TEST(PlannerStepModel, TensorParallelCollectivesStayOnTheCriticalPath) {
+  StepModel model(fixture_request(2, 8));
+  // tp 2, 8 samples: blocks at 12 + 24 ms. Per block and direction two all-reduces of
+  // 8 x 17 x 64 x 4 = 34816 bytes: 100 us + 34816 B / 1 GB/s each.
+  const auto plain = model.predict(layout("hybrid_parallel tp2", 2));
+  EXPECT_NEAR(plain.breakdown.compute, 0.006 + 5 * 0.036 + 0.006, kEps);
+  EXPECT_NEAR(plain.breakdown.tp_comm, 5 * 4 * (1e-4 + 34816e-9), kEps);
+  // tp 2 holds the blocks' split parameters halved: 13504 + 5 x (384 + 33088 / 2) + 778.
+  EXPECT_NEAR(plain.breakdown.optimizer, 98922 * 1e-8, kEps);
+  // Sequence parallelism: 18 tokens (17 padded to a multiple of 2), per block and direction two
+  // all-gathers and two reduce-scatters of 36864 bytes (100 us + 18432 B / 1 GB/s each), and the
+  // patch embedding's and head's gathers.
+  const auto sp = model.predict(layout("hybrid_parallel tp2 sp", 2));
+  const double piece = 1e-4 + 18432e-9;
+  EXPECT_NEAR(sp.breakdown.compute, 0.006 + 5 * 0.030 + 0.006, kEps);
+  EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece, kEps);
+}
+
+// pp 2, 2 microbatches of 4 samples. Stage 0: the patch embedding and blocks 0-1 (F 21 ms, B 42 ms),
+// stage 1: blocks 2-4 and the head (F 31 ms, B 62 ms); a stage's send (100 us + 4 x 17 x 64 x 4 =
+// 17408 B / 1 GB/s = 0.117408 ms) goes onto the action that produces it.
+constexpr double kSend = 1e-4 + 17408e-9;
+
+TEST(PlannerStepModel, GPipeTimelineComesFromTheSimulator) {
+  StepModel model(fixture_request(2, 8));
+  const auto p = model.predict(layout("hybrid_parallel pp2 gpipe mb2", 2));
+  // Rank 0: F0 [0, 21.117], F1 [21.117, 42.235]; rank 1: F0 [21.117, 52.117], F1 [52.117, 83.117],
+  // B0 [83.117, 145.235], B1 [145.235, 207.352]; rank 0: B0 [145.235, 187.235], B1 [207.352,
+  // 249.352]. Rank 0 finishes last; then Adam over its 13504 + 2 x 33472 = 80448 elements.
+  const double finish = 0.207352224 + 0.042;
+  EXPECT_NEAR(p.breakdown.compute, 2 * (0.021 + 0.042), kEps);
+  EXPECT_NEAR(p.breakdown.pp_comm, 2 * kSend, kEps);
+  EXPECT_NEAR(p.breakdown.bubble, finish - 2 * (0.021 + kSend + 0.042), kEps);
+  EXPECT_NEAR(p.breakdown.optimizer, 80448 * 1e-8, kEps);
+  EXPECT_NEAR(p.step_seconds, finish + 80448 * 1e-8, kEps);
+  EXPECT_EQ(p.breakdown.dp_comm, 0.0);  // dp 1
+}
+
+TEST(PlannerStepModel, ZeroBubbleFillsTheCooldownWithWeightGradients) {
+  StepModel model(fixture_request(2, 8));
+  const auto p = model.predict(layout("hybrid_parallel pp2 zero_bubble mb2", 2));
+  // B = W = 21 ms on stage 0, 31 ms on stage 1 (+ the send on B). Rank 1 runs F0 B0 F1 B1 W0 W1
+  // from 21.117 ms without a gap and finishes last at 21.117 + 4 x 31 + 2 x 31.117 ms; then Adam
+  // over its 3 x 33472 + 778 = 101194 elements.
+  const double busy = 4 * 0.031 + 2 * (0.031 + kSend);
+  EXPECT_NEAR(p.breakdown.bubble, 0.021 + kSend, kEps);
+  EXPECT_NEAR(p.breakdown.compute, 6 * 0.031, kEps);
+  EXPECT_NEAR(p.step_seconds, 0.021 + kSend + busy + 101194 * 1e-8, kEps);
+}
+
+TEST(PlannerStepModel, DataParallelReductionAfterAPipelineIsExposed) {
+  StepModel model(fixture_request(2, 8));
+  // pp 1 with 2 microbatches over dp 2: F0 B0 F1 B1 of 2 samples each (half the 4-sample times),
+  // then the all-reduce of all gradients (nothing left to hide it behind), then Adam.
+  const auto p = model.predict(layout("hybrid_parallel 1f1b mb2", 2));
+  EXPECT_NEAR(p.breakdown.compute, 2 * (0.0015 + 5 * 0.015 + 0.0015), kEps);
+  EXPECT_NEAR(p.breakdown.dp_comm, 1e-4 + 726568e-9, kEps);
+  EXPECT_NEAR(p.breakdown.bubble, 0.0, kEps);
+}
+
+TEST(PlannerMemory, ComesFromBoosterPlanMemoryAndFitsAtTheBoundary) {
+  auto request = fixture_request(2, 16);
+  const auto plan = colo::Booster::plan_memory("torch_ddp", {{"precision", "fp32"}},
+                                               StepModel(request).memory_inputs(layout("torch_ddp", 2)));
+  const int64_t needed = plan.ranks.front().device_bytes();
+  ASSERT_GT(needed, 0);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  for (const int64_t offset : {-1, 0, 1}) {
+    request.cluster.device.memory_gib = static_cast<double>(needed + offset) / gib;
+    const auto p = StepModel(request).predict(layout("torch_ddp", 2));
+    EXPECT_EQ(p.device_bytes, needed);
+    EXPECT_EQ(p.fits, offset >= 0) << "usable " << needed + offset << " bytes for " << needed;
+    if (offset < 0) {
+      EXPECT_NE(p.why_not.find("rank"), std::string::npos) << p.why_not;
+    }
+  }
+}
+
+TEST(PlannerMemory, PipelineStagesHoldWhatTheirScheduleKeepsInFlight) {
+  // GPipe keeps both microbatches' activations on stage 0, 1F1B one fewer: the plan differs, the
+  // step time does not (same bubble).
+  StepModel model(fixture_request(2, 8));
+  const auto gpipe = model.predict(layout("hybrid_parallel pp2 gpipe mb2", 2));
+  const auto one_f_one_b = model.predict(layout("hybrid_parallel pp2 1f1b mb2", 2));
+  EXPECT_GT(gpipe.device_bytes, one_f_one_b.device_bytes);
+  EXPECT_NEAR(gpipe.step_seconds, one_f_one_b.step_seconds, kEps);
+}
+
+TEST(PlannerSearch, EnumeratesEveryLayoutThePluginsAccept) {
+  const auto request = fixture_request(2, 16);
+  const auto layouts = colo::planner::enumerate_layouts(request);
+  std::map<std::string, int> by_plugin;
+  std::set<std::string> names;
+  StepModel model(request);
+  for (const auto& l : layouts) {
+    ++by_plugin[l.plugin];
+    EXPECT_TRUE(names.insert(l.name()).second) << "twice: " << l.name();
+    EXPECT_EQ(model.structural_problem(l), "") << l.name();
+    EXPECT_EQ(Layout::parse(l.name(), 2), l) << l.name();
+    EXPECT_FALSE(l.sequence_parallel && l.schedule == colo::pipeline::ScheduleStyle::kZeroBubble && l.pipelined());
+    EXPECT_NO_THROW(model.memory_plan(l)) << l.name();
+  }
+  // torch_ddp: accumulation 1, 2, 4, 8 (8 samples per rank) x checkpointing = 8; low_level_zero:
+  // x stage 1/2 x offload = 32; gemini: x static, static with offload, auto = 24; hybrid_parallel:
+  // dp 2 (5 engine choices x checkpointing, without or with 2/4/8 microbatches) 40, pp 2 (4
+  // microbatch counts x GPipe/1F1B/zero bubble/interleaved x checkpointing) 32, tp 2 (sp x
+  // checkpointing x none or 2/4/8/16 microbatches) 20.
+  EXPECT_EQ(by_plugin["torch_ddp"], 8);
+  EXPECT_EQ(by_plugin["low_level_zero"], 32);
+  EXPECT_EQ(by_plugin["gemini"], 24);
+  EXPECT_EQ(by_plugin["hybrid_parallel"], 92);
+  EXPECT_EQ(layouts.size(), 156u);
+}
+
+TEST(PlannerSearch, RanksByPredictedImagesPerSecond) {
+  const auto result = colo::planner::plan_layouts(fixture_request(2, 16));
+  ASSERT_FALSE(result.ranked.empty());
+  for (std::size_t i = 1; i < result.ranked.size(); ++i) {
+    EXPECT_GE(result.ranked[i - 1].images_per_second, result.ranked[i].images_per_second);
+  }
+  EXPECT_EQ(result.ranked.size() + result.rejected.size(), static_cast<std::size_t>(result.enumerated));
+  for (const auto& p : result.ranked) EXPECT_TRUE(p.fits) << p.layout.name();
+}
+
+}  // namespace
