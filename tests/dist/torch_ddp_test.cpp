@@ -683,13 +683,14 @@ TEST(TorchDdp, Bf16MasterWeightsKeepUpdatesBelowHalfABf16Ulp) {
     }
     std::map<std::string, torch::Tensor> start;
     for (const auto& [name, tensor] : stepped) {
-      start[name] = masters ? want_start[name].detach().to(torch::kDouble) : tensor.detach().to(torch::kCPU, torch::kDouble);
+      start[name] = (masters ? want_start[name] : tensor).detach().to(torch::kCPU, torch::kDouble);
     }
     train_boosted(*plugin, b, data);
     double diff = 0, norm = 0;
     for (const auto& [name, tensor] : stepped) {
       const auto got = tensor.detach().to(torch::kCPU, torch::kDouble) - start.at(name);
-      const auto want = want_end[name].detach().to(torch::kDouble) - want_start[name].detach().to(torch::kDouble);
+      const auto want =
+          want_end[name].detach().to(torch::kCPU, torch::kDouble) - want_start[name].detach().to(torch::kCPU, torch::kDouble);
       diff += (got - want).pow(2).sum().item<double>();
       norm += want.pow(2).sum().item<double>();
     }

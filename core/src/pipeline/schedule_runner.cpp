@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -147,6 +148,30 @@ const std::vector<ScheduleRunner::EdgeShape>& ScheduleRunner::edge_shapes(const 
   return shapes_.emplace(key, std::move(shapes)).first->second;
 }
 
+// NCCL sets up a pair of ranks' point-to-point channels at their first message in each direction,
+// and the set-up needs the peer's CPU to take part. A rank whose first message one way is grouped
+// with a send the peer is waiting for deadlocks if the peer's CPU is held meanwhile: seen under
+// GPipe at pp 2 on two GPUs (2026-11-26: rank 0 in NCCL's bootstrap accept inside a group of "send
+// activation, receive gradient"; rank 1 loading a cuBLAS kernel lazily, which waits for its
+// spinning receive kernel). So every rank opens both directions with each neighbour at once,
+// before its first schedule: one element each way, all ranks at the same point of the run.
+void ScheduleRunner::connect_neighbours(const torch::TensorOptions& options) {
+  if (neighbours_connected_) return;
+  std::set<int> peers;
+  for (int s : stages_.stages()) {
+    if (s > 0) peers.insert(stages_.prev_rank(s));
+    if (s + 1 < stages_.num_stages()) peers.insert(stages_.next_rank(s));
+  }
+  peers.erase(stages_.pp_rank());
+  std::vector<dist::P2POp> p2p;
+  for (int peer : peers) {
+    p2p.push_back({dist::P2POp::Kind::kSend, pp_group_->communicable(torch::zeros({1}, options)), peer});
+    p2p.push_back({dist::P2POp::Kind::kRecv, pp_group_->communicable(torch::empty({1}, options)), peer});
+  }
+  if (!p2p.empty()) pp_group_->batch_send_recv(p2p).wait();
+  neighbours_connected_ = true;
+}
+
 RunResult ScheduleRunner::run(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
                               const StageCallbacks& callbacks, const RunOptions& options) {
   const bool training = !options.forward_only();
@@ -172,6 +197,7 @@ RunResult ScheduleRunner::run(const std::vector<torch::Tensor>& inputs, const st
   const int stages = stages_.num_stages();
   std::vector<const std::vector<EdgeShape>*> shapes_of(microbatches);
   for (int mb = 0; mb < microbatches; ++mb) shapes_of[mb] = &edge_shapes(inputs[mb]);
+  connect_neighbours(inputs.front().options().dtype(torch::kFloat));
 
   Run run{inputs, targets, callbacks, options, schedule, {}, {}, {}, {}, {}};
   if (options.keep_outputs() && last_rank) run.result.outputs.resize(microbatches);

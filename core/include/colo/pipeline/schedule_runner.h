@@ -105,6 +105,9 @@ class ScheduleRunner {
   // microbatches shaped like `input`; found on first use (see above).
   const std::vector<EdgeShape>& edge_shapes(const torch::Tensor& input);
   const RankProgram& forward_program(int microbatches);
+  // Opens both directions with every pipeline neighbour at once, before the first schedule (see
+  // schedule_runner.cpp for the deadlock this avoids).
+  void connect_neighbours(const torch::TensorOptions& options);
 
   Schedule schedule_;
   StageManager stages_;
@@ -113,6 +116,7 @@ class ScheduleRunner {
   RankProgram program_;
   std::map<int, std::pair<Schedule, RankProgram>> forward_programs_;
   std::map<ShapeKey, std::vector<EdgeShape>> shapes_;
+  bool neighbours_connected_ = false;
 };
 
 }  // namespace colo::pipeline
