@@ -8,6 +8,7 @@
 #include <colo/amp/grad_clip.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/optim/optimizer_state.h>
 
 #include <fmt/format.h>
@@ -137,6 +138,11 @@ class SingleDevicePlugin : public colo::Plugin {
                       world_size));
     }
     reader.finish();
+    // The plugin's layout, which Booster::boost requires (Boosted::mesh): one rank, every axis of
+    // size 1. The Trainer and user code read the data-parallel size and rank from it.
+    if (context.world) {
+      context_.mesh = std::make_shared<colo::dist::ProcessGroupMesh>(context.world, colo::dist::MeshShape{1, 1, 1});
+    }
   }
 
   std::string name() const override { return "single_device"; }
@@ -157,6 +163,7 @@ class SingleDevicePlugin : public colo::Plugin {
     };
     out.dataloader = std::move(inputs.dataloader);
     out.lr_scheduler = std::move(inputs.lr_scheduler);
+    out.mesh = context_.mesh;
     return out;
   }
 
