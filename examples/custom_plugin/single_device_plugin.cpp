@@ -120,6 +120,7 @@ class Optimizer : public colo::OptimizerWrapper {
   int64_t skipped_steps_ = 0;
 };
 
+// docs/writing_a_plugin.md begin
 class SingleDevicePlugin : public colo::Plugin {
  public:
   // Every option is read and every rule checked before anything else happens, so that one
@@ -170,7 +171,10 @@ class SingleDevicePlugin : public colo::Plugin {
  private:
   double max_grad_norm_ = 0.0;
 };
+// docs/writing_a_plugin.md end
 
 }  // namespace single_device
 
+// docs/writing_a_plugin.md begin
 COLO_PLUGIN(single_device, "1.0.0", single_device::SingleDevicePlugin)
+// docs/writing_a_plugin.md end
