@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <stdexcept>
 
 namespace colo {
 
@@ -59,6 +60,16 @@ Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<to
   auto boosted = plugin_->boost({std::move(model), std::move(optimizer), std::move(criterion), std::move(dataloader),
                                  std::move(lr_scheduler)});
   if (!boosted.mesh) boosted.mesh = plugin_->context().mesh;
+  // The Trainer and user code read the data-parallel size and rank from the mesh; a plugin that
+  // leaves it unset would hand them a null pointer far from the cause, so it is named here.
+  if (!boosted.mesh) {
+    throw std::runtime_error(fmt::format(
+        "plugin '{}' gave Booster::boost no mesh: set Boosted::mesh in its boost() (or PluginContext::mesh in its "
+        "constructor) to its layout; a plugin that trains on one rank sets a one-rank mesh, "
+        "std::make_shared<colo::dist::ProcessGroupMesh>(context().world, colo::dist::MeshShape{{1, 1, 1}}) "
+        "(docs/writing_a_plugin.md)",
+        plugin_->name()));
+  }
   return boosted;
 }
 

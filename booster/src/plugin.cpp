@@ -30,7 +30,7 @@ PipelineResult Plugin::execute_pipeline(const torch::Tensor& /*inputs*/, const t
   throw std::logic_error(
       fmt::format("plugin {} has no pipeline parallelism (Plugin::supports_pipeline() is false); run the model's "
                   "forward and booster.backward yourself, or load a plugin that implements execute_pipeline "
-                  "(colo's hybrid_parallel, which will, is not built yet)",
+                  "(colo's hybrid_parallel with pp_size > 1 or num_microbatches)",
                   name()));
 }
 

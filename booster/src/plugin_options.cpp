@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "colossalai_option_names.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -149,7 +151,13 @@ void OptionReader::finish() const {
     if (std::find(valid_keys.begin(), valid_keys.end(), key) != valid_keys.end()) continue;
     any_unknown = true;
     std::string line = fmt::format("unknown option '{}'", key);
-    if (auto guess = closest_match(key, valid_keys)) line += fmt::format(" (did you mean '{}'?)", *guess);
+    // A Colossal-AI name gets colo's equivalent and the guide's section instead of a near key:
+    // the hint knows what colo calls it, the edit distance only guesses.
+    if (auto hint = detail::colossalai_option_hint(key); !hint.empty()) {
+      line += fmt::format(" ({})", hint);
+    } else if (auto guess = closest_match(key, valid_keys)) {
+      line += fmt::format(" (did you mean '{}'?)", *guess);
+    }
     problems.push_back(std::move(line));
   }
   if (problems.empty()) return;

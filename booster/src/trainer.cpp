@@ -69,8 +69,8 @@ StepResult Trainer::run_step(data::DataLoader& loader) {
   auto& model = *boosted_.model;
   auto& optimizer = *boosted_.optimizer;
   if (pipelined_) {
-    // The plugin splits the batch into microbatches and runs its schedule; the loss exists on the
-    // last stage only.
+    // The plugin splits the batch into microbatches and runs its schedule; the last stage's loss
+    // is broadcast over the pipeline, so every rank holds its replica's.
     auto batch = loader.next();
     result.images = batch->size() * dp_size_;
     const auto out = booster_.execute_pipeline(batch->images, batch->labels, model, boosted_.criterion, optimizer,

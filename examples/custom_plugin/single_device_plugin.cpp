@@ -8,6 +8,7 @@
 #include <colo/amp/grad_clip.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/optim/optimizer_state.h>
 
 #include <fmt/format.h>
@@ -119,6 +120,7 @@ class Optimizer : public colo::OptimizerWrapper {
   int64_t skipped_steps_ = 0;
 };
 
+// docs/writing_a_plugin.md begin
 class SingleDevicePlugin : public colo::Plugin {
  public:
   // Every option is read and every rule checked before anything else happens, so that one
@@ -137,6 +139,11 @@ class SingleDevicePlugin : public colo::Plugin {
                       world_size));
     }
     reader.finish();
+    // The plugin's layout, which Booster::boost requires (Boosted::mesh): one rank, every axis of
+    // size 1. The Trainer and user code read the data-parallel size and rank from it.
+    if (context.world) {
+      context_.mesh = std::make_shared<colo::dist::ProcessGroupMesh>(context.world, colo::dist::MeshShape{1, 1, 1});
+    }
   }
 
   std::string name() const override { return "single_device"; }
@@ -157,13 +164,17 @@ class SingleDevicePlugin : public colo::Plugin {
     };
     out.dataloader = std::move(inputs.dataloader);
     out.lr_scheduler = std::move(inputs.lr_scheduler);
+    out.mesh = context_.mesh;
     return out;
   }
 
  private:
   double max_grad_norm_ = 0.0;
 };
+// docs/writing_a_plugin.md end
 
 }  // namespace single_device
 
+// docs/writing_a_plugin.md begin
 COLO_PLUGIN(single_device, "1.0.0", single_device::SingleDevicePlugin)
+// docs/writing_a_plugin.md end

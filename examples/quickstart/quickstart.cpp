@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   auto plugin = colo::PluginRegistry::global().create("torch_ddp", {{"precision", precision}});
   colo::Booster booster(plugin);
   auto b = booster.boost(model, optimizer, criterion, loader);  // loader now holds this rank's shard
-  // The schedule drives the optimizer the plugin steps (fp32 masters under bf16), so build it after boost.
+  // Built after boost because its length counts this rank's batches (boost shards the loader). One built before
+  // boost and passed to it works too: every plugin steps the optimizer you built (its masters put in its groups).
   const int64_t epochs = 5, steps = epochs * b.dataloader->num_batches();
   b.lr_scheduler = std::make_shared<colo::optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), steps, steps / 20);
 

@@ -325,8 +325,9 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   const int64_t total_steps = o.epochs * steps_per_epoch;
   const int64_t warmup_steps =
       std::min(total_steps, static_cast<int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch))));
-  // The schedule drives the torch optimizer the boosted one steps (its masters under mixed
-  // precision), so it is built after boosting, over that optimizer.
+  // Built after boosting because its length counts this rank's batches, known once the plugin
+  // has sharded the loader. b.optimizer->optimizer() is the optimizer built above, which every
+  // plugin steps (under mixed precision with its fp32 masters put in the same groups).
   b.lr_scheduler =
       std::make_shared<colo::optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), total_steps, warmup_steps);
   if (o.clip > 0) b.optimizer->set_max_grad_norm(o.clip);  // else the plugin's own setting stands

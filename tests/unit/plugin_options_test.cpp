@@ -2,8 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+#include <set>
 #include <stdexcept>
 #include <string>
+
+#include "colossalai_option_names.h"
 
 namespace {
 
@@ -171,6 +178,87 @@ TEST(PluginOptions, DescribeListsDeclaredKeysOnceInOrder) {
   const std::vector<std::string> expected = {"tp_size (default: 1) tensor-parallel ranks",
                                              "precision (default: fp32) compute dtype (one of fp32, bf16)"};
   EXPECT_EQ(reader.describe(), expected);
+}
+
+// ---- Colossal-AI's option names (booster/src/colossalai_option_names.h, docs/coming_from_colossalai.md)
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "missing \"" << (part) << "\" in:\n" << (text)
+
+TEST(PluginOptions, AColossalAiNameSaysWhatColoCallsItAndWhereTheGuideSaysMore) {
+  OptionReader reader("hybrid_parallel", {{"enable_flash_attention", "true"}});
+  reader.get_int("tp_size", 1, "");
+  const std::string message = finish_message(reader);
+  EXPECT_CONTAINS(message, "hybrid_parallel: unknown option 'enable_flash_attention' (a Colossal-AI option: not in");
+  EXPECT_CONTAINS(message, "scaled_dot_product_attention");
+  EXPECT_CONTAINS(message,
+                  "; see docs/coming_from_colossalai.md#hybridparallelplugin); valid options: tp_size (default 1)");
+}
+
+TEST(PluginOptions, AColossalAiNameAmongOtherProblemsGetsItsHintOnItsOwnLine) {
+  OptionReader reader("low_level_zero", {{"max_norm", "1.0"}, {"stage", "3"}});
+  const int64_t stage = reader.get_int("stage", 1, "");
+  reader.get_double("max_grad_norm", 0.0, "");
+  if (stage != 1 && stage != 2) reader.fail("stage must be 1 or 2, got " + std::to_string(stage));
+  EXPECT_EQ(finish_message(reader),
+            "low_level_zero: 2 problems with the plugin options:\n"
+            "  - stage must be 1 or 2, got 3\n"
+            "  - unknown option 'max_norm' (a Colossal-AI option: colo calls it max_grad_norm [0: off]; see "
+            "docs/coming_from_colossalai.md#options-every-plugin-shares)\n"
+            "  valid options: stage (default 1), max_grad_norm (default 0)");
+}
+
+TEST(PluginOptions, AnUnknownNameThatIsNotColossalAisKeepsThePlainMessage) {
+  OptionReader reader("hybrid_parallel", {{"bogus_flag", "1"}});
+  reader.get_int("tp_size", 1, "");
+  EXPECT_EQ(finish_message(reader), "hybrid_parallel: unknown option 'bogus_flag'; valid options: tp_size (default 1)");
+  // A Colossal-AI name that colo also uses (tp_size is hybrid_parallel's) gets no hint elsewhere.
+  EXPECT_EQ(colo::detail::colossalai_option_hint("tp_size"), "");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The anchors GitHub gives a Markdown file's headings: lower case, spaces to '-', every other
+// character but letters, digits, '-' and '_' dropped.
+std::set<std::string> heading_anchors(const std::string& text) {
+  std::set<std::string> anchors;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const auto end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] != '#') continue;
+    const auto title = line.find_first_not_of('#');
+    if (title == std::string::npos || line[title] != ' ') continue;
+    std::string anchor;
+    for (const char c : line.substr(title + 1)) {
+      const auto u = static_cast<unsigned char>(c);
+      if (std::isalnum(u) || c == '-' || c == '_') anchor += static_cast<char>(std::tolower(u));
+      if (c == ' ') anchor += '-';
+    }
+    anchors.insert(anchor);
+  }
+  return anchors;
+}
+
+TEST(ColossalAiGuide, EveryHintPointsAtAHeadingOfTheGuideThatNamesTheOption) {
+  const std::string guide = read_text(COLO_SOURCE_DIR "/docs/coming_from_colossalai.md");
+  const auto anchors = heading_anchors(guide);
+  ASSERT_FALSE(anchors.empty()) << "docs/coming_from_colossalai.md has no headings";
+  std::set<std::string> names;
+  for (const auto& option : colo::detail::colossalai_options()) {
+    EXPECT_TRUE(names.insert(option.name).second) << option.name << " is in the table twice";
+    EXPECT_TRUE(anchors.count(option.anchor))
+        << option.name << " points at #" << option.anchor << ", which is no heading of docs/coming_from_colossalai.md";
+    EXPECT_NE(guide.find("`" + std::string(option.name) + "`"), std::string::npos)
+        << "docs/coming_from_colossalai.md does not mention `" << option.name << "`";
+    const std::string hint = colo::detail::colossalai_option_hint(option.name);
+    EXPECT_NE(hint.find(std::string("coming_from_colossalai.md#") + option.anchor), std::string::npos) << hint;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <colo/booster/plugin_info.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/dist/process_group.h>
+#include <colo/dist/process_group_mesh.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/files/files.h>
 #include <colo/optim/optimizer_state.h>
@@ -277,6 +278,22 @@ TEST(PluginRegistry, PluginDefaultsRefuseWhatTheyCannotDo) {
   }
 }
 
+// BarePlugin's boost returns an empty Boosted and its context has no mesh: the Booster must name
+// the plugin and the field to set, not hand the Trainer or user code a null layout.
+TEST(PluginRegistry, BoostRefusesAPluginThatLeavesTheMeshUnset) {
+  colo::Booster booster(std::make_shared<BarePlugin>());
+  auto model = colo::test::tiny_layer_stack(7);
+  auto optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  try {
+    booster.boost(model, optimizer, colo::test::cross_entropy_criterion());
+    FAIL() << "boost returned a Boosted without a mesh";
+  } catch (const std::runtime_error& e) {
+    EXPECT_CONTAINS(e.what(), "plugin 'bare' gave Booster::boost no mesh");
+    EXPECT_CONTAINS(e.what(), "set Boosted::mesh");
+    EXPECT_CONTAINS(e.what(), "one-rank mesh");
+  }
+}
+
 TEST(PluginRegistry, BoosterWithoutAPluginSaysWhereToGetOne) {
   try {
     colo::Booster booster(nullptr);
@@ -306,6 +323,9 @@ TEST(CustomPlugin, TrainsLikePlainLibTorchWithClipping) {
   auto model = colo::test::tiny_layer_stack(7);
   auto optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
   colo::Boosted b = plugin->boost({model, optimizer, colo::test::cross_entropy_criterion(), nullptr, nullptr});
+  // Its layout, which Booster::boost requires: one rank.
+  ASSERT_TRUE(b.mesh) << "single_device leaves Boosted::mesh unset";
+  EXPECT_EQ(b.mesh->describe(), "dp=1 pp=1 tp=1");
 
   auto reference = colo::test::tiny_layer_stack(7);
   torch::optim::Adam reference_optimizer(reference->parameters(), torch::optim::AdamOptions(1e-2));

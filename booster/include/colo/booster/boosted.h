@@ -42,7 +42,8 @@ struct Boosted {
   std::shared_ptr<optim::LRScheduler> lr_scheduler;
   // The plugin's layout: the (dp, pp, tp) mesh and its groups. User code reads the data-parallel
   // size and rank from it (mesh->size(MeshAxis::kDp), mesh->coordinate(MeshAxis::kDp)) to shard
-  // evaluation data; null only for a plugin that runs without a world (a single device).
+  // evaluation data. Never null after Booster::boost, which refuses a plugin that sets neither
+  // this nor PluginContext::mesh (one training on a single device sets a one-rank mesh).
   std::shared_ptr<const dist::ProcessGroupMesh> mesh;
 };
 

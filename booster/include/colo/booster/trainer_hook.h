@@ -39,8 +39,8 @@ class Record {
 // What one optimizer step produced, for the hooks' after_step.
 struct StepResult {
   // The loss of each micro-batch (each accumulation step; under a pipeline, the step's mean loss),
-  // detached, on the device: reading one syncs the host. Empty on a pipeline stage other than the
-  // last, which has no loss.
+  // detached, on the device: reading one syncs the host. Every rank holds it, every pipeline stage
+  // too (execute_pipeline broadcasts the last stage's loss over the pipeline group).
   std::vector<at::Tensor> losses;
   int64_t images = 0;    // images in the step over all data-parallel ranks (the global batch)
   double seconds = 0.0;  // wall time of the step on this rank (queued device work not awaited)
