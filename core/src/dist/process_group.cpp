@@ -1,7 +1,9 @@
 #include "collective_progress.h"
+#include "host_staging.h"
 #include "rendezvous.h"
 
 #include <colo/compat/torch_compat.h>
+#include <colo/dist/backend_choice.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/errors.h>
 #include <colo/dist/process_group.h>
@@ -58,9 +60,8 @@ c10d::ReduceOp to_c10d(ReduceOp op, Backend backend) {
 
 const char* backend_name(Backend b) { return b == Backend::kNccl ? "nccl" : "gloo"; }
 
-Backend default_backend() {
-  return compat::kHasNccl && torch::cuda::is_available() ? Backend::kNccl : Backend::kGloo;
-}
+// COLO_BACKEND's, or NCCL where a CUDA GPU is visible (backend_choice.h).
+Backend default_backend() { return backend_choice().backend; }
 
 compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                     int size, std::chrono::milliseconds timeout) {
@@ -377,7 +378,8 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
     return numbered(*impl_->progress, this, backend._reduce_scatter_base(output, input, options), "reduce_scatter");
   }
   // Emulation: all-reduce a copy and keep this rank's rows. Correct, at n times the traffic;
-  // only the CPU build (Gloo) takes this path.
+  // only Gloo takes this path (the CPU build, and COLO_BACKEND=gloo, where the tensors may be
+  // CUDA tensors: Gloo's all-reduce copies them through host memory itself).
   auto reduced = input.clone();
   std::vector<at::Tensor> tensors{reduced};
   c10d::AllreduceOptions options;
@@ -404,29 +406,37 @@ Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
   return numbered(*impl_->progress, this, backend.broadcast(tensors, options), fmt::format("broadcast from {}", src));
 }
 
+// Over Gloo, point-to-point tensors that are not contiguous CPU tensors (CUDA tensors under
+// COLO_BACKEND=gloo) travel through host copies (host_staging.h); a received one reaches its
+// tensor in wait(). NCCL takes CUDA tensors as they are.
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
   auto& backend = *live("send").backend;
-  std::vector<at::Tensor> tensors{tensor};
+  HostStaging staging;
+  std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.outgoing(tensor) : tensor};
   return make_work({backend.send(tensors, dst, tag)}, fmt::format("send to {}", dst), this);
 }
 
 Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
   auto& backend = *live("recv").backend;
-  std::vector<at::Tensor> tensors{tensor};
-  return make_work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this);
+  HostStaging staging;
+  std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.incoming(tensor) : tensor};
+  return make_work({backend.recv(tensors, src, tag)}, fmt::format("recv from {}", src), this, staging.completion());
 }
 
 Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
   auto& backend = *live("batch_send_recv").backend;
+  HostStaging staging;
+  const bool staged = backend_ == Backend::kGloo;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   compat::start_coalescing(backend);
   for (const auto& op : ops) {
+    const bool sending = op.kind == P2POp::Kind::kSend;
     std::vector<at::Tensor> tensors{op.tensor};
-    works.push_back(op.kind == P2POp::Kind::kSend ? backend.send(tensors, op.peer, op.tag)
-                                                  : backend.recv(tensors, op.peer, op.tag));
+    if (staged) tensors[0] = sending ? staging.outgoing(op.tensor) : staging.incoming(op.tensor);
+    works.push_back(sending ? backend.send(tensors, op.peer, op.tag) : backend.recv(tensors, op.peer, op.tag));
   }
   if (auto coalesced = compat::end_coalescing(backend)) works = {coalesced};
-  return make_work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this);
+  return make_work(std::move(works), fmt::format("batch_send_recv ({} ops)", ops.size()), this, staging.completion());
 }
 
 Work ProcessGroup::barrier() {
@@ -488,7 +498,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
 
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
   constexpr const char* kWorldPrefix = "colo/world";
-  const Backend backend = options.backend.value_or(default_backend());
+  const Backend backend = options.backend ? *options.backend : default_backend();
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   try {
