@@ -41,6 +41,46 @@ if(COLO_WITH_CUDA)
   target_compile_definitions(colo_torch INTERFACE USE_C10D_NCCL COLO_WITH_CUDA=1)
 endif()
 
+# Gloo's headers, which ProcessGroupGloo.hpp includes. Debian's libtorch-dev comes with them
+# (libgloo-dev, in /usr/include: found there by every compile, nothing to add). PyTorch's wheel
+# ships none, so the CUDA build has a Gloo backend (COLO_BACKEND=gloo: several ranks on one GPU,
+# tests/gpu/README.md) only where they are given: COLO_GLOO_INCLUDE_DIR, or a prefix of
+# CMAKE_PREFIX_PATH (the GPU machine's /opt/colo-deps, where Debian's libgloo-dev from .gpu-deps
+# is unpacked). Headers of another gloo version than the one built into LibTorch are used only if
+# ProcessGroupGloo.hpp compiles with them (colo calls LibTorch's exported code; the headers only
+# declare it). COLO_HAS_GLOO then tells every target alike (colo/compat/torch_compat.h), also when
+# the directory is reachable through another package's include path.
+find_path(COLO_GLOO_INCLUDE_DIR gloo/algorithm.h DOC "directory holding gloo/algorithm.h (Gloo's headers)")
+if(COLO_GLOO_INCLUDE_DIR AND NOT COLO_GLOO_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS} ${COLO_GLOO_INCLUDE_DIR})
+  set(CMAKE_REQUIRED_DEFINITIONS -DUSE_C10D_GLOO -DUSE_DISTRIBUTED)
+  set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+  check_cxx_source_compiles([[
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+c10::intrusive_ptr<c10d::ProcessGroupGloo> colo_gloo_probe(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(1000));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, options);
+}]] COLO_GLOO_HEADERS_COMPILE)
+  unset(CMAKE_REQUIRED_INCLUDES)
+  unset(CMAKE_REQUIRED_DEFINITIONS)
+  unset(CMAKE_TRY_COMPILE_TARGET_TYPE)
+  if(COLO_GLOO_HEADERS_COMPILE)
+    target_include_directories(colo_torch SYSTEM INTERFACE "${COLO_GLOO_INCLUDE_DIR}")
+    target_compile_definitions(colo_torch INTERFACE COLO_HAS_GLOO=1)
+    message(STATUS "colo: Gloo backend: yes (headers from ${COLO_GLOO_INCLUDE_DIR})")
+  else()
+    target_compile_definitions(colo_torch INTERFACE COLO_HAS_GLOO=0)
+    message(STATUS "colo: Gloo backend: no (the headers in ${COLO_GLOO_INCLUDE_DIR} do not compile with this "
+      "LibTorch's ProcessGroupGloo.hpp; COLO_BACKEND=gloo is refused)")
+  endif()
+elseif(COLO_GLOO_INCLUDE_DIR)
+  message(STATUS "colo: Gloo backend: yes (headers in ${COLO_GLOO_INCLUDE_DIR})")
+else()
+  message(STATUS "colo: Gloo backend: no (no gloo/algorithm.h; COLO_BACKEND=gloo is refused)")
+endif()
+
 # PyTorch's wheel ships fmt headers (v12) ahead of the system's in its include directory: the
 # header-only target avoids linking against a libfmt of another major version.
 add_library(colo_fmt INTERFACE)

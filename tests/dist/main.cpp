@@ -25,14 +25,18 @@ std::shared_ptr<dist::ProcessGroup> g_world;
 }
 std::shared_ptr<dist::ProcessGroup> world() { return g_world; }
 c10::Device device() {
+  // What a program gets: its GPU under NCCL, cuda:0 for every rank under COLO_BACKEND=gloo on a
+  // GPU machine (CUDA tensors over Gloo), the CPU elsewhere.
   static const c10::Device chosen = [] {
-    if (g_world->backend() != dist::Backend::kNccl) return c10::Device(c10::kCPU);
-    // fp32 equivalence at 1e-5 and bit-exact resume need true fp32 and deterministic kernels:
-    // cuDNN's convolutions default to TF32 (10-bit mantissa) and to non-deterministic algorithms.
-    at::globalContext().setAllowTF32CuDNN(false);
-    at::globalContext().setAllowTF32CuBLAS(false);
-    at::globalContext().setDeterministicCuDNN(true);
-    return dist::select_device(dist::Environment::from_env());
+    const auto selected = dist::select_device(dist::Environment::from_env());
+    if (selected.is_cuda()) {
+      // fp32 equivalence at 1e-5 and bit-exact resume need true fp32 and deterministic kernels:
+      // cuDNN's convolutions default to TF32 (10-bit mantissa) and to non-deterministic algorithms.
+      at::globalContext().setAllowTF32CuDNN(false);
+      at::globalContext().setAllowTF32CuBLAS(false);
+      at::globalContext().setDeterministicCuDNN(true);
+    }
+    return selected;
   }();
   return chosen;
 }

@@ -5,6 +5,8 @@
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -120,6 +122,74 @@ TEST(ProcessGroup, EveryAxisOfEveryMeshShape) {
     check_collectives(*g.pp);
     check_collectives(*g.tp);
   }
+}
+
+// Over Gloo, send and recv take only contiguous host memory; colo copies anything else through
+// host memory (a strided view here, every CUDA tensor under COLO_BACKEND=gloo): each rank sends a
+// transposed view to the next and receives into a column slice of a larger tensor, whose other
+// columns must stay untouched. NCCL's send/recv take contiguous tensors only, and colo passes them
+// on as they are.
+TEST(ProcessGroup, PointToPointTakesStridedTensors) {
+  if (world()->backend() == dist::Backend::kNccl) {
+    GTEST_SKIP() << "NCCL's send/recv take contiguous tensors only (colo stages tensors for Gloo only)";
+  }
+  auto& g = *world();
+  const int n = g.size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  const int me = g.rank();
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  // Rank r's message: a 3x4 matrix of r * 100 + column-major position, sent as the transposed view
+  // of a 4x3 tensor.
+  auto message_of = [&](int r) {
+    return (torch::arange(12, torch::kFloat32).reshape({4, 3}) + 100.0f * static_cast<float>(r)).to(device());
+  };
+  const auto outgoing = message_of(me).t();
+  ASSERT_FALSE(outgoing.is_contiguous());
+  auto whole = torch::full({3, 7}, -1.0f, torch::kFloat32).to(device());
+  auto arrival = whole.narrow(1, 2, 4);
+  ASSERT_FALSE(arrival.is_contiguous());
+  g.batch_send_recv({{P2POp::Kind::kSend, outgoing, next}, {P2POp::Kind::kRecv, arrival, prev}}).wait();
+  EXPECT_TRUE(torch::equal(whole.narrow(1, 2, 4), message_of(prev).t())) << "from rank " << prev;
+  for (const int64_t column : {0, 1, 6}) {
+    EXPECT_TRUE(torch::equal(whole.select(1, column), torch::full({3}, -1.0f).to(device()))) << "column " << column;
+  }
+  // Plain send and recv, rank 0 to rank 1.
+  if (me == 0) {
+    g.send(outgoing, 1).wait();
+  } else if (me == 1) {
+    auto plain = torch::zeros({4, 3}, torch::kFloat32).to(device());
+    g.recv(plain.t(), 0).wait();
+    EXPECT_TRUE(torch::equal(plain, message_of(0)));
+  }
+  g.barrier().wait();
+}
+
+// A send reads its tensor after the work queued before it on the current CUDA stream, and a
+// receive's data is there for the work queued after it, also on a stream other than the default
+// one. (Under COLO_BACKEND=gloo colo copies through host memory on that stream; NCCL runs there.)
+TEST(ProcessGroup, PointToPointFollowsTheCurrentCudaStream) {
+  if (!device().is_cuda()) GTEST_SKIP() << "CUDA streams: GPU ranks only";
+  auto& g = *world();
+  if (g.size() < 2) GTEST_SKIP() << "needs two ranks";
+  c10::impl::VirtualGuardImpl guard_impl(device().type());
+  const c10::Stream side = guard_impl.getStreamFromGlobalPool(device(), /*isHighPriority=*/false);
+  {
+    c10::StreamGuard on_side(side);
+    // Enough queued kernels that a send which did not wait for them would read an earlier value.
+    const auto want = torch::full({1 << 20}, 41.0f, torch::kFloat32).to(device());
+    if (g.rank() == 0) {
+      auto x = torch::ones({1 << 20}, torch::kFloat32).to(device());
+      for (int i = 0; i < 40; ++i) x = x + 1.0f;
+      g.send(x, 1).wait();
+    } else if (g.rank() == 1) {
+      auto y = torch::zeros({1 << 20}, torch::kFloat32).to(device());
+      g.recv(y, 0).wait();
+      EXPECT_TRUE(torch::equal(y * 1.0f, want));
+    }
+    guard_impl.synchronizeStream(side);
+  }
+  g.barrier().wait();
 }
 
 // Rank 0 enters an all-reduce on a {0, 1} group that rank 1 never joins. With rank 1 alive but

@@ -9,7 +9,8 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs pp-debug.
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs pp-debug
+# build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -837,6 +838,46 @@ PY
         "pipe8=$LOGS/sm_pipe8_trace.json" --top 25 >"$LOGS/small_micro_kernels.md" 2>&1
       cp "$LOGS/small_micro_kernels.md" "$OUT/" 2>/dev/null
       rm -f "$LOGS"/sm_*_trace*.json
+      ;;
+    build-onegpu)
+      # Issue 41: what one-gpu-ranks and one-gpu-layouts run, compiled with Gloo's headers (Debian's
+      # libgloo-dev in .gpu-deps: bash ../shared/gpu/fetch-deps.sh .gpu-deps libgloo-dev), without which
+      # the CUDA build has no Gloo backend. CMake says whether it took them ("colo: Gloo backend: ...").
+      if [ ! -f /opt/colo-deps/usr/include/gloo/algorithm.h ]; then
+        for deb in .gpu-deps/libgloo-dev_*.deb; do
+          [ -f "$deb" ] && dpkg -x "$deb" /opt/colo-deps
+        done
+      fi
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run train_vit colo_dist_tests colo_plugin_torch_ddp \
+            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel
+      } >"$LOGS/build_onegpu.log" 2>&1
+      note "build-onegpu rc=$? ($((SECONDS - start)) s); $(grep -ho 'colo: Gloo backend: .*' "$LOGS/build_onegpu.log" | head -1)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build_onegpu.log" | head -20 | tee -a "$LOGS/summary.txt"
+      gcc -shared -fPIC -O1 -o build-gpu/libsegv_backtrace.so tests/gpu/segv_backtrace.c >>"$LOGS/build_onegpu.log" 2>&1
+      ;;
+    one-gpu-ranks)
+      # Issue 41: the distributed tests with every rank on GPU 0 over Gloo (CUDA tensors), at 2 ranks, or
+      # at each count in COLO_ONEGPU_RANKS ("2 4").
+      for n in ${COLO_ONEGPU_RANKS:-2}; do
+        COLO_BACKEND=gloo COLO_TIMEOUT_MS=60000 timeout "${COLO_ONEGPU_TIMEOUT:-420}" build-gpu/bin/colo-run \
+          --nproc-per-node "$n" --rdzv-file auto build-gpu/bin/colo_dist_tests >"$LOGS/onegpu_dist_$n.log" 2>&1
+        rc=$?
+        note "one-gpu dist tests, $n ranks on GPU 0 over Gloo rc=$rc ($((SECONDS - start)) s): $(grep -m1 -o 'COLO_BACKEND=gloo: .*' "$LOGS/onegpu_dist_$n.log")"
+        grep -E "PASSED|FAILED|SKIPPED|Failure|timed out" "$LOGS/onegpu_dist_$n.log" | sort | uniq -c | sort -rn | head -40 |
+          tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      done
+      ;;
+    one-gpu-layouts)
+      # Issue 41: train_vit under each parallel layout with every rank on GPU 0 over Gloo against one rank
+      # (tests/gpu/one_gpu_layouts.sh; COLO_ONEGPU_FP8=1 adds tp 2 in fp8).
+      fp8=()
+      [ "${COLO_ONEGPU_FP8:-0}" = 1 ] && fp8=(--fp8)
+      COLO_BACKEND=gloo timeout "${COLO_ONEGPU_TIMEOUT:-540}" bash tests/gpu/one_gpu_layouts.sh --build-dir build-gpu \
+        --out "$LOGS/layouts" "${fp8[@]}" >"$LOGS/onegpu_layouts.log" 2>&1
+      note "one-gpu layouts rc=$? ($((SECONDS - start)) s): $(tail -1 "$LOGS/onegpu_layouts.log")"
+      grep -E '^\||rc=' "$LOGS/onegpu_layouts.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       ;;
     *) note "unknown stage $stage" ;;
   esac

@@ -3,6 +3,8 @@
 
 #include "peer_addresses.h"
 
+#include <colo/dist/backend_choice.h>
+
 #include <torch/cuda.h>
 
 #include <csignal>
@@ -14,9 +16,8 @@
 
 namespace colo::dist {
 
-Backend default_backend() {
-  return compat::kHasNccl && torch::cuda::is_available() ? Backend::kNccl : Backend::kGloo;
-}
+// COLO_BACKEND's, or NCCL where a CUDA GPU is visible (backend_choice.h).
+Backend default_backend() { return backend_choice().backend; }
 
 compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                     std::chrono::milliseconds timeout, bool loopback_only, PeerAddresses& peers) {

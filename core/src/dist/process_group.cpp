@@ -1,11 +1,13 @@
 #include "backend_lifecycle.h"
 #include "collective_progress.h"
 #include "peer_addresses.h"
+#include "host_staging.h"
 #include "rendezvous.h"
 #include "signed_store.h"
 #include "wait_failure.h"
 
 #include <colo/compat/torch_compat.h>
+#include <colo/dist/backend_choice.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/errors.h>
 #include <colo/dist/process_group.h>
@@ -307,7 +309,8 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
     return numbered(*impl_->progress, this, backend._reduce_scatter_base(output, input, options), "reduce_scatter");
   }
   // Emulation: all-reduce a copy and keep this rank's rows. Correct, at n times the traffic;
-  // only the CPU build (Gloo) takes this path.
+  // only Gloo takes this path (the CPU build, and COLO_BACKEND=gloo, where the tensors may be
+  // CUDA tensors: Gloo's all-reduce copies them through host memory itself).
   auto reduced = input.clone();
   std::vector<at::Tensor> tensors{reduced};
   c10d::AllreduceOptions options;
@@ -354,9 +357,13 @@ auto issue_point_to_point(const ProcessGroup& group, const std::string& op, Issu
 
 }  // namespace
 
+// Over Gloo, point-to-point tensors that are not contiguous CPU tensors (CUDA tensors under
+// COLO_BACKEND=gloo) travel through host copies (host_staging.h); a received one reaches its
+// tensor in wait(). NCCL takes CUDA tensors as they are.
 Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
   auto& backend = *live("send").backend;
-  std::vector<at::Tensor> tensors{tensor};
+  HostStaging staging;
+  std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.outgoing(tensor) : tensor};
   const auto op = fmt::format("send to {}", dst);
   auto work = issue_point_to_point(*this, op, [&] { return backend.send(tensors, dst, tag); });
   return make_work({std::move(work)}, op, this);
@@ -364,27 +371,31 @@ Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
 
 Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
   auto& backend = *live("recv").backend;
-  std::vector<at::Tensor> tensors{tensor};
+  HostStaging staging;
+  std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.incoming(tensor) : tensor};
   const auto op = fmt::format("recv from {}", src);
   auto work = issue_point_to_point(*this, op, [&] { return backend.recv(tensors, src, tag); });
-  return make_work({std::move(work)}, op, this);
+  return make_work({std::move(work)}, op, this, staging.completion());
 }
 
 Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
   auto& backend = *live("batch_send_recv").backend;
+  HostStaging staging;
+  const bool staged = backend_ == Backend::kGloo;
   const auto name = fmt::format("batch_send_recv ({} ops)", ops.size());
   auto works = issue_point_to_point(*this, name, [&] {
     std::vector<c10::intrusive_ptr<c10d::Work>> issued;
     compat::start_coalescing(backend);
     for (const auto& op : ops) {
+      const bool sending = op.kind == P2POp::Kind::kSend;
       std::vector<at::Tensor> tensors{op.tensor};
-      issued.push_back(op.kind == P2POp::Kind::kSend ? backend.send(tensors, op.peer, op.tag)
-                                                     : backend.recv(tensors, op.peer, op.tag));
+      if (staged) tensors[0] = sending ? staging.outgoing(op.tensor) : staging.incoming(op.tensor);
+      issued.push_back(sending ? backend.send(tensors, op.peer, op.tag) : backend.recv(tensors, op.peer, op.tag));
     }
     if (auto coalesced = compat::end_coalescing(backend)) issued = {coalesced};
     return issued;
   });
-  return make_work(std::move(works), name, this);
+  return make_work(std::move(works), name, this, staging.completion());
 }
 
 Work ProcessGroup::barrier() {
@@ -463,7 +474,7 @@ bool every_rank_on_this_machine(const Environment& env) {
 
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
   constexpr const char* kWorldPrefix = "colo/world";
-  const Backend backend = options.backend.value_or(default_backend());
+  const Backend backend = options.backend ? *options.backend : default_backend();
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->loopback_only = every_rank_on_this_machine(env);

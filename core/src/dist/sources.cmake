@@ -1,6 +1,8 @@
 list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/environment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/backend_choice.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/host_staging.cpp
   ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend_lifecycle.cpp
   ${CMAKE_CURRENT_LIST_DIR}/peer_addresses.cpp

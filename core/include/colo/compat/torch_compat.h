@@ -13,12 +13,18 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 // PyTorch's wheel ships ProcessGroupGloo.hpp but not the gloo headers it includes; Debian's
-// libtorch-dev has both (through libgloo-dev). Without them colo uses NCCL only.
+// libtorch-dev has both (through libgloo-dev). Without them colo uses NCCL only. Headers outside
+// the compiler's own directories (the GPU machine's) are checked by CMake, which then defines
+// COLO_HAS_GLOO for every translation unit alike (cmake/ColoDependencies.cmake).
+#ifndef COLO_HAS_GLOO
 #if __has_include(<gloo/algorithm.h>)
 #define COLO_HAS_GLOO 1
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #else
 #define COLO_HAS_GLOO 0
+#endif
+#endif
+#if COLO_HAS_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -64,6 +70,9 @@ inline constexpr bool kHasNccl =
 #else
     false;
 #endif
+// Whether colo was compiled with Gloo's headers (make_gloo_backend works): always in the CPU
+// build; in the CUDA build only where they were provided (the PyTorch wheel ships none).
+inline constexpr bool kHasGloo = COLO_HAS_GLOO != 0;
 
 // `loopback_only`: the pairs listen on 127.0.0.1, for a job whose ranks all run on this machine
 // (nothing of it need be reachable from another); otherwise on the address this machine's name

@@ -21,7 +21,9 @@ enum class Backend { kGloo, kNccl };
 // into a DistError naming the operation and the group. Waiting twice is harmless. Over Gloo
 // wait() blocks until the operation ends; over NCCL it makes the current CUDA stream wait for
 // it and returns at once (work queued after it, and reads of the result, see the result), and
-// a timeout is enforced by NCCL's watchdog, which ends the process.
+// a timeout is enforced by NCCL's watchdog, which ends the process. A receive over Gloo into a
+// tensor Gloo cannot write (a CUDA tensor under COLO_BACKEND=gloo) lands in it in wait():
+// is_completed() says only that the transfer has ended.
 //
 // Collectives are numbered per group (#1, #2, ... alike on every member). Over Gloo, a
 // collective that times out names the members that did not arrive at it and where each was last
@@ -61,7 +63,8 @@ class ProcessGroup {
  public:
   struct Options {
     std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-    std::optional<Backend> backend;  // default: NCCL for CUDA devices, Gloo otherwise
+    // Default: COLO_BACKEND when set, else NCCL where a CUDA GPU is visible, else Gloo (backend_choice.h).
+    std::optional<Backend> backend;
   };
 
   // Closes the group (see close()).
@@ -98,6 +101,9 @@ class ProcessGroup {
   // all-reduce where the backend has no reduce-scatter (Gloo in LibTorch 1.13).
   Work reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op = ReduceOp::kSum);
   Work broadcast(torch::Tensor tensor, int src);
+  // Point-to-point. Over Gloo, a tensor that is not a contiguous CPU tensor (a CUDA tensor under
+  // COLO_BACKEND=gloo, a strided view) travels through a host copy: a send copies it at once,
+  // after the work queued on the current CUDA stream; a receive copies it in on wait().
   Work send(torch::Tensor tensor, int dst, int tag = 0);
   Work recv(torch::Tensor tensor, int src, int tag = 0);
   // Posts all sends and receives together so that neighbours never deadlock, one handle for all.
@@ -106,7 +112,8 @@ class ProcessGroup {
 
   // `tensor` itself where this group's backend can communicate it, else a copy on the current
   // CUDA device: NCCL takes CUDA tensors only, and small host values (a norm of offloaded
-  // gradients, an overflow flag) travel to the GPU for the collective.
+  // gradients, an overflow flag) travel to the GPU for the collective. Gloo takes both: its
+  // collectives copy CUDA tensors through host memory themselves, and send/recv do it here.
   torch::Tensor communicable(const torch::Tensor& tensor) const;
   // all_reduce of a tensor on any device, waited for: `value` holds the result on its own device.
   void all_reduce_and_wait(torch::Tensor& value, ReduceOp op = ReduceOp::kSum);
