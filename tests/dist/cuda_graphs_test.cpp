@@ -114,8 +114,9 @@ void graphs_check_layout(const std::string& plugin_name, const PluginOptions& la
 TEST(CudaGraphsOverRanks, PipelinesTrainBitForBitAsTheirEagerRuns) {
   graphs_check_layout("hybrid_parallel", {{"pp_size", "2"}, {"num_microbatches", "4"}});
   graphs_check_layout("hybrid_parallel", {{"pp_size", "2"}, {"pp_style", "gpipe"}, {"num_microbatches", "4"}});
-  graphs_check_layout("hybrid_parallel",
-                      {{"pp_size", "2"}, {"pp_style", "interleaved"}, {"num_model_chunks", "2"}, {"num_microbatches", "4"}});
+  graphs_check_layout(
+      "hybrid_parallel",
+      {{"pp_size", "2"}, {"pp_style", "interleaved"}, {"num_model_chunks", "2"}, {"num_microbatches", "4"}});
 }
 
 // The world as the data-parallel axis: hybrid_parallel's pipelined step (one reduction after its

@@ -76,10 +76,10 @@ struct CapturedGraphs {
 //    caller keeps (the output, the input's gradient) is copied out of them.
 struct CaptureSlot {
   std::map<std::string, std::unique_ptr<CapturedGraphs>> captured;  // by input signature
-  std::optional<at::cuda::MempoolId_t> pool;                         // after the slot's first capture
-  bool busy = false;                                                 // a forward awaits its backward
-  std::optional<compat::WeakNode> owner;                             // that forward's autograd node
-  int64_t generation = 0;                                            // forwards taken so far
+  std::optional<at::cuda::MempoolId_t> pool;                        // after the slot's first capture
+  bool busy = false;                                                // a forward awaits its backward
+  std::optional<compat::WeakNode> owner;                            // that forward's autograd node
+  int64_t generation = 0;                                           // forwards taken so far
 };
 }  // namespace detail
 using Captured = detail::CapturedGraphs;
@@ -87,8 +87,8 @@ using Slot = detail::CaptureSlot;
 
 struct CudaGraphedStack::Impl {
   CudaGraphOptions options;
-  std::vector<torch::Tensor> params;        // the trainable parameters, in stack order
-  std::vector<torch::Tensor> grad_buffers;  // their gradients' fixed home (written by backward graphs)
+  std::vector<torch::Tensor> params;         // the trainable parameters, in stack order
+  std::vector<torch::Tensor> grad_buffers;   // their gradients' fixed home (written by backward graphs)
   std::vector<std::unique_ptr<Slot>> slots;  // grows to options.max_in_flight
   std::set<std::string> shapes;              // every input signature captured, in any slot
   torch::Tensor anchor;                      // makes the replay's output require a gradient
@@ -334,8 +334,8 @@ CudaGraphedStack::~CudaGraphedStack() = default;
 torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) {
   if (!torch::GradMode::is_enabled() || !stack_->is_training()) return stack_->forward(input);
   if (!input.is_cuda()) {
-    throw std::invalid_argument(fmt::format("cuda_graphs: the input is on {}; the graphed model runs on GPUs",
-                                            input.device().str()));
+    throw std::invalid_argument(
+        fmt::format("cuda_graphs: the input is on {}; the graphed model runs on GPUs", input.device().str()));
   }
   // No backward pass runs while a forward does: a callback still marked queued belongs to a pass
   // that failed before its end, and the next pass must queue its own.
@@ -358,7 +358,9 @@ torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) {
 }
 
 void CudaGraphedStack::set_max_in_flight(int slots) {
-  if (slots < 1) throw std::invalid_argument(fmt::format("CudaGraphedStack: max_in_flight must be >= 1, got {}", slots));
+  if (slots < 1) {
+    throw std::invalid_argument(fmt::format("CudaGraphedStack: max_in_flight must be >= 1, got {}", slots));
+  }
   impl_->options.max_in_flight(slots);
 }
 
