@@ -3,11 +3,13 @@
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
 #include <colo/dist/process_group.h>
+#include <colo/nn/cuda_graphed_stack.h>
 #include <colo/nn/fp8_linear.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/optim/optimizer_state.h>
 #include <fmt/format.h>
 
+#include <memory>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -31,6 +33,15 @@ std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, s
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : model.canonical_named_parameters()) named.emplace_back(item.key(), item.value());
   return std::make_shared<ddp::BucketedAllReduce>(std::move(named), std::move(group), options);
+}
+
+void reduce_after_graph_backward(nn::CudaGraphedStack& graphed,
+                                 const std::shared_ptr<ddp::BucketedAllReduce>& reducer) {
+  if (!reducer) return;
+  // Weak: the model wrapper owns both, and a reducer gone first must not be kept alive here.
+  graphed.on_backward_end([weak = std::weak_ptr<ddp::BucketedAllReduce>(reducer)] {
+    if (auto r = weak.lock(); r && r->sync_enabled()) r->reduce_accumulated();
+  });
 }
 
 void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model) {

@@ -78,7 +78,8 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.sequence_parallel(in.get_bool("enable_sequence_parallelism", false,
                                    "LayerNorm, dropout and residuals on 1/tp of the tokens (with tp_size > 1)"));
   o.cuda_graphs(in.get_bool("cuda_graphs", false,
-                            "replay each microbatch's forward and backward as CUDA graphs (one stage, one rank)"));
+                            "replay each microbatch's forward and backward as CUDA graphs (tp_size 1, zero_stage 0, "
+                            "not zero_bubble)"));
 
   // Rules that tie options together; each problem once, all of them reported.
   if (o.sequence_parallel() && o.tp_size() <= 1) {
@@ -89,12 +90,9 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
             "of the sequence-parallel LayerNorms would miss their tensor-parallel sum); use 1f1b or interleaved");
   }
   if (o.cuda_graphs()) {
-    // Each rule says what a graph replay cannot do there; the dp size is checked with the mesh.
-    if (o.pp_size() > 1) {
-      in.fail(fmt::format("cuda_graphs with pp_size={} is not implemented yet (a stage holds several microbatches' "
-                          "activations, which one graph's replays would overwrite); use pp_size=1 or cuda_graphs=false",
-                          o.pp_size()));
-    }
+    // Each rule says what a graph replay cannot do there. Several pipeline stages, chunks and
+    // data-parallel ranks are fine: a stage keeps a capture slot per microbatch its schedule
+    // holds, and the data-parallel reduction runs after the backward graphs.
     if (o.tp_size() > 1) {
       in.fail(fmt::format("cuda_graphs with tp_size={} is not implemented yet (the tensor-parallel collectives run "
                           "inside the layers); use tp_size=1 or cuda_graphs=false",
@@ -105,10 +103,10 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                           "in a graph replay); use zero_stage=0 or cuda_graphs=false",
                           o.zero_stage()));
     }
-    if (o.pp_style() != pipeline::ScheduleStyle::kOneFOneB || o.num_model_chunks() != 1) {
-      in.fail(fmt::format("cuda_graphs needs pp_style=1f1b with one model chunk (each microbatch's backward before "
-                          "the next microbatch's forward), got pp_style={}, num_model_chunks={}",
-                          style, o.num_model_chunks()));
+    if (o.pp_style() == pipeline::ScheduleStyle::kZeroBubble) {
+      in.fail("cuda_graphs with pp_style=zero_bubble is not implemented (its B computes the input gradient alone and "
+              "defers the weight gradient to a later W; a backward graph computes both at once); use pp_style=1f1b, "
+              "gpipe or interleaved, or cuda_graphs=false");
     }
   }
   if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));

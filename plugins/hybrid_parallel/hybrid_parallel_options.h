@@ -39,8 +39,9 @@ struct HybridParallelOptions {
   TORCH_ARG(amp::Precision, precision) = amp::Precision::kFp32;
   TORCH_ARG(double, max_grad_norm) = 0.0;
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
-  // Training passes of the (single) stage as CUDA graphs: pp_size = tp_size = dp size = 1,
-  // zero_stage 0, 1f1b (each microbatch's backward before the next forward).
+  // Training passes of each model chunk as CUDA graphs (nn::CudaGraphedStack, a capture slot per
+  // microbatch the chunk's stage holds at once): tp_size 1, zero_stage 0, any schedule but
+  // zero_bubble, any data-parallel size (the reduction runs after the backward graphs).
   TORCH_ARG(bool, cuda_graphs) = false;
 
 

@@ -14,6 +14,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "pipeline_model.h"
@@ -74,13 +75,6 @@ HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const P
     if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
       throw std::invalid_argument(
           fmt::format("hybrid_parallel: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
-    }
-    if (mesh.size(MeshAxis::kDp) > 1) {
-      throw std::invalid_argument(fmt::format(
-          "hybrid_parallel: cuda_graphs=true with {} data-parallel ranks is not implemented yet (the gradient "
-          "all-reduce starts from per-parameter hooks, which a graph replay does not call); give the layout one "
-          "data-parallel rank or set cuda_graphs=false",
-          mesh.size(MeshAxis::kDp)));
     }
   }
   StagedCheckpointIO::Part part;
@@ -182,7 +176,16 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.style = options_.pp_style();
   parts.pp_group = pp;
   parts.policy = policy;
-  if (options_.cuda_graphs()) parts.graphed = std::make_shared<nn::CudaGraphedStack>(chunks.front());
+  if (options_.cuda_graphs()) {
+    // A capture slot per microbatch in flight: execute_pipeline sets each chunk's count from its
+    // schedule; a plain forward and backward (one stage, no microbatches) needs one.
+    // The data-parallel reduction: after the step's backwards (execute_pipeline), or at the end of
+    // a plain synchronised backward.
+    for (const auto& chunk : chunks) {
+      parts.graphed.push_back(std::make_shared<nn::CudaGraphedStack>(chunk));
+      reduce_after_graph_backward(*parts.graphed.back(), parts.reducer);
+    }
+  }
   auto model = std::make_shared<PipelineModel>(std::move(parts));
 
   // 5.
@@ -270,8 +273,17 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   callbacks.backward_output = [&optimizer](const torch::Tensor& output, const torch::Tensor& grad) {
     optimizer.backward_by_grad({output}, {grad});
   };
-  if (const auto& graphed = pipelined->graphed()) {
-    callbacks.forward = [graphed](int, const torch::Tensor& x) { return graphed->forward(x); };
+  if (const auto& graphed = pipelined->graphed(); !graphed.empty()) {
+    if (!forward_only) {
+      // Each chunk holds as many microbatches at once as its stage does under this schedule.
+      for (int c = 0; c < static_cast<int>(graphed.size()); ++c) {
+        const int held = pipeline::peak_in_flight(runner->schedule(), pipelined->stages().stage(c));
+        graphed[static_cast<std::size_t>(c)]->set_max_in_flight(std::max(1, held));
+      }
+    }
+    callbacks.forward = [graphed](int chunk, const torch::Tensor& x) {
+      return graphed.at(static_cast<std::size_t>(chunk))->forward(x);
+    };
   }
 
   // Every backward of the step accumulates locally; the data-parallel reduction runs once, after

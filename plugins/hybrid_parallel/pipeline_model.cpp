@@ -25,7 +25,8 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
   wait_for_weights();
   if (torch::GradMode::is_enabled()) prepare_for_backward();
   const auto cast = parts_.policy.cast_to_compute(input);
-  auto output = parts_.graphed ? parts_.graphed->forward(cast) : module_->forward(cast);
+  // One stage: one chunk, whose layers are module_'s.
+  auto output = parts_.graphed.empty() ? module_->forward(cast) : parts_.graphed.front()->forward(cast);
   return output.is_floating_point() ? output.to(torch::kFloat) : output;
 }
 

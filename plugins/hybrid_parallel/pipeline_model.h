@@ -46,7 +46,8 @@ class PipelineModel : public ModelWrapper {
     std::shared_ptr<amp::MasterWeights> masters;      // zero_stage 0 with master weights
     std::shared_ptr<ddp::BucketedAllReduce> reducer;  // zero_stage 0, dp > 1
     std::shared_ptr<ZeroOptimizer> zero;              // zero_stage 1, 2
-    std::shared_ptr<nn::CudaGraphedStack> graphed;    // cuda_graphs: the single stage's graphs
+    // cuda_graphs: each chunk's graphs, in chunk order (empty: eager).
+    std::vector<std::shared_ptr<nn::CudaGraphedStack>> graphed;
   };
   explicit PipelineModel(Parts parts);
 
@@ -68,7 +69,7 @@ class PipelineModel : public ModelWrapper {
   const amp::PrecisionPolicy& policy() const { return parts_.policy; }
   const std::shared_ptr<dist::ProcessGroup>& pp_group() const { return parts_.pp_group; }
   const std::vector<std::shared_ptr<nn::LayerStack>>& chunks() const { return parts_.chunks; }
-  const std::shared_ptr<nn::CudaGraphedStack>& graphed() const { return parts_.graphed; }
+  const std::vector<std::shared_ptr<nn::CudaGraphedStack>>& graphed() const { return parts_.graphed; }
   // Waits for weights still being gathered after a ZeRO step (the runner calls the layers
   // directly, without LowLevelZeroModel's per-layer waits); a no-op otherwise.
   void wait_for_weights();

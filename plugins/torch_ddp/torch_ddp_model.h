@@ -44,7 +44,8 @@ class TorchDdpModel : public ModelWrapper {
 
   // Null in a world of one, where there is nothing to average.
   const std::shared_ptr<ddp::BucketedAllReduce>& reducer() const { return reducer_; }
-  // Training passes through CUDA graphs of the stack (cuda_graphs=true; one rank, no reducer).
+  // Training passes through CUDA graphs of the stack (cuda_graphs=true; with several ranks the
+  // stack reduces at the end of a synchronised backward, see reduce_after_graph_backward).
   void use_cuda_graphs(std::shared_ptr<nn::CudaGraphedStack> graphed) { graphed_ = std::move(graphed); }
 
  private:

@@ -63,13 +63,6 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
     if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
       throw std::invalid_argument(fmt::format("torch_ddp: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
     }
-    if (context_.world->size() > 1) {
-      throw std::invalid_argument(fmt::format(
-          "torch_ddp: cuda_graphs=true over {} data-parallel ranks is not implemented yet: the gradient all-reduce "
-          "starts from per-parameter hooks, which a graph replay does not call; train on one rank or set "
-          "cuda_graphs=false",
-          context_.world->size()));
-    }
   }
 }
 
@@ -105,7 +98,11 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   // 5. (With cuda_graphs, the stack's training passes are captured at the first step.)
   auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
                                                  options_.broadcast_buffers() ? world : nullptr);
-  if (options_.cuda_graphs()) wrapped->use_cuda_graphs(std::make_shared<nn::CudaGraphedStack>(model));
+  if (options_.cuda_graphs()) {
+    auto graphed = std::make_shared<nn::CudaGraphedStack>(model);
+    reduce_after_graph_backward(*graphed, reducer);  // the hooks above do not fire in a replay
+    wrapped->use_cuda_graphs(std::move(graphed));
+  }
 
   // 6.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());

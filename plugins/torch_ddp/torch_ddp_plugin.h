@@ -24,7 +24,8 @@ struct TorchDdpOptions {
   TORCH_ARG(double, max_grad_norm) = 0.0;
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
   // The model's training forward and backward as CUDA graphs (nn::CudaGraphedStack): one GPU
-  // per model replica only, no activation checkpointing.
+  // per model replica, no activation checkpointing; over several ranks the all-reduce runs after
+  // the backward graph (reduce_after_graph_backward), not overlapped with it.
   TORCH_ARG(bool, cuda_graphs) = false;
 
  public:

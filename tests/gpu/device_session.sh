@@ -9,8 +9,8 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs pp-debug
-# build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
+# build-graphs-pp graphs-pp pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -678,6 +678,27 @@ PY
       } >"$LOGS/build.log" 2>&1
       note "build-graphs rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    build-graphs-pp)
+      # Issue 44's pipeline and data-parallel part: only what graphs-pp runs.
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_plugin_torch_ddp colo_plugin_hybrid_parallel \
+            colo_gpu_graph_tests colo_dist_tests
+      } >"$LOGS/build.log" 2>&1
+      note "build-graphs-pp rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    graphs-pp)
+      # Capture slots on one GPU (graphed against eager, bit for bit), then pipelines and data
+      # parallelism with cuda_graphs over every GPU (NCCL), against their eager runs.
+      timeout 200 build-gpu/bin/colo_gpu_graph_tests >"$LOGS/graph_tests.log" 2>&1
+      note "graph tests rc=$?: $(grep -cE '^\[       OK' "$LOGS/graph_tests.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/graph_tests.log") failed"
+      grep -E "Failure|Expected|Which is|error|what\(\)|FAILED  \]" "$LOGS/graph_tests.log" | head -30 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      COLO_TIMEOUT_MS=60000 timeout 240 build-gpu/bin/colo-run --nproc-per-node "$ngpu" --rdzv-file auto \
+        build-gpu/bin/colo_dist_tests --gtest_filter='CudaGraphsOverRanks.*' >"$LOGS/graph_dist_tests.log" 2>&1
+      note "graph dist tests on $ngpu GPUs rc=$?"
+      grep -E "Failure|Expected|Which is|what\(\)|FAILED|PASSED|SKIPPED" "$LOGS/graph_dist_tests.log" | head -40 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       ;;
     graphs)
       # Issue 44: the CUDA-graph tests (graphed against eager, bit for bit), then one GPU, alternating:

@@ -1,6 +1,7 @@
 // cuda_graphs=true (issue 44) where it cannot run: on a CPU, and in the layouts and plugins that
-// do not have it yet. Each refusal names why and the option to change; the GPU tests
-// (tests/gpu/cuda_graph_test.cpp) check that the graphed runs equal the eager ones.
+// do not have it yet; and the pipeline layouts its options accept. Each refusal names why and the
+// option to change; the GPU tests (tests/gpu/cuda_graph_test.cpp, and tests/dist/cuda_graphs_test.cpp
+// over NCCL) check that the graphed runs equal the eager ones.
 #include <colo/booster/plugin_registry.h>
 #include <colo/dist/environment.h>
 #include <colo/dist/process_group.h>
@@ -12,6 +13,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tiny_layer_stack.h"
 
@@ -72,16 +74,36 @@ TEST(CudaGraphs, PluginsOnTheCpuRefuseAndSayWhichOptionToChange) {
 
 TEST(CudaGraphs, HybridLayoutsAGraphCannotHoldAreRefusedByOption) {
   const PluginContext none{};
-  const auto pp = plugin_error("hybrid_parallel", {{"cuda_graphs", "true"}, {"pp_size", "2"}, {"num_microbatches", "4"}}, none);
-  expect_contains(pp, "cuda_graphs with pp_size=2 is not implemented yet");
   const auto tp = plugin_error("hybrid_parallel", {{"cuda_graphs", "true"}, {"tp_size", "2"}}, none);
   expect_contains(tp, "cuda_graphs with tp_size=2 is not implemented yet");
+  expect_contains(tp, "use tp_size=1 or cuda_graphs=false");
   const auto zero = plugin_error("hybrid_parallel", {{"cuda_graphs", "true"}, {"zero_stage", "1"}}, none);
   expect_contains(zero, "cuda_graphs with zero_stage=1 is not implemented yet");
-  const auto style =
-      plugin_error("hybrid_parallel", {{"cuda_graphs", "true"}, {"pp_style", "gpipe"}, {"num_microbatches", "4"}}, none);
-  expect_contains(style, "cuda_graphs needs pp_style=1f1b with one model chunk");
-  expect_contains(style, "pp_style=gpipe");
+  const auto bubble = plugin_error(
+      "hybrid_parallel", {{"cuda_graphs", "true"}, {"pp_size", "2"}, {"pp_style", "zero_bubble"}, {"num_microbatches", "4"}},
+      none);
+  expect_contains(bubble, "cuda_graphs with pp_style=zero_bubble is not implemented");
+  expect_contains(bubble, "use pp_style=1f1b, gpipe or interleaved, or cuda_graphs=false");
+}
+
+// Pipelines hold several microbatches per stage (a capture slot each) and the data-parallel
+// reduction runs after the backward graphs: the options accept them. Without a world the plugin
+// then stops at its mesh, which says nothing of cuda_graphs.
+TEST(CudaGraphs, HybridPipelinesOfEveryScheduleButZeroBubbleAreAccepted) {
+  const PluginContext none{};
+  for (const auto& layout : std::vector<PluginOptions>{
+           {{"pp_size", "2"}, {"num_microbatches", "4"}},
+           {{"pp_size", "4"}, {"microbatch_size", "2"}},
+           {{"pp_size", "2"}, {"pp_style", "gpipe"}, {"num_microbatches", "4"}},
+           {{"pp_size", "2"}, {"pp_style", "interleaved"}, {"num_model_chunks", "2"}, {"num_microbatches", "4"}},
+           {{"pp_style", "gpipe"}, {"num_microbatches", "4"}}}) {
+    auto options = layout;
+    options["cuda_graphs"] = "true";
+    const auto message = plugin_error("hybrid_parallel", options, none);
+    SCOPED_TRACE(message);
+    EXPECT_EQ(message.find("cuda_graphs"), std::string::npos);
+    expect_contains(message, "world process group");
+  }
 }
 
 TEST(CudaGraphs, ZeroPluginsSayTheyDoNotHaveIt) {

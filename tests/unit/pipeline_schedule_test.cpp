@@ -139,6 +139,26 @@ TEST(PipelineSchedule, MakeScheduleDispatchesOnTheStyle) {
   EXPECT_EQ(rank_texts(make_schedule(ScheduleStyle::kInterleaved, chunked)), rank_texts(interleaved_schedule(chunked)));
 }
 
+// How many microbatches each stage holds at once: a CUDA-graphed stage's capture slots.
+TEST(PipelineSchedule, PeakInFlightCountsEachStagesHeldMicrobatches) {
+  const auto peaks = [](const Schedule& schedule) {
+    std::vector<int> out;
+    for (int s = 0; s < schedule.num_stages(); ++s) out.push_back(peak_in_flight(schedule, s));
+    return out;
+  };
+  EXPECT_EQ(peaks(one_f_one_b_schedule(ScheduleShape(4, 6))), (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(peaks(one_f_one_b_schedule(ScheduleShape(4, 2))), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(peaks(gpipe_schedule(ScheduleShape(2, 3))), (std::vector<int>{3, 3}));
+  EXPECT_EQ(peaks(gpipe_schedule(ScheduleShape(1, 3))), (std::vector<int>{1}));
+  // Per virtual stage, not per rank: rank 0's stages 0 and 2 need 4 and 2, though the rank never
+  // holds more than 4 microbatches at once (their peaks come at different times).
+  EXPECT_EQ(peaks(interleaved_schedule(ScheduleShape(2, 4).chunks(2))), (std::vector<int>{4, 3, 2, 1}));
+  // B ends what a microbatch holds for the forward's activations; W comes later and needs none of them.
+  EXPECT_EQ(peaks(zero_bubble_h1_schedule(ScheduleShape(3, 4))), (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(peak_in_flight(forward_only_schedule(ScheduleShape(2, 4)), 0), 0);
+  EXPECT_EQ(peak_in_flight(one_f_one_b_schedule(ScheduleShape(2, 4)), 2), 0);
+}
+
 TEST(PipelineSchedule, BadShapesListEveryProblem) {
   // Interleaved with one rank, one chunk and 3 microbatches: three problems at once.
   const auto message = error_of<std::invalid_argument>(

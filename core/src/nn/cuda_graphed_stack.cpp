@@ -1,3 +1,4 @@
+#include <colo/compat/backward_callbacks.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/nn/cuda_graphed_stack.h>
 #include <fmt/format.h>
@@ -10,7 +11,9 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -49,8 +52,9 @@ std::string signature_of(const torch::Tensor& t) {
 
 }  // namespace
 
-// One input shape's graphs and their static tensors (which live as long as the graphs). Named,
-// not anonymous: CudaGraphedStack::Impl, a member type of an exported class, holds them.
+// One input shape's graphs in one slot and their static tensors (which live as long as the
+// graphs). Named, not anonymous: CudaGraphedStack::Impl, a member type of an exported class,
+// holds them.
 namespace detail {
 struct CapturedGraphs {
   at::cuda::CUDAGraph forward_graph;
@@ -60,17 +64,36 @@ struct CapturedGraphs {
   torch::Tensor static_grad_output;
   torch::Tensor static_grad_input;  // defined when the input needs a gradient
 };
+
+// What one training forward in flight holds until its backward: the graphs of every shape that
+// ran in this slot, all in one memory pool of the slot's own. Why a pool per slot is safe:
+//  - two slots never share a pool, so the activations of two forwards in flight never alias;
+//  - within a slot, graphs run only as one forward replay then its backward replay, never
+//    interleaved with another pair of the slot (the slot is busy in between). A capture may
+//    reuse memory an earlier capture of the slot left free (its activations once its backward
+//    was captured); that memory is live only between one pair's replays, so no two live uses
+//    meet. Static buffers stay allocated and are rewritten at the start of each use; what a
+//    caller keeps (the output, the input's gradient) is copied out of them.
+struct CaptureSlot {
+  std::map<std::string, std::unique_ptr<CapturedGraphs>> captured;  // by input signature
+  std::optional<at::cuda::MempoolId_t> pool;                        // after the slot's first capture
+  bool busy = false;                                                // a forward awaits its backward
+  std::optional<compat::WeakNode> owner;                            // that forward's autograd node
+  int64_t generation = 0;                                           // forwards taken so far
+};
 }  // namespace detail
 using Captured = detail::CapturedGraphs;
+using Slot = detail::CaptureSlot;
 
 struct CudaGraphedStack::Impl {
   CudaGraphOptions options;
-  std::vector<torch::Tensor> params;        // the trainable parameters, in stack order
-  std::vector<torch::Tensor> grad_buffers;  // their gradients' fixed home (written by backward graphs)
-  std::map<std::string, std::unique_ptr<Captured>> captured;
-  std::optional<at::cuda::MempoolId_t> pool;  // shared by every capture (one shape's graphs run at a time)
-  torch::Tensor anchor;                       // makes the replay's output require a gradient
-  std::optional<compat::WeakNode> pending;    // the last training forward, while its backward is owed
+  std::vector<torch::Tensor> params;         // the trainable parameters, in stack order
+  std::vector<torch::Tensor> grad_buffers;   // their gradients' fixed home (written by backward graphs)
+  std::vector<std::unique_ptr<Slot>> slots;  // grows to options.max_in_flight
+  std::set<std::string> shapes;              // every input signature captured, in any slot
+  torch::Tensor anchor;                      // makes the replay's output require a gradient
+  std::function<void()> backward_end;        // on_backward_end's
+  bool backward_end_queued = false;          // in the autograd pass running now
   int64_t replays = 0;
 
   // Before a backward replay: every parameter's .grad is its buffer, holding what was
@@ -90,7 +113,15 @@ struct CudaGraphedStack::Impl {
     if (!to_zero.empty()) torch::_foreach_zero_(to_zero);
   }
 
-  Captured& capture(LayerStack& stack, const torch::Tensor& input);
+  static void release(Slot& slot) {
+    slot.busy = false;
+    slot.owner.reset();
+  }
+
+  // A free slot for a forward of `signature`: one that has it captured if any, else any free
+  // one (a capture into its pool), else a new slot while fewer than max_in_flight exist.
+  Slot& take_slot(const std::string& signature);
+  Captured& capture(Slot& slot, LayerStack& stack, const torch::Tensor& input);
 };
 
 namespace {
@@ -98,24 +129,34 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// The replay as one autograd node: forward copies the input into the static buffer and
+// The replay as one autograd node: forward copies the input into the slot's static buffer and
 // replays the forward graph; backward copies the output gradient in and replays the backward
-// graph, which also accumulates the parameters' gradients.
+// graph, which also accumulates the parameters' gradients, and frees the slot.
 struct GraphReplay : torch::autograd::Function<GraphReplay> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const torch::Tensor& anchor,
-                               CudaGraphedStack::Impl* impl, Captured* captured) {
+                               CudaGraphedStack::Impl* impl, Slot* slot, Captured* captured) {
     (void)anchor;
     captured->static_input.detach().copy_(input);
     captured->forward_graph.replay();
     ++impl->replays;
     ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
+    ctx->saved_data["slot"] = reinterpret_cast<int64_t>(slot);
     ctx->saved_data["captured"] = reinterpret_cast<int64_t>(captured);
-    return captured->static_output.detach();
+    ctx->saved_data["generation"] = slot->generation;
+    // The slot's next forward overwrites its static output: the caller gets its own copy.
+    return captured->static_output.detach().clone();
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto* impl = reinterpret_cast<CudaGraphedStack::Impl*>(ctx->saved_data["impl"].toInt());
+    auto* slot = reinterpret_cast<Slot*>(ctx->saved_data["slot"].toInt());
     auto* captured = reinterpret_cast<Captured*>(ctx->saved_data["captured"].toInt());
+    if (!slot->busy || slot->generation != ctx->saved_data["generation"].toInt()) {
+      throw std::runtime_error(
+          "cuda_graphs: a second backward through one graphed forward (retain_graph=true): its activations were "
+          "consumed by the first, and its capture slot may be another forward's now; run one backward per "
+          "training forward, or set cuda_graphs=false");
+    }
     impl->adopt_gradients();
     if (grads[0].defined()) {
       captured->static_grad_output.copy_(grads[0]);
@@ -123,11 +164,18 @@ struct GraphReplay : torch::autograd::Function<GraphReplay> {
       captured->static_grad_output.zero_();
     }
     captured->backward_graph.replay();
-    impl->pending.reset();
-    // The static gradient is overwritten by the next replay: the caller gets its own copy.
+    CudaGraphedStack::Impl::release(*slot);
+    if (impl->backward_end && !impl->backward_end_queued) {
+      impl->backward_end_queued = true;
+      compat::queue_end_of_backward_callback([impl] {
+        impl->backward_end_queued = false;
+        impl->backward_end();
+      });
+    }
+    // The static gradient is overwritten by the slot's next replay: the caller gets its own copy.
     torch::Tensor grad_input =
         captured->static_grad_input.defined() ? captured->static_grad_input.clone() : torch::Tensor();
-    return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -152,15 +200,33 @@ class SideEffectGuard {
 
 }  // namespace
 
-Captured& CudaGraphedStack::Impl::capture(LayerStack& stack, const torch::Tensor& input) {
-  if (static_cast<int>(captured.size()) >= options.max_shapes()) {
-    std::vector<std::string> shapes;
-    for (const auto& [key, _] : captured) shapes.push_back(key);
-    throw std::invalid_argument(fmt::format(
-        "cuda_graphs: a training input of shape {} would be the {}th captured shape (already: {}); each shape "
-        "holds its own graphs and activations: give the loader a fixed batch (drop_last) or set cuda_graphs=false",
-        signature_of(input), captured.size() + 1, fmt::join(shapes, ", ")));
+Slot& CudaGraphedStack::Impl::take_slot(const std::string& signature) {
+  Slot* free = nullptr;
+  int64_t busy = 0;
+  for (auto& slot : slots) {
+    // A forward whose output was dropped without a backward left its slot free.
+    if (slot->busy && slot->owner && slot->owner->expired()) release(*slot);
+    if (slot->busy) {
+      ++busy;
+    } else if (!free || (!free->captured.count(signature) && slot->captured.count(signature))) {
+      free = slot.get();
+    }
   }
+  if (busy >= options.max_in_flight()) {
+    throw std::runtime_error(fmt::format(
+        "cuda_graphs: a training forward while {} earlier ones still await their backward, and max_in_flight is {}: "
+        "each forward in flight holds a capture slot (its activations) until its backward replays, so one more "
+        "would overwrite another's; raise CudaGraphOptions::max_in_flight (a pipeline stage needs as many as its "
+        "schedule holds microbatches), run each forward's backward first, or set cuda_graphs=false",
+        busy, options.max_in_flight()));
+  }
+  // A free slot without this shape still costs one capture but no new pool.
+  if (free) return *free;
+  slots.push_back(std::make_unique<Slot>());
+  return *slots.back();
+}
+
+Captured& CudaGraphedStack::Impl::capture(Slot& slot, LayerStack& stack, const torch::Tensor& input) {
   const auto checkpointed = checkpointed_layers(stack);
   if (!checkpointed.empty()) {
     throw std::invalid_argument(fmt::format(
@@ -176,7 +242,6 @@ Captured& CudaGraphedStack::Impl::capture(LayerStack& stack, const torch::Tensor
   ready.record(current);
   ready.block(side);
 
-  std::vector<torch::Tensor> grad_inputs;
   auto entry = std::make_unique<Captured>();
   Captured& c = *entry;
   try {
@@ -200,20 +265,20 @@ Captured& CudaGraphedStack::Impl::capture(LayerStack& stack, const torch::Tensor
     side.synchronize();
 
     c.static_input = input.detach().clone().requires_grad_(input_grad);
-    if (pool) {
-      c.forward_graph.capture_begin(*pool, cudaStreamCaptureModeThreadLocal);
+    if (slot.pool) {
+      c.forward_graph.capture_begin(*slot.pool, cudaStreamCaptureModeThreadLocal);
     } else {
-      c.forward_graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      c.forward_graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);  // a new pool: the slot's
     }
     c.static_output = stack.forward(c.static_input);
     c.forward_graph.capture_end();
-    pool = c.forward_graph.pool();
+    slot.pool = c.forward_graph.pool();
 
     c.static_grad_output = torch::zeros_like(c.static_output);
     std::vector<torch::Tensor> wrt;
     if (input_grad) wrt.push_back(c.static_input);
     wrt.insert(wrt.end(), params.begin(), params.end());
-    c.backward_graph.capture_begin(*pool, cudaStreamCaptureModeThreadLocal);
+    c.backward_graph.capture_begin(*slot.pool, cudaStreamCaptureModeThreadLocal);
     auto grads = torch::autograd::grad({c.static_output}, wrt, {c.static_grad_output}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     const std::size_t offset = input_grad ? 1 : 0;
@@ -237,7 +302,8 @@ Captured& CudaGraphedStack::Impl::capture(LayerStack& stack, const torch::Tensor
   done.record(side);
   done.block(current);
   auto key = signature_of(input);
-  return *captured.emplace(std::move(key), std::move(entry)).first->second;
+  shapes.insert(key);
+  return *slot.captured.emplace(std::move(key), std::move(entry)).first->second;
 }
 
 CudaGraphedStack::CudaGraphedStack(std::shared_ptr<LayerStack> stack, CudaGraphOptions options)
@@ -249,9 +315,10 @@ CudaGraphedStack::CudaGraphedStack(std::shared_ptr<LayerStack> stack, CudaGraphO
   }
   if (!device) throw std::invalid_argument("CudaGraphedStack: the layer stack has no parameters to tell its device");
   if (auto why = cuda_graphs_unavailable_reason(*device)) throw std::invalid_argument("cuda_graphs: " + *why);
-  if (options.warmup_iterations() < 1 || options.max_shapes() < 1) {
-    throw std::invalid_argument(fmt::format("CudaGraphOptions: warmup_iterations ({}) and max_shapes ({}) must be >= 1",
-                                            options.warmup_iterations(), options.max_shapes()));
+  if (options.warmup_iterations() < 1 || options.max_shapes() < 1 || options.max_in_flight() < 1) {
+    throw std::invalid_argument(
+        fmt::format("CudaGraphOptions: warmup_iterations ({}), max_shapes ({}) and max_in_flight ({}) must be >= 1",
+                    options.warmup_iterations(), options.max_shapes(), options.max_in_flight()));
   }
   impl_->options = options;
   for (const auto& p : stack_->parameters()) {
@@ -267,23 +334,49 @@ CudaGraphedStack::~CudaGraphedStack() = default;
 torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) {
   if (!torch::GradMode::is_enabled() || !stack_->is_training()) return stack_->forward(input);
   if (!input.is_cuda()) {
-    throw std::invalid_argument(fmt::format("cuda_graphs: the input is on {}; the graphed model runs on GPUs",
-                                            input.device().str()));
+    throw std::invalid_argument(
+        fmt::format("cuda_graphs: the input is on {}; the graphed model runs on GPUs", input.device().str()));
   }
-  if (impl_->pending && !impl_->pending->expired()) {
-    throw std::logic_error(
-        "cuda_graphs: a training forward ran before the previous one's backward; graph replays share their "
-        "activations, so each forward's backward must come first (gradient accumulation and a one-stage pipeline's "
-        "1F1B do this; a schedule that holds several microbatches cannot use cuda_graphs)");
+  // No backward pass runs while a forward does: a callback still marked queued belongs to a pass
+  // that failed before its end, and the next pass must queue its own.
+  impl_->backward_end_queued = false;
+  const auto signature = signature_of(input);
+  if (!impl_->shapes.count(signature) && static_cast<int>(impl_->shapes.size()) >= impl_->options.max_shapes()) {
+    throw std::invalid_argument(fmt::format(
+        "cuda_graphs: a training input of shape {} would be the {}th captured shape (already: {}); each shape "
+        "holds its own graphs and activations: give the loader a fixed batch (drop_last) or set cuda_graphs=false",
+        signature, impl_->shapes.size() + 1, fmt::join(impl_->shapes, ", ")));
   }
-  auto it = impl_->captured.find(signature_of(input));
-  Captured& captured = it != impl_->captured.end() ? *it->second : impl_->capture(*stack_, input);
-  auto output = GraphReplay::apply(input, impl_->anchor, impl_.get(), &captured);
-  impl_->pending.emplace(output.grad_fn());
+  Slot& slot = impl_->take_slot(signature);
+  auto it = slot.captured.find(signature);
+  Captured& captured = it != slot.captured.end() ? *it->second : impl_->capture(slot, *stack_, input);
+  ++slot.generation;
+  auto output = GraphReplay::apply(input, impl_->anchor, impl_.get(), &slot, &captured);
+  slot.busy = true;
+  slot.owner.emplace(output.grad_fn());
   return output;
 }
 
-int64_t CudaGraphedStack::captured_shapes() const { return static_cast<int64_t>(impl_->captured.size()); }
+void CudaGraphedStack::set_max_in_flight(int slots) {
+  if (slots < 1) {
+    throw std::invalid_argument(fmt::format("CudaGraphedStack: max_in_flight must be >= 1, got {}", slots));
+  }
+  impl_->options.max_in_flight(slots);
+}
+
+void CudaGraphedStack::on_backward_end(std::function<void()> fn) { impl_->backward_end = std::move(fn); }
+
+int64_t CudaGraphedStack::captured_shapes() const { return static_cast<int64_t>(impl_->shapes.size()); }
+int64_t CudaGraphedStack::captured_graphs() const {
+  int64_t count = 0;
+  for (const auto& slot : impl_->slots) count += static_cast<int64_t>(slot->captured.size());
+  return count;
+}
+int64_t CudaGraphedStack::in_flight() const {
+  int64_t count = 0;
+  for (const auto& slot : impl_->slots) count += slot->busy && !(slot->owner && slot->owner->expired()) ? 1 : 0;
+  return count;
+}
 int64_t CudaGraphedStack::forward_replays() const { return impl_->replays; }
 
 #else  // CPU build: the class exists, and says why it cannot run.
@@ -297,7 +390,11 @@ CudaGraphedStack::CudaGraphedStack(std::shared_ptr<LayerStack> stack, CudaGraphO
 }
 CudaGraphedStack::~CudaGraphedStack() = default;
 torch::Tensor CudaGraphedStack::forward(const torch::Tensor& input) { return stack_->forward(input); }
+void CudaGraphedStack::set_max_in_flight(int slots) { (void)slots; }
+void CudaGraphedStack::on_backward_end(std::function<void()> fn) { (void)fn; }
 int64_t CudaGraphedStack::captured_shapes() const { return 0; }
+int64_t CudaGraphedStack::captured_graphs() const { return 0; }
+int64_t CudaGraphedStack::in_flight() const { return 0; }
 int64_t CudaGraphedStack::forward_replays() const { return 0; }
 
 #endif

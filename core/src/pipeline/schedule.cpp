@@ -2,6 +2,7 @@
 #include <colo/pipeline/schedule_generators.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <stdexcept>
@@ -102,6 +103,18 @@ Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape) {
       return zero_bubble_h1_schedule(shape);
   }
   throw std::logic_error("make_schedule: unknown ScheduleStyle");
+}
+
+int peak_in_flight(const Schedule& schedule, int stage) {
+  if (schedule.forward_only || stage < 0 || stage >= schedule.num_stages()) return 0;
+  int held = 0;
+  int peak = 0;
+  for (const auto& action : schedule.actions.at(static_cast<std::size_t>(schedule.rank_of(stage)))) {
+    if (action.stage != stage) continue;
+    if (action.kind == ActionKind::kForward) peak = std::max(peak, ++held);
+    if (action.kind == ActionKind::kBackward) --held;
+  }
+  return peak;
 }
 
 void validate(const Schedule& schedule) {

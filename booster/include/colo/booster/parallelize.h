@@ -23,6 +23,7 @@ namespace colo::dist {
 class ProcessGroup;
 }
 namespace colo::nn {
+class CudaGraphedStack;
 class LayerStack;
 }
 
@@ -44,6 +45,13 @@ void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10
 // rank (nothing to average; autograd's own gradients, without the copy into buckets).
 std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, std::shared_ptr<dist::ProcessGroup> group,
                                                   const ddp::BucketedAllReduceOptions& options);
+
+// cuda_graphs under data parallelism: a graph replay fires none of `reducer`'s gradient hooks, so
+// the end of every synchronised backward pass that replayed one of `graphed`'s backward graphs
+// averages the accumulated gradients there (reduce_accumulated; no overlap with backward). An
+// unsynchronised pass (no_sync, or a pipeline's microbatches, reduced after the step) does
+// nothing. A null reducer (one rank) leaves `graphed` as it is.
+void reduce_after_graph_backward(nn::CudaGraphedStack& graphed, const std::shared_ptr<ddp::BucketedAllReduce>& reducer);
 
 // Re-points the user's optimizer at the parameters this rank holds (`model`: a pipeline stage's
 // layers, say), in place: each parameter group keeps its options and its other parameters (a

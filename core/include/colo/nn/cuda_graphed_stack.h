@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,9 +16,15 @@ struct CudaGraphOptions {
   // Eager forward + backward passes (through autograd::grad: the parameters' gradients are not
   // touched) before a capture, so that cuBLAS/cuDNN plans and the allocator's state are settled.
   TORCH_ARG(int, warmup_iterations) = 2;
-  // Distinct training input shapes captured (one forward + backward graph pair each); a further
-  // shape is an error, since each capture holds its own activations' memory.
+  // Distinct training input shapes captured (a forward + backward graph pair each, in every
+  // slot the shape runs in); a further shape is an error, since each capture holds memory.
   TORCH_ARG(int, max_shapes) = 4;
+  // Training forwards whose backward has not run yet that may be in flight at once. Each holds a
+  // capture slot of its own (per input shape: its graphs, static buffers and a memory pool that
+  // no other slot's replays touch), captured when first needed. 1: each forward's backward
+  // before the next forward (gradient accumulation); a pipeline stage needs as many as its
+  // schedule holds microbatches (pipeline::peak_in_flight).
+  TORCH_ARG(int, max_in_flight) = 1;
 };
 
 // Why CUDA graphs cannot run a stack on `device` in this build (a CPU device, a build without
@@ -35,12 +42,14 @@ std::optional<std::string> cuda_graphs_unavailable_reason(const torch::Device& d
 //
 // Results are those of the eager stack: the same kernels on the same data. What a graph cannot
 // hold is refused at construction or capture, never silently changed:
-//  - each training forward's backward must run before the next training forward (replays share
-//    their activations' memory): gradient accumulation and a one-stage pipeline's 1F1B do this;
+//  - at most max_in_flight training forwards may await their backward (each has its own slot;
+//    one more is an error naming the option, not an overwrite of a slot's activations);
 //  - activation checkpointing (it reads the host-side random state in forward);
-//  - gradient hooks on the parameters (a data-parallel reducer) do not fire: the caller
-//    reduces after backward, or does not use graphs;
+//  - gradient hooks on the parameters (a data-parallel reducer) do not fire: the caller reduces
+//    after backward (on_backward_end, or after the step), or does not use graphs;
 //  - evaluation (no grad mode, or the stack in eval mode) runs the stack eagerly.
+// A forward's output is a copy, not the slot's static buffer, so it stays valid however the
+// slot is used afterwards; an input that requires a gradient gets it from the backward graph.
 class CudaGraphedStack {
  public:
   explicit CudaGraphedStack(std::shared_ptr<LayerStack> stack, CudaGraphOptions options = {});
@@ -50,9 +59,20 @@ class CudaGraphedStack {
 
   torch::Tensor forward(const torch::Tensor& input);
 
+  // Changes CudaGraphOptions::max_in_flight (>= 1; a pipeline sets it from its schedule, whose
+  // microbatch count may be known only at the first step). Slots already captured stay.
+  void set_max_in_flight(int slots);
+  // Runs `fn` at the end of every autograd pass that replayed a backward graph, once per pass,
+  // after all its gradients are in: what the parameters' gradient hooks, which a replay does not
+  // fire, would have done (a data-parallel all-reduce when sync is on). Empty: nothing.
+  void on_backward_end(std::function<void()> fn);
+
   LayerStack& stack() { return *stack_; }
-  // How many input shapes have been captured, and how many forward replays ran.
+  // Input shapes captured, forward/backward graph pairs captured (a shape in each slot it ran
+  // in), training forwards awaiting their backward now, and forward replays so far.
   int64_t captured_shapes() const;
+  int64_t captured_graphs() const;
+  int64_t in_flight() const;
   int64_t forward_replays() const;
 
   struct Impl;

@@ -76,6 +76,12 @@ std::vector<std::string> shape_problems(ScheduleStyle style, const ScheduleShape
 // shape_problems() finds.
 Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape);
 
+// The most microbatches that virtual stage `stage` holds at once (forwarded, B not run yet),
+// following its rank's actions in order: 1F1B's stage r holds min(pp - r, m), GPipe's m. A
+// CUDA-graphed stage needs that many capture slots (nn::CudaGraphOptions::max_in_flight).
+// 0 for a forward-only schedule or a stage out of range.
+int peak_in_flight(const Schedule& schedule, int stage);
+
 // Checks that `schedule` computes everything exactly once, where and in the order it must:
 //   - a sane shape (pp, microbatches, chunks >= 1; chunks > 1 needs pp >= 2, or consecutive
 //     stages would share a rank) and one action list per pp rank;
