@@ -76,6 +76,16 @@ HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const P
       throw std::invalid_argument(
           fmt::format("hybrid_parallel: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
     }
+    // The reduction after the backward graphs is written (reduce_after_graph_backward) but its
+    // capture failed on two H200s (2026-11-26: "operation would make the legacy stream depend on a
+    // capturing blocking stream" at the first forward, the data-parallel gradient hooks being live
+    // during capture), so it stays refused until that runs.
+    if (mesh.size(MeshAxis::kDp) > 1) {
+      throw std::invalid_argument(fmt::format(
+          "hybrid_parallel: cuda_graphs=true with {} data-parallel ranks is not implemented yet (the gradient "
+          "all-reduce's hooks cannot be captured); give the layout one data-parallel rank or set cuda_graphs=false",
+          mesh.size(MeshAxis::kDp)));
+    }
   }
   StagedCheckpointIO::Part part;
   part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;

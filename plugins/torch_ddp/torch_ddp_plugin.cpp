@@ -63,6 +63,14 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
     if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
       throw std::invalid_argument(fmt::format("torch_ddp: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
     }
+    // As in hybrid_parallel: the reduction after the backward graph is written, its capture beside
+    // the gradient hooks failed on two GPUs (2026-11-26); refused until that runs.
+    if (context_.world->size() > 1) {
+      throw std::invalid_argument(fmt::format(
+          "torch_ddp: cuda_graphs=true over {} data-parallel ranks is not implemented yet (the gradient all-reduce's "
+          "hooks cannot be captured); train on one rank or set cuda_graphs=false",
+          context_.world->size()));
+    }
   }
 }
 

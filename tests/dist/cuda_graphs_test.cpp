@@ -82,6 +82,17 @@ void graphs_check_layout(const std::string& plugin_name, const PluginOptions& la
                            world()->size()));
   auto graphed_options = layout;
   graphed_options["cuda_graphs"] = "true";
+  const int pp = layout.count("pp_size") ? std::stoi(layout.at("pp_size")) : 1;
+  if (device().is_cuda() && world()->size() / pp > 1) {
+    // Data parallelism under graphs is refused until its capture works (see the plugins).
+    try {
+      make_plugin(plugin_name, graphed_options);
+      ADD_FAILURE() << "cuda_graphs=true was accepted with several data-parallel ranks";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("data-parallel ranks is not implemented yet"), std::string::npos) << e.what();
+    }
+    return;
+  }
   if (!device().is_cuda()) {
     try {
       make_plugin(plugin_name, graphed_options);
@@ -121,7 +132,8 @@ TEST(CudaGraphsOverRanks, PipelinesTrainBitForBitAsTheirEagerRuns) {
 
 // The world as the data-parallel axis: hybrid_parallel's pipelined step (one reduction after its
 // microbatches) and plain step (a reduction at the end of backward), torch_ddp's plain step and
-// its no_sync accumulation.
+// its no_sync accumulation. Refused for now (their capture failed on two H200s, 2026-11-26, with
+// the gradient hooks live): the check is the refusal, and becomes the comparison once it runs.
 TEST(CudaGraphsOverRanks, DataParallelReductionsAfterTheBackwardGraphsMatchTheHooks) {
   graphs_check_layout("hybrid_parallel", {{"num_microbatches", "4"}});
   graphs_check_layout("hybrid_parallel", {});

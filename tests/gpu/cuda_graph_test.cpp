@@ -238,8 +238,11 @@ TEST_F(CudaGraphs, OneForwardMoreThanTheSlotsIsRefusedAndNothingIsOverwritten) {
   const auto x2 = torch::randn({4, 3, 32, 32}, kGpu);
   std::vector<torch::Tensor> expected;  // the gradients of x's forward alone, eagerly
   {
+    // The output gradient as the graphed backward receives it (its static buffer is contiguous;
+    // sum()'s own gradient is an expanded view, which a matmul's backward reads another way).
     auto eager = random_vit(torch::kFloat, 0.0);
-    eager->forward(x).sum().backward();
+    const auto out = eager->forward(x);
+    out.backward(torch::ones_like(out));
     for (auto& p : eager->parameters()) expected.push_back(p.grad().clone());
   }
   auto model = random_vit(torch::kFloat, 0.0);

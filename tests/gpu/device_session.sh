@@ -10,7 +10,7 @@
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
-# build-graphs-pp graphs-pp pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
+# build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -808,6 +808,38 @@ PY
       timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
         "${pp_common[@]}" --json "$LOGS/ddp1_large.json" >"$LOGS/ddp1_large.log" 2>&1
       note "colo one GPU torch_ddp ViT-L b128 rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ddp1_large.json" 2>/dev/null)"
+      ;;
+    two-gpu-pp-graphs)
+      # Issue 44 on two GPUs: ViT-L/16 bf16, batch 128 as 8 microbatches of 16 (and 4 of 32) through
+      # pp 2, eager and with cuda_graphs=true (a capture slot per microbatch in flight), GPipe too
+      # (it hung under NCCL before the pipeline opened its neighbours' connections up front); one
+      # GPU's torch_ddp at batch 128 (the denominator) and PyTorch's Schedule1F1B, same call.
+      pg_common=(--model large --batch-size 128 --precision bf16 --warmup-steps 4 --steps "${COLO_PP_STEPS:-12}" --peak-tflops 1)
+      for run in ${COLO_PPG_RUNS:-ddp1 f1b_8_eager f1b_8_graphs gpipe_8_eager gpipe_8_graphs inter_8_graphs f1b_4_graphs peer_f1b_8}; do
+        opts=()
+        case $run in
+          ddp1) opts=(--plugin torch_ddp) ;;
+          f1b_8_eager) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8) ;;
+          f1b_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt cuda_graphs=true) ;;
+          gpipe_8_eager) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=gpipe) ;;
+          gpipe_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=gpipe --plugin-opt cuda_graphs=true) ;;
+          inter_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=interleaved --plugin-opt num_model_chunks=2 --plugin-opt cuda_graphs=true) ;;
+          f1b_4_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=4 --plugin-opt cuda_graphs=true) ;;
+          peer_f1b_8) ;;
+          *) note "unknown two-gpu-pp-graphs run $run"; continue ;;
+        esac
+        if [ $run = peer_f1b_8 ]; then
+          timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/peers/torch_parallel_bench.py \
+            --mode pp --schedule 1F1B --num-microbatches 8 "${pg_common[@]}" --json "$LOGS/ppg_$run.json" >"$LOGS/ppg_$run.log" 2>&1
+        else
+          nproc=2
+          [ $run = ddp1 ] && nproc=1
+          timeout 120 build-gpu/bin/colo-run --nproc-per-node $nproc build-gpu/bin/colo_vit_bench "${opts[@]}" "${pg_common[@]}" \
+            --json "$LOGS/ppg_$run.json" >"$LOGS/ppg_$run.log" 2>&1
+        fi
+        note "two-gpu-pp-graphs $run rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ppg_$run.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/ppg_$run.json" 2>/dev/null)"
+        [ -f "$LOGS/ppg_$run.json" ] || grep -v '^\s*$' "$LOGS/ppg_$run.log" | tail -3 >>"$LOGS/summary.txt"
+      done
       ;;
     two-gpu-tp)
       # Issue 45: ViT-L/16 bf16 batch 128, tp 2 with and without sequence parallelism: colo

@@ -50,6 +50,18 @@ std::string signature_of(const torch::Tensor& t) {
                      t.requires_grad() ? "grad" : "nograd");
 }
 
+// A capture that failed part-way leaves its stream capturing, and then every later CUDA call of
+// the process fails ("operation not permitted when stream is capturing"): the error must be the
+// capture's alone. Ends the capture and drops the partial graph.
+void end_failed_capture(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream.stream(), &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+  }
+  (void)cudaGetLastError();  // clear the error the failed capture left behind
+}
+
 }  // namespace
 
 // One input shape's graphs in one slot and their static tensors (which live as long as the
@@ -292,6 +304,7 @@ Captured& CudaGraphedStack::Impl::capture(Slot& slot, LayerStack& stack, const t
     if (input_grad) c.static_grad_input = grads[0];
     c.backward_graph.capture_end();
   } catch (const std::exception& e) {
+    end_failed_capture(side);
     throw std::runtime_error(fmt::format(
         "cuda_graphs: capturing the forward and backward of a training input of shape {} failed: {}\nSomething "
         "in the model cannot run inside a CUDA graph (a host synchronisation, a value read on the host, an "
