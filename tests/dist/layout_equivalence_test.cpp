@@ -12,11 +12,12 @@
 //   fp32, AdamW eps 1e-3   kFp32Tolerance = 1e-5. The runs differ only by the order of sums
 //                          (the data-parallel average, ZeRO's flat Adam) and Adam with a large
 //                          eps is not sensitive to that (low_level_zero_test.cpp explains why
-//                          eps = 1e-3; measured here: see the [measured] lines). Over NCCL
-//                          kFp32NcclTolerance = 5e-5: NCCL's reductions sum in chunks along a ring
-//                          or tree, an order the single process does not share (measured
-//                          1.7e-5, low_level_zero stage 2 at dp 2, blocks.0.mlp.fc2.bias, 2 H200s,
-//                          2026-11-26; every other fp32 row at most 5.9e-8 there).
+//                          eps = 1e-3; measured here: see the [measured] lines). On CUDA
+//                          kFp32CudaTolerance = 5e-5: low_level_zero stage 2 at dp 2 gave 1.7e-5
+//                          (blocks.0.mlp.fc2.bias; 2 H200s, 2026-11-26), the same figure over NCCL
+//                          and over Gloo with both ranks on one GPU, so it comes from the GPU's
+//                          arithmetic (ZeRO's flat Adam against the reference's per-tensor one),
+//                          not from the order of the reduction; every other fp32 row <= 3.2e-6.
 //   fp32, tensor parallel  losses 1e-5; weights kTpWeightTolerance = 5e-5: a row-parallel layer
 //                          adds tp partial products where one process does one matrix product, so
 //                          activations differ by rounding (losses: <= 1.1e-7), and Adam turns that
@@ -73,7 +74,7 @@ constexpr int kSteps = 5;
 constexpr int64_t kPerReplicaBatch = 8;  // samples per data-parallel replica and pass
 constexpr double kLr = 1e-3;
 constexpr double kFp32Tolerance = 1e-5;
-constexpr double kFp32NcclTolerance = 5e-5;
+constexpr double kFp32CudaTolerance = 5e-5;
 constexpr double kAdamTinyEpsTolerance = 1e-3;
 constexpr double kTpWeightTolerance = 5e-5;
 constexpr double kBf16LossTolerance = 5e-3;
@@ -314,8 +315,8 @@ void check(const Row& row) {
     weight_error = std::max(weight_error, e);
     const double tolerance = row.eps < 1e-3       ? kAdamTinyEpsTolerance
                              : row.layout.tp > 1  ? kTpWeightTolerance
-                             : group->backend() == dist::Backend::kNccl ? kFp32NcclTolerance
-                                                                         : kFp32Tolerance;
+                             : device().is_cuda() ? kFp32CudaTolerance
+                                                  : kFp32Tolerance;
     EXPECT_LE(e, tolerance) << name;
   }
   if (world()->rank() == 0) {
