@@ -156,6 +156,16 @@ const nlohmann::json* ObjectReader::find(const std::string& key) {
   return it == value_->end() ? nullptr : &*it;
 }
 
+void ObjectReader::fail_missing(const std::string& key, const std::string& what) const {
+  for (const auto& item : value_->items()) {
+    if (std::find(known_.begin(), known_.end(), item.key()) != known_.end()) continue;
+    if (closest_match(item.key(), std::vector<std::string>{key})) {
+      fail(item.key(), fmt::format("unknown field (did you mean '{}'?)", key));
+    }
+  }
+  fail(key, what);
+}
+
 void ObjectReader::fail(const std::string& key, const std::string& what) const {
   auto path = path_;
   if (!key.empty()) path.push_back({key});
@@ -166,7 +176,7 @@ double ObjectReader::number(const std::string& key, std::optional<double> fallba
   const auto* v = find(key);
   if (!v) {
     if (fallback) return *fallback;
-    fail(key, allow_zero ? "missing: a number >= 0 is required" : "missing: a number > 0 is required");
+    fail_missing(key, allow_zero ? "missing: a number >= 0 is required" : "missing: a number > 0 is required");
   }
   if (!v->is_number()) fail(key, fmt::format("expected a number, got {} ({})", v->dump(), v->type_name()));
   const double x = v->get<double>();
@@ -186,7 +196,7 @@ int64_t ObjectReader::integer(const std::string& key, std::optional<int64_t> fal
   const auto* v = find(key);
   if (!v) {
     if (fallback) return *fallback;
-    fail(key, fmt::format("missing: a whole number >= {} is required", minimum));
+    fail_missing(key, fmt::format("missing: a whole number >= {} is required", minimum));
   }
   if (!v->is_number_integer()) fail(key, fmt::format("expected a whole number, got {} ({})", v->dump(), v->type_name()));
   const auto x = v->get<int64_t>();
@@ -198,7 +208,7 @@ std::string ObjectReader::text(const std::string& key, std::optional<std::string
   const auto* v = find(key);
   if (!v) {
     if (fallback) return *fallback;
-    fail(key, "missing: a string is required");
+    fail_missing(key, "missing: a string is required");
   }
   if (!v->is_string()) fail(key, fmt::format("expected a string, got {} ({})", v->dump(), v->type_name()));
   return v->get<std::string>();
@@ -208,7 +218,7 @@ bool ObjectReader::boolean(const std::string& key, std::optional<bool> fallback)
   const auto* v = find(key);
   if (!v) {
     if (fallback) return *fallback;
-    fail(key, "missing: true or false is required");
+    fail_missing(key, "missing: true or false is required");
   }
   if (!v->is_boolean()) fail(key, fmt::format("expected true or false, got {} ({})", v->dump(), v->type_name()));
   return v->get<bool>();
@@ -217,7 +227,7 @@ bool ObjectReader::boolean(const std::string& key, std::optional<bool> fallback)
 std::optional<ObjectReader> ObjectReader::object(const std::string& key, bool required) {
   const auto* v = find(key);
   if (!v) {
-    if (required) fail(key, "missing: an object {...} is required");
+    if (required) fail_missing(key, "missing: an object {...} is required");
     return std::nullopt;
   }
   auto path = path_;
@@ -229,7 +239,7 @@ std::vector<ObjectReader> ObjectReader::objects(const std::string& key, bool req
   const auto* v = find(key);
   std::vector<ObjectReader> out;
   if (!v) {
-    if (required) fail(key, "missing: an array [...] of objects is required");
+    if (required) fail_missing(key, "missing: an array [...] of objects is required");
     return out;
   }
   if (!v->is_array()) fail(key, fmt::format("expected an array [...], got {}", v->type_name()));

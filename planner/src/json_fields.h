@@ -66,6 +66,9 @@ class ObjectReader {
   void finish() const;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+  // A required `key` that is absent: a field of the object spelt close to it is named first
+  // (the usual cause), else `what`.
+  [[noreturn]] void fail_missing(const std::string& key, const std::string& what) const;
   const std::vector<PathStep>& path() const { return path_; }
   const nlohmann::json& value() const { return *value_; }
 
