@@ -892,8 +892,8 @@ TEST_F(TrainVitConfig, AnotherPluginLeavesTheFilesParallelSectionOutAndSaysSo) {
   const Result other = run(tiny_override({"--config", file, "--plugin", "torch_ddp"}));
   ASSERT_EQ(other.exit_code, 0) << other.out << other.err;
   EXPECT_NE(other.out.find("note: --plugin torch_ddp replaces the plugin of --config " + file +
-                           " (hybrid_parallel): its options for hybrid_parallel are left out (parallel.pp, "
-                           "parallel.microbatches, plugin_options.bucket_cap_mb)"),
+                           " (hybrid_parallel): its options for hybrid_parallel are left out (parallel.microbatches, "
+                           "parallel.pp, plugin_options.bucket_cap_mb)"),
             std::string::npos)
       << other.out;
   EXPECT_NE(other.out.find("train_vit: plugin torch_ddp"), std::string::npos) << other.out;
