@@ -26,13 +26,16 @@
 //                          parallelism, 5.1e-6 at tp 4, 6.7e-6 at pp 2 x tp 2 interleaved, 7.2e-6
 //                          at dp 2 x tp 2 with ZeRO, and the most, 2.2e-5, at dp 2 x pp 2 x tp 2
 //                          with ZeRO-1 (8 ranks): the bound is 2.3x that.
-//   fp32, AdamW eps 1e-8   kAdamTinyEpsTolerance = 1e-3 on weights (losses 1e-5). Adam divides
+//   fp32, AdamW eps 1e-8   kAdamTinyEpsTolerance = 1e-2 on weights (losses 1e-5). Adam divides
 //                          each gradient by its running RMS, so an element whose gradient is at
-//                          rounding-noise size gets an update of up to lr of arbitrary sign: with
-//                          lr 1e-3, one such element moves a tensor by up to 1e-3 of its largest
-//                          weight. A pipeline alone (dp = 1) computes the reference's sums in the
-//                          reference's order: measured bit-exact (0 error). pp=2 × dp=2 with
-//                          ZeRO-1, whose data-parallel average sums in another order: 6.6e-4.
+//                          rounding-noise size (the attention's key bias, zero in exact arithmetic)
+//                          gets an update of up to lr of arbitrary sign each step: over kSteps = 5
+//                          steps at lr 1e-3 two runs can move such an element up to 2 x 5 x 1e-3 =
+//                          1e-2 apart, the bound, relative to weights of order 1. A pipeline alone
+//                          (dp = 1) computes the reference's sums in the reference's order:
+//                          measured bit-exact (0 error). pp=2 x dp=2 with ZeRO-1, whose
+//                          data-parallel average sums in another order: 6.6e-4 on CPU ranks, 2.6e-3
+//                          with 4 ranks on one H200 (blocks.3.attn.qkv.bias, 2026-11-26).
 //   bf16                   losses kBf16LossTolerance = 5e-3; weights by the relative L2 error of
 //                          each tensor's update, kBf16UpdateTolerance = 0.15 (bf16 keeps 8
 //                          significant bits; elements with gradients at rounding-noise size get
@@ -75,7 +78,7 @@ constexpr int64_t kPerReplicaBatch = 8;  // samples per data-parallel replica an
 constexpr double kLr = 1e-3;
 constexpr double kFp32Tolerance = 1e-5;
 constexpr double kFp32CudaTolerance = 5e-5;
-constexpr double kAdamTinyEpsTolerance = 1e-3;
+constexpr double kAdamTinyEpsTolerance = 1e-2;
 constexpr double kTpWeightTolerance = 5e-5;
 constexpr double kBf16LossTolerance = 5e-3;
 constexpr double kBf16UpdateTolerance = 0.15;
