@@ -298,7 +298,8 @@ TEST_F(DistJob, WithoutColoRunTheSurvivorNamesTheRankThatDied) {
   EXPECT_EQ(rank0.wait(), 1) << rank0.err();
   const std::string err = rank0.err();
   EXPECT_NE(err.find("all_reduce on group world (gloo, global ranks 0,1) failed"), std::string::npos) << err;
-  EXPECT_NE(err.find("(rank 1 (global 1))"), std::string::npos) << "the address names the rank: " << err;
+  // (The address Gloo gives is rank 1's published one only where rank 0 made the connection; the
+  // rank is named either way.)
   EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
 }
 
@@ -315,10 +316,17 @@ TEST_P(DistJobLostPeer, ColoRunNamesTheRankThatFailedFirstNotTheOneThatLostIt) {
   EXPECT_EQ(job.wait(90), 3) << job.err();
   const std::string err = job.err();
   EXPECT_NE(err.find("[rank 1] rank 1: error: cannot write the checkpoint (simulated)"), std::string::npos) << err;
-  EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
+  // With two ranks the survivor's only peer is rank 1. With more, a survivor can lose another
+  // survivor that exited first (a chain colo-run follows), or see its lost connection at an
+  // address no member published (its note then says "a peer"): colo-run still names rank 1.
+  if (ranks == 2) {
+    EXPECT_NE(err.find("the connection to rank 1 (global 1) went away"), std::string::npos) << err;
+    EXPECT_NE(last_line(err).find(" exited before it, having lost its connection to rank 1)"), std::string::npos)
+        << err;
+  }
   EXPECT_EQ(last_line(err).rfind("colo-run: rank 1 (pid ", 0), 0u) << err;
   EXPECT_NE(last_line(err).find("exited with code 3 (rank "), std::string::npos) << err;
-  EXPECT_NE(last_line(err).find(" exited before it, having lost its connection to rank 1)"), std::string::npos) << err;
+  EXPECT_NE(last_line(err).find(" exited before it, having lost its connection to "), std::string::npos) << err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DistJobLostPeer, ::testing::Values(2, 4, 8));

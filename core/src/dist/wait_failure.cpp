@@ -16,6 +16,12 @@ namespace {
 // Gloo's message for a timed-out transfer ("Timed out waiting 1500ms for recv operation ...").
 bool says_timed_out(const std::string& what) { return what.find("imed out") != std::string::npos; }
 
+// Gloo's messages for a peer's socket that closed or was reset.
+bool says_connection_lost(const std::string& what) {
+  return what.find("Connection closed by peer") != std::string::npos ||
+         what.find("Connection reset by peer") != std::string::npos;
+}
+
 // How long reading the members' progress may add to a failure: the store answers in
 // milliseconds unless its server (global rank 0) is the process that is stuck.
 constexpr std::chrono::milliseconds kProgressReadLimit{std::chrono::seconds(5)};
@@ -48,7 +54,17 @@ std::string explain_failed_wait(const FailedWait& f, CollectiveProgress& progres
   }
   std::optional<int> lost;
   const std::string what = peers.name_members(f.what, f.global_ranks, &lost);
+  // Gloo names the socket's peer, which is the member's published address only where this rank
+  // made the connection; where the member connected to this rank it is that member's ephemeral
+  // port. In a group of two the lost connection can only be to the other member.
+  if (!lost && f.global_ranks.size() == 2 && says_connection_lost(f.what)) {
+    lost = f.global_ranks[0] == f.global_rank ? 1 : 0;
+  }
   if (!lost) {
+    // A connection that went away at an address no member published (see above): the note says a
+    // peer was lost, not which, so that colo-run still waits for the rank that failed first
+    // rather than naming this one.
+    if (!f.run_reports.empty() && says_connection_lost(f.what)) leave_lost_peer_note(f.run_reports, f.global_rank, -1);
     return fmt::format("{} on group {} failed: {} (a peer may have died or be stuck; its own log says why)", f.op,
                        f.group, what);
   }

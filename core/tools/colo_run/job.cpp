@@ -299,12 +299,20 @@ class Job {
   void on_rank_exit(Rank& rank, int status) {
     rank.reaped = true;
     if (cause_) return;  // ranks exiting after the first cause are its aftermath
-    const bool awaited = traced_ && traced_->awaited_rank == rank.global_rank;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      if (awaited) settle_traced();  // the peer it lost was fine: the rank that failed is the cause
+      // The peer the traced rank lost was fine: the rank that failed is the cause.
+      if (traced_ && traced_->first_lost == rank.global_rank) settle_traced();
       return;
     }
-    if (traced_ && !awaited) return;  // a failure beside the one being traced: its aftermath
+    // A rank that failed because a connection went away (it left a note naming the peer, or
+    // saying it could not tell) is not the cause while another rank may still fail on its own,
+    // only faster to exit: the first such failure is traced, later ones are its aftermath, and
+    // the first failure without such a note, within kLostPeerSettle, is named the cause.
+    const std::optional<int> lost = lost_peer_of(config_.run_reports, rank.global_rank);
+    if (traced_ && lost) {
+      if (!another_running(rank.global_rank)) settle_traced();
+      return;
+    }
     // The rank's last words (often the reason it failed) go out before colo-run's report.
     // Bounded: a surviving grandchild may keep writing.
     for (OutputStream* stream : {&rank.out, &rank.err}) {
@@ -327,23 +335,27 @@ class Job {
     }
     Cause cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
                 config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
-    std::optional<std::pair<int, int>> first;  // the rank that exited first, and the peer it lost
     if (traced_) {
-      first = traced_->first;
-      cause.message += fmt::format(" (rank {} exited before it, having lost its connection to rank {})",
-                                   first->first, first->second);
+      const std::string to =
+          traced_->first_lost == kUnknownPeer ? "a peer" : fmt::format("rank {}", traced_->first_lost);
+      cause.message += fmt::format(" (rank {} exited before it, having lost its connection to {})",
+                                   traced_->first_rank, to);
       traced_.reset();
+      commit(std::move(cause));
+      return;
     }
-    // A rank that failed because a peer went away (it left a note saying which) is not the cause
-    // when that peer is failing too, only faster to exit: the peer's own exit is awaited, for a
-    // while, and the peer is named if it fails.
-    const std::optional<int> lost = lost_peer_of(config_.run_reports, rank.global_rank);
-    if (lost && running(*lost)) {
-      traced_ = Traced{cause, *lost, first.value_or(std::make_pair(rank.global_rank, *lost)),
-                       Clock::now() + kLostPeerSettle};
+    const bool peer_may_fail = lost && (*lost == kUnknownPeer ? another_running(rank.global_rank) : running(*lost));
+    if (peer_may_fail) {
+      traced_ = Traced{cause, rank.global_rank, *lost, Clock::now() + kLostPeerSettle};
       return;
     }
     commit(std::move(cause));
+  }
+
+  bool another_running(int global_rank) const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [global_rank](const Rank& r) {
+      return r.global_rank != global_rank && r.pid > 0 && !r.reaped;
+    });
   }
 
   bool running(int global_rank) const {
@@ -432,12 +444,13 @@ class Job {
   sigset_t saved_mask_{};
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Cause> cause_;
-  // A failure that may follow from another's: its rank lost its connection to `awaited_rank`,
-  // which was still running; settled when that rank exits or at `deadline`.
+  // A failure that may follow from another's: its rank lost its connection to a peer (named or
+  // not) that may still fail on its own; settled when that peer exits cleanly, when no other rank
+  // is left, or at `deadline`.
   struct Traced {
-    Cause cause;
-    int awaited_rank = -1;
-    std::pair<int, int> first;  // the first rank traced, and the peer it lost
+    Cause cause;      // the traced rank's, named if no other rank fails on its own in time
+    int first_rank;   // the rank traced
+    int first_lost;   // the peer it lost, or kUnknownPeer
     Clock::time_point deadline;
   };
   std::optional<Traced> traced_;

@@ -76,8 +76,8 @@ std::optional<int> lost_peer_of(const std::string& run_reports, int rank) {
     return std::nullopt;
   }
   std::ifstream note(path);
-  int peer = -1;
-  if (!(note >> peer) || peer < 0) return std::nullopt;
+  int peer = -2;
+  if (!(note >> peer) || peer < kUnknownPeer) return std::nullopt;
   return peer;
 }
 

@@ -77,6 +77,9 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
 // there is none, or when it is older than kLostPeerNoteLifetimeS (from a failure the program
 // caught and survived).
 inline constexpr long kLostPeerNoteLifetimeS = 30;
+// The peer a rank's recent note names, or kUnknownPeer where the rank lost a connection whose
+// peer it could not name (Gloo reported an address no member had published).
+inline constexpr int kUnknownPeer = -1;
 std::optional<int> lost_peer_of(const std::string& run_reports, int rank);
 
 // A port that was free on `addr` a moment ago (bind to port 0, read it back, close). Another
