@@ -181,10 +181,10 @@ void Booster::write_state_async(const Boosted& boosted, const TrainingProgress& 
   std::vector<std::string> every_rank_done;
   if (rank == 0) {
     for (int r = 0; r < ranks; ++r) every_rank_done.push_back(rng_file(dir, r));
-    writes->after_every_rank.push_back(
-        [marker = files::join(dir, kTrainingStateFile), text = progress_json(progress, ranks, plugin_->name()).dump(2)] {
-          checkpoint::atomic_write_file(marker, text);
-        });
+    const auto text = progress_json(progress, ranks, plugin_->name()).dump(2);
+    writes->after_every_rank.push_back([marker = files::join(dir, kTrainingStateFile), text] {
+      checkpoint::atomic_write_file(marker, text);
+    });
   }
   const std::chrono::milliseconds timeout(env::timeout_ms().value_or(env::kDefaultTimeoutMs));
   writer_->start([writes, every_rank_done, timeout, hook = options.before_background_write(),

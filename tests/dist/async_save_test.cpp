@@ -51,7 +51,9 @@ std::vector<AsyncSaveLayout> async_save_layouts() {
                                           {"low_level_zero", {{"stage", "2"}}},
                                           // Staged checkpoints: each stage writes its part, rank 0 the index.
                                           {"hybrid_parallel", {{"pp_size", "2"}, {"num_microbatches", "2"}}, 2},
-                                          {"hybrid_parallel", {{"tp_size", "2"}, {"pp_size", "2"}, {"num_microbatches", "2"}}, 4}};
+                                          {"hybrid_parallel",
+                                           {{"tp_size", "2"}, {"pp_size", "2"}, {"num_microbatches", "2"}},
+                                           4}};
   std::vector<AsyncSaveLayout> fitting;
   for (auto& layout : layouts) {
     if (world()->size() >= layout.min_world && world()->size() % layout.min_world == 0) fitting.push_back(layout);
@@ -258,7 +260,9 @@ TEST(AsyncSave, TheNextSaveWaitsForThePreviousOne) {
   EXPECT_FALSE(*first_complete) << "the writer's hold did not hold";
   run.booster->save_state(run.b, run.progress(1), second_dir, SaveOptions().async(true));
   EXPECT_TRUE(*first_complete) << "the second save began before the first was written";
-  if (world()->rank() == 0) EXPECT_TRUE(files::exists(files::join(first_dir, "training_state.json")));
+  if (world()->rank() == 0) {
+    EXPECT_TRUE(files::exists(files::join(first_dir, "training_state.json")));
+  }
   run.booster->wait_for_save();
   world()->barrier().wait();
   EXPECT_TRUE(files::exists(files::join(second_dir, "training_state.json")));

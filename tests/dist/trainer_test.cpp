@@ -405,8 +405,10 @@ TEST(Trainer, CheckpointHookSavesAsynchronouslyTheStatesASynchronousRunSaves) {
     const auto names = files::list_directory(sync_state);
     EXPECT_EQ(files::list_directory(async_state), names);
     for (const auto& name : names) {
-      std::ifstream a(files::join(async_state, name), std::ios::binary), b(files::join(sync_state, name), std::ios::binary);
-      EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(a), {}) == std::string(std::istreambuf_iterator<char>(b), {}))
+      std::ifstream got(files::join(async_state, name), std::ios::binary);
+      std::ifstream want(files::join(sync_state, name), std::ios::binary);
+      EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(got), {}) ==
+                  std::string(std::istreambuf_iterator<char>(want), {}))
           << name;
     }
   }
@@ -449,7 +451,8 @@ TEST(Trainer, AnAsynchronousSaveThatFailsEndsTheRunOnEveryRankAtTheNextStep) {
     try {
       trainer.fit(*run.boosted.dataloader, 3, nullptr, 1,
                   {std::make_shared<HoldUntilTheSaveIsWritten>(4, failing_rank),
-                   std::make_shared<CheckpointHook>(dir, CheckpointOptions().every_steps(2).at_epoch_end(false).save(save))});
+                   std::make_shared<CheckpointHook>(
+                       dir, CheckpointOptions().every_steps(2).at_epoch_end(false).save(save))});
       ADD_FAILURE() << "the run went on past a failed save";
     } catch (const std::runtime_error& e) {
       const std::string message = e.what();
