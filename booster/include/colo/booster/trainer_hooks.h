@@ -126,6 +126,12 @@ struct CheckpointOptions {
   // How the directory is opened: the state the run resumed from, whether it may replace another
   // run's states (StateDirectoryOptions).
   TORCH_ARG(StateDirectoryOptions, state_directory) = {};
+  // Before the first step, continue from the directory's latest complete state when it has one
+  // (Booster::load_state, then Trainer::continue_from_step), else start fresh: one program and
+  // command line serve the first start and every restart (colo-run --max-restarts). The state
+  // must be this program's own run's: the hook cannot tell (train_vit checks its train_vit.json).
+  // Needs the hook built with the directory's path (it opens the directory as resumed from there).
+  TORCH_ARG(bool, resume_latest) = false;
 };
 
 // Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
