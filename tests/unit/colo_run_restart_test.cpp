@@ -132,9 +132,10 @@ TEST_F(ColoRunRestart, WithoutMaxRestartsAFailedJobEndsAtOnceAndTheCountIsZero) 
   const Result r = run({"--nproc-per-node", "2", "sh", "-c", "echo \"attempt $COLO_RESTART_COUNT\"; exit 4"},
                        "COLO_RESTART_COUNT=3");
   EXPECT_EQ(r.exit_code, 4) << r.err;
-  std::vector<std::string> out = lines_of(r.out);
-  std::sort(out.begin(), out.end());
-  EXPECT_EQ(out, (std::vector<std::string>{"[rank 0] attempt 0", "[rank 1] attempt 0"}));
+  // Either rank may be stopped before it says anything, once the other failed.
+  EXPECT_NE(count_of(r.out, "] attempt 0"), 0u) << r.out;
+  EXPECT_LACKS(r.out, "attempt 1");
+  EXPECT_LACKS(r.out, "attempt 3");
   EXPECT_LACKS(r.err, "restart");
 }
 
