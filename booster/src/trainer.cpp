@@ -3,6 +3,7 @@
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/env/fault_injection.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -204,6 +205,11 @@ void Trainer::request_stop(const std::string& reason) {
   if (options_.progress()) print(fmt::format("stopping at step {}: {}", global_step_, reason));
 }
 
+void Trainer::continue_from_step(int64_t global_step) {
+  if (!in_before_fit_) throw std::logic_error("Trainer::continue_from_step: only a hook's before_fit may call it");
+  global_step_ = global_step;
+}
+
 FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoader* test_loader, int64_t test_interval,
                        std::vector<std::shared_ptr<TrainerHook>> hooks) {
   if (epochs < 1) throw std::invalid_argument(fmt::format("Trainer::fit: epochs {}: must be at least 1", epochs));
@@ -248,12 +254,15 @@ FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoade
   // belongs to training, not to the evaluation's time.
   auto device_sync = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
 
+  in_before_fit_ = true;
   for (auto& hook : hooks_) hook->before_fit(*this);
+  in_before_fit_ = false;
   for (epoch_ = loader.epoch(); epoch_ < epochs && global_step_ < stop_step_ && !stop_requested_; ++epoch_) {
     if (loader.epoch() != epoch_) loader.set_epoch(epoch_);  // keeps a resumed position
     boosted_.model->train();
     for (auto& hook : hooks_) hook->before_epoch(*this);
     while (global_step_ < stop_step_ && !stop_requested_ && !epoch_finished(loader)) {
+      env::inject_fault_at_step(rank_, global_step_);  // COLO_FAULT (tests of restarts); nothing when unset
       for (auto& hook : hooks_) hook->before_step(*this);
       const auto step_start = Clock::now();
       StepResult step = run_step(loader);

@@ -49,7 +49,24 @@ CheckpointHook::CheckpointHook(std::string dir, CheckpointOptions options)
 CheckpointHook::CheckpointHook(std::shared_ptr<StateDirectory> directory, CheckpointOptions options)
     : dir_(directory ? directory->root() : ""), options_(std::move(options)), directory_(std::move(directory)) {}
 
-void CheckpointHook::before_fit(Trainer& trainer) { open(trainer); }
+void CheckpointHook::before_fit(Trainer& trainer) {
+  std::string latest;
+  if (options_.resume_latest() && !dir_.empty() && files::lexists(files::join(dir_, "latest"))) {
+    if (directory_) {
+      throw std::invalid_argument(
+          "CheckpointHook: resume_latest needs the directory's path, not an opened StateDirectory (it opens the "
+          "directory as resumed from its latest state)");
+    }
+    latest = StateDirectory::resolve(dir_);
+    options_.state_directory().resumed_from(latest);
+  }
+  open(trainer);
+  if (latest.empty()) return;
+  const TrainingProgress progress = trainer.booster().load_state(trainer.boosted(), latest);
+  trainer.continue_from_step(progress.global_step);
+  last_saved_step_ = progress.global_step;
+  trainer.print(fmt::format("resumed from {}: step {}", latest, progress.global_step));
+}
 
 void CheckpointHook::open(Trainer& trainer) {
   if (dir_.empty() || !staging_.empty()) return;

@@ -209,7 +209,12 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // 0 opens and locks it for the run), missing weights, a missing data set or an impossible model
   // fail at once, on their own.
   std::optional<train_vit::ResumedState> resumed;
-  if (!o.resume_dir.empty()) resumed = train_vit::find_resumed_state(o.resume_dir);
+  if (o.resume_dir == train_vit::kResumeAuto) {
+    resumed = train_vit::find_own_state(o, env.world_size);
+    if (resumed) o.init.clear();  // the saved run started from it (checked); its weights replace --init's
+  } else if (!o.resume_dir.empty()) {
+    resumed = train_vit::find_resumed_state(o.resume_dir);
+  }
   std::shared_ptr<colo::StateDirectory> save_directory;
   if (!o.save_dir.empty() && env.rank == 0 && !o.dry_run) save_directory = train_vit::open_save_directory(o, resumed);
   std::optional<colo::nn::PretrainedWeights> pretrained;
@@ -351,7 +356,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // Opened before anything is printed: a file that cannot be written stops the run at once.
   std::shared_ptr<colo::MetricsLogHook> metrics;
   if (console.master() && !o.metrics_file.empty())
-    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, !o.resume_dir.empty());
+    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, resumed.has_value());
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
   console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
@@ -403,6 +408,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
     const auto saving = colo::CheckpointOptions()
+                            .every_steps(o.checkpoint_every)
                             .extra_files({{train_vit::kRunRecordFile,
                                            train_vit::run_record(o, world_size, origin).dump(2) + "\n"}})
                             .save(colo::SaveOptions().async(o.save_async));

@@ -465,6 +465,32 @@ TEST(Trainer, AnAsynchronousSaveThatFailsEndsTheRunOnEveryRankAtTheNextStep) {
   }
   world()->barrier().wait();
   EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+
+// CheckpointHook with resume_latest: the first run starts fresh (its directory holds nothing yet)
+// and stops after step 3, having saved at 2; the second, the same program, continues from step 2
+// and ends with the weights of a run that was never interrupted.
+TEST(Trainer, CheckpointHookWithResumeLatestContinuesItsRunToTheUninterruptedWeights) {
+  const auto dir = shared_directory("trainer_resume_latest");
+  const auto fit_until = [&](const std::string& into, int64_t max_steps, bool resume) {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(max_steps).progress(false));
+    const FitResult result = trainer.fit(
+        *run.boosted.dataloader, 3, nullptr, 1,
+        {std::make_shared<LRSchedulerHook>(),
+         std::make_shared<CheckpointHook>(
+             into, CheckpointOptions().every_steps(2).at_epoch_end(false).resume_latest(resume))});
+    return std::make_pair(result, named_state(run.boosted.model->full_state()));
+  };
+  const auto first = fit_until(dir, 3, true);
+  EXPECT_EQ(first.first.steps, 3);  // fresh: nothing to resume
+  const auto resumed = fit_until(dir, 5, true);
+  EXPECT_EQ(resumed.first.steps, 3) << "steps 3, 4 and 5 after the state of step 2";
+  EXPECT_EQ(resumed.first.global_step, 5);
+  const auto uninterrupted = fit_until(files::join(dir, "uninterrupted"), 5, false);
+  ASSERT_EQ(resumed.second.size(), uninterrupted.second.size());
+  for (const auto& [name, tensor] : uninterrupted.second) {
+    EXPECT_TRUE(torch::equal(resumed.second.at(name), tensor)) << name << " differs from the uninterrupted run's";
+  }
   remove_shared_directory(dir);
 }
 

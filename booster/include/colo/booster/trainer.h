@@ -116,6 +116,10 @@ class Trainer {
   // saved then resumes there). Every rank must ask at the same step: decide from values reduced
   // over the ranks (EarlyStoppingHook averages its field over them first). The first reason is kept.
   void request_stop(const std::string& reason);
+  // A hook that restored a saved state in before_fit (CheckpointHook with resume_latest) says at
+  // which global step training continues; the train loader must hold the restored position (it
+  // does when it is the boosted one). Throws std::logic_error outside before_fit.
+  void continue_from_step(int64_t global_step);
   bool stop_requested() const { return stop_requested_; }
 
  private:
@@ -140,6 +144,7 @@ class Trainer {
   double train_seconds_ = 0.0;
   Record last_evaluation_;
   bool stop_requested_ = false;
+  bool in_before_fit_ = false;
   std::string stop_reason_;
 };
 

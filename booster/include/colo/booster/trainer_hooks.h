@@ -130,6 +130,12 @@ struct CheckpointOptions {
   // Booster::save_state's options: async(true) copies the state to host memory at the step and
   // writes and publishes it in the background (SaveOptions::async).
   TORCH_ARG(SaveOptions, save) = {};
+  // Before the first step, continue from the directory's latest complete state when it has one
+  // (Booster::load_state, then Trainer::continue_from_step), else start fresh: one program and
+  // command line serve the first start and every restart (colo-run --max-restarts). The state
+  // must be this program's own run's: the hook cannot tell (train_vit checks its train_vit.json).
+  // Needs the hook built with the directory's path (it opens the directory as resumed from there).
+  TORCH_ARG(bool, resume_latest) = false;
 };
 
 // Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
