@@ -101,7 +101,7 @@ TEST_F(FineTuneLoad, ReadsShardedDirectoriesAndTheirNormalisation) {
 
 TEST_F(FineTuneLoad, AnotherArchitectureIsAShortErrorThatSaysWhatTheCheckpointHolds) {
   const auto weights = colo::nn::read_pretrained(kOracle + ".safetensors");
-  auto small = colo::nn::make_vision_transformer(colo::nn::ViTConfig::preset("small").num_classes(5));
+  auto small = colo::nn::make_vision_transformer(colo::nn::ViTConfig::preset("small").num_classes(5).in_channels(1));
   try {
     colo::nn::load_pretrained(*small, weights);
     ADD_FAILURE() << "a tiny checkpoint loaded into a small ViT";
@@ -112,7 +112,9 @@ TEST_F(FineTuneLoad, AnotherArchitectureIsAShortErrorThatSaysWhatTheCheckpointHo
     for (const char* part : {"shape mismatch (", "blocks.{0..11}.attn.qkv.weight (12 blocks): checkpoint [576, 192] vs "
                                                  "model [1152, 384]",
                              "... and", "the checkpoint holds a ViT of patch 16, width 192, depth 12",
-                             "the model is a ViT of patch 16, width 384, depth 12"}) {
+                             "the model is a ViT of patch 16, width 384, depth 12",
+                             // The file's own head and channels, not the model's head that replaced it.
+                             "224x224 images), 3 input channels, 1000 classes\n", "1 input channel, 5 classes"}) {
       EXPECT_NE(message.find(part), std::string::npos) << part << " not in:\n" << message;
     }
   }
