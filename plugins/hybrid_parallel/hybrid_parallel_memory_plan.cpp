@@ -33,7 +33,8 @@ std::string rank_list(const std::vector<int>& ranks) {
   }
   auto run_text = [](const std::pair<int, int>& run) {
     if (run.first == run.second) return std::to_string(run.first);
-    return fmt::format(run.second == run.first + 1 ? "{},{}" : "{}-{}", run.first, run.second);
+    if (run.second == run.first + 1) return fmt::format("{},{}", run.first, run.second);
+    return fmt::format("{}-{}", run.first, run.second);
   };
   std::string text;
   const bool elided = runs.size() > 6;

@@ -287,8 +287,8 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   const int m = microbatches_for(options_, batch, forward_only);
   // Training microbatches are equal (the batch divides); forward-only ones differ by one at most.
   const auto compute_inputs = pipelined->policy().cast_to_compute(inputs);
-  const auto micro_inputs = compute_inputs.tensor_split(m);
-  const auto micro_targets = targets.defined() ? targets.tensor_split(m) : std::vector<torch::Tensor>{};
+  const auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
+  const auto micro_targets = targets.defined() ? targets.tensor_split(static_cast<int64_t>(m)) : std::vector<torch::Tensor>{};
   const int count = static_cast<int>(micro_inputs.size());
 
   pipeline::ScheduleRunner* runner = nullptr;

@@ -210,7 +210,9 @@ std::vector<int64_t> forward_only_microbatches(const PluginOptions& options, int
   const auto images = torch::randn({batch, 3, 16, 16}).to(device());
   const auto result = booster.execute_pipeline(images, torch::Tensor(), *b.model, b.criterion, *b.optimizer,
                                                PipelineOptions().forward_only(true).return_outputs(true).return_loss(false));
-  if (result.outputs.defined()) EXPECT_EQ(result.outputs.size(0), batch);
+  if (result.outputs.defined()) {
+    EXPECT_EQ(result.outputs.size(0), batch);
+  }
   return *sizes;
 }
 
@@ -221,7 +223,9 @@ TEST(TrainerEvaluation, ForwardOnlyPassesRunMicrobatchesOfTheirOwnSize) {
   using Sizes = std::vector<int64_t>;
   auto expect = [&](const PluginOptions& options, int64_t batch, const Sizes& want) {
     const Sizes got = forward_only_microbatches(options, batch, group);
-    if (first_stage) EXPECT_EQ(got, want) << "batch " << batch << ", " << options.size() << " options";
+    if (first_stage) {
+      EXPECT_EQ(got, want) << "batch " << batch << ", " << options.size() << " options";
+    }
   };
   const PluginOptions one_at_a_time{{"pp_size", "2"}, {"microbatch_size", "1"}};
   // Trained one image at a time, evaluated in 2 x pp_size microbatches (of 2), not in 8 of one.

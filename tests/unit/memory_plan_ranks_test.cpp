@@ -15,7 +15,7 @@ namespace {
 std::vector<std::string> planned_ranks(const colo::PluginOptions& options, int world) {
   colo::MemoryPlanInputs inputs;
   inputs.model = colo::nn::summarize_vision_transformer(
-      colo::nn::ViTConfig().image_size(16).patch_size(8).embed_dim(16).depth(6).num_heads(4).num_classes(10));
+      colo::nn::ViTConfig().image_size(16).patch_size(8).embed_dim(16).depth(6).num_heads(8).num_classes(10));
   inputs.world_size(world).global_batch_size(world * 4).device_is_gpu(false);
   std::vector<std::string> ranks;
   for (const auto& rank : colo::Booster::plan_memory("hybrid_parallel", options, inputs).ranks) ranks.push_back(rank.ranks);

@@ -120,4 +120,26 @@ TEST_F(FineTuneLoad, AnotherArchitectureIsAShortErrorThatSaysWhatTheCheckpointHo
   }
 }
 
+// A checkpoint whose head the model replaces (same width, other classes) and whose position
+// embeddings it resamples, failing on another patch size and channel count: the error describes
+// the file as it is (1000 classes, 197 tokens, 3 channels), where it described the replaced head's
+// classes and the resampled grid.
+TEST_F(FineTuneLoad, AMismatchDescribesTheFilesOwnHeadTokensAndChannels) {
+  const auto weights = colo::nn::read_pretrained(kOracle + ".safetensors");
+  auto model = colo::nn::make_vision_transformer(
+      colo::nn::ViTConfig::preset("tiny").patch_size(8).num_classes(5).in_channels(1));
+  try {
+    colo::nn::load_pretrained(*model, weights);
+    ADD_FAILURE() << "a patch-16 RGB checkpoint loaded into a patch-8 grayscale ViT";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    for (const char* part : {"the checkpoint holds a ViT of patch 16, width 192, depth 12, MLP 768, 197 tokens (14x14 "
+                             "patches: 224x224 images), 3 input channels, 1000 classes\n",
+                             "the model is a ViT of patch 8, width 192, depth 12, MLP 768, 785 tokens (28x28 patches: "
+                             "224x224 images), 1 input channel, 5 classes"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << " not in:\n" << message;
+    }
+  }
+}
+
 }  // namespace
