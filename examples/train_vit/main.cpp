@@ -428,8 +428,10 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (metrics) hooks.push_back(metrics);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
-    const auto saving = colo::CheckpointOptions().extra_files(
-        {{train_vit::kRunRecordFile, train_vit::run_record(o, world_size, origin).dump(2) + "\n"}});
+    const auto saving = colo::CheckpointOptions()
+                            .extra_files({{train_vit::kRunRecordFile,
+                                           train_vit::run_record(o, world_size, origin).dump(2) + "\n"}})
+                            .save(colo::SaveOptions().async(o.save_async));
     // Rank 0 holds the directory it opened at start-up; the other ranks write into its staging.
     hooks.push_back(save_directory ? std::make_shared<colo::CheckpointHook>(save_directory, saving)
                                    : std::make_shared<colo::CheckpointHook>(o.save_dir, saving));

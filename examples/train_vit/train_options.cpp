@@ -187,6 +187,11 @@ po::options_description make_description(TrainOptions& o) {
       ("overwrite", po::bool_switch(&o.overwrite),
        "with --save: DIR may hold the states of another run that has ended; they are removed once this run has "
        "saved its first own state (a run that fails before leaves them), never while that run is still saving")
+      ("save-async", po::bool_switch(&o.save_async),
+       "with --save: copy the state to host memory at the step (pinned memory on GPUs) and write it in the "
+       "background while training goes on; the next save waits for it, a failed write stops the run at the next "
+       "step, and DIR/latest moves only once every rank's files are in. Costs host memory for one copy of the "
+       "state (--dry-run shows it)")
       ("resume", po::value(&o.resume_dir)->value_name("DIR"),
        "continue exactly from a state saved with --save (DIR, DIR/latest or one of its step-* directories); "
        "use the same data set, batch size and number of ranks; the weights (and an image folder's normalisation) "
@@ -351,6 +356,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   if (vm.count("resume") && o.resume_dir.empty()) problems.emplace_back("--resume: the directory name is empty");
   if (vm.count("metrics") && o.metrics_file.empty()) problems.emplace_back("--metrics: the file name is empty");
   if (o.overwrite && o.save_dir.empty()) problems.emplace_back("--overwrite says what --save may replace: give --save DIR");
+  if (o.save_async && o.save_dir.empty()) problems.emplace_back("--save-async says how --save writes: give --save DIR");
   if (!o.init.empty() && !o.resume_dir.empty()) {
     problems.push_back(fmt::format(
         "--init {} with --resume {}: a resumed run takes its weights from the saved state (and an image folder's "

@@ -73,6 +73,9 @@ struct TrainOptions {
   // --save into a directory that holds another (ended) run's states: they are removed once this
   // run has published its own first state (not before: a run that fails first leaves them).
   bool overwrite = false;
+  // --save in the background (colo::SaveOptions::async): the state is copied to host memory at the
+  // step and written while training goes on.
+  bool save_async = false;
   std::string resume_dir;
   std::string metrics_file;
   int64_t log_every = 50;

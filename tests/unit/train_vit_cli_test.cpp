@@ -385,6 +385,41 @@ TEST_F(TrainVitCli, ResumeContinuesExactly) {
   EXPECT_EQ(last_line(second.out), last_line(whole.out));
 }
 
+// --save-async: the states it publishes resume as --save's do (the final weights of a run stopped
+// at --max-steps and resumed, both saving in the background, are an uninterrupted synchronous
+// run's, byte for byte); without --save it is refused; --dry-run plans its host copy.
+TEST_F(TrainVitCli, SaveAsyncResumesExactlyLikeSave) {
+  const std::vector<std::string> job = {"--epochs", "2", "--drop-path", "0.2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tiny(args);
+  };
+  const Result whole = run(with({"--save", files::join(dir_, "whole_state")}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const Result first = run(with({"--max-steps", "4", "--save", files::join(dir_, "state"), "--save-async"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("in the background"), std::string::npos) << first.out;
+  EXPECT_NE(files::canonical_or_absolute(files::join(dir_, "state", "latest")).find("step-00000004"), std::string::npos);
+  const Result second =
+      run(with({"--resume", files::join(dir_, "state"), "--save", files::join(dir_, "state"), "--save-async"}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "lr_scheduler.json", "training_state.json"}) {
+    const auto want = read_file(files::join(dir_, "whole_state", "latest", file));
+    EXPECT_FALSE(want.empty()) << file;
+    EXPECT_TRUE(want == read_file(files::join(dir_, "state", "latest", file))) << file << " differs";
+  }
+  EXPECT_EQ(last_line(second.out), last_line(whole.out));
+
+  const Result alone = run(tiny({"--save-async"}));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--save-async says how --save writes: give --save DIR"), std::string::npos) << alone.err;
+  const Result plan = run(tiny({"--dry-run", "--save", files::join(dir_, "planned"), "--save-async"}));
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("asynchronous save's host copy"), std::string::npos) << plan.out;
+  EXPECT_EQ(run(tiny({"--dry-run"})).out.find("asynchronous save's host copy"), std::string::npos);
+}
+
 TEST_F(TrainVitCli, ResumeWithOtherDataSettingsIsRejected) {
   ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
   const Result r = run(tiny({"--resume", files::join(dir_, "state"), "--grad-accum", "2"}));
