@@ -27,6 +27,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   # The Trainer and its hooks, with the helpers only they use.
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_record.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/progress_line.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_metric_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_action_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cpp

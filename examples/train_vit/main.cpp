@@ -126,6 +126,27 @@ Datasets load_datasets(const TrainOptions& o, const std::optional<colo::data::No
           std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples / 5, shape, 10, o.seed + 1)};
 }
 
+// What --dry-run takes from the data set: its image shape and class count. The built-in sets' are
+// known without their files (a plan needs no download); an image folder's classes are its
+// sub-directories, read where the folder is there (a missing one is assumed, and said).
+struct DataShape {
+  colo::data::ImageShape image;
+  int64_t classes = 0;
+};
+
+DataShape dry_run_data_shape(TrainOptions& o, const std::optional<colo::data::Normalization>& normalization) {
+  if (o.dataset == "fashion-mnist") return {{1, 28, 28}, 10};
+  if (o.dataset == "cifar10") return {{3, 32, 32}, 10};
+  if (o.dataset == "imagefolder" && !colo::files::is_directory(colo::files::join(o.data_dir, "train"))) {
+    const int64_t size = o.image_size.value_or(224);
+    o.notes.push_back(fmt::format("note: {} is not there: the plan assumes {}x{} RGB images of 1000 classes",
+                                  colo::files::join(o.data_dir, "train"), size, size));
+    return {{3, size, size}, 1000};
+  }
+  const Datasets data = load_datasets(o, normalization);
+  return {data.train->image_shape(), data.train->num_classes()};
+}
+
 // After each epoch's evaluation: how many unreadable images an image folder replaced so far
 // (--skip-unreadable), before the state is saved. A hook of train_vit's own.
 class UnreadableImagesNote : public colo::TrainerHook {
@@ -230,13 +251,18 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
     resume_notes.insert(resume_notes.end(), changes.begin(), changes.end());
   }
   const auto& normalization = origin.normalization;
+  if (o.dry_run) {
+    const DataShape shape = dry_run_data_shape(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
+    colo::nn::ViTConfig config = train_vit::make_vit_config(o, shape.image, shape.classes);
+    if (!o.layout.empty()) train_vit::apply_planned_layout(o, config, env);
+    return train_vit::print_memory_plan(o, config, env);
+  }
   const Datasets data = load_datasets(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
   colo::nn::ViTConfig config = train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
   // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
   if (pretrained && pretrained->hugging_face) config.norm_eps(1e-12);
   const int64_t workers = loader_workers(o, env);
   if (!o.layout.empty()) train_vit::apply_planned_layout(o, config, env);
-  if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;
   try {

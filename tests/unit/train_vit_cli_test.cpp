@@ -962,3 +962,24 @@ TEST_F(TrainVitConfig, AKeyGivenTwiceIsRefusedNamingItAndWhere) {
                             "--dataset", "synthetic", "--synthetic-samples", "10", "--dry-run"});
   EXPECT_EQ(apart.exit_code, 0) << apart.out << apart.err;
 }
+
+namespace {
+
+// --dry-run plans from shapes and reads no data set: the built-in sets' shapes are known without
+// their files, and a missing image folder is assumed (and said). It failed on the data directory.
+TEST_F(TrainVitCli, DryRunReadsNoDataSet) {
+  const std::string missing = files::join(dir_, "no_such_data");
+  for (const char* dataset : {"fashion-mnist", "cifar10", "imagefolder"}) {
+    const Result r = run({"--dataset", dataset, "--data-dir", missing, "--model", "mini", "--image-size", "32",
+                          "--dry-run", "--world-size", "2"});
+    EXPECT_EQ(r.exit_code, 0) << dataset << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("memory plan: torch_ddp"), std::string::npos) << dataset << "\n" << r.out;
+  }
+  const Result folder = run({"--dataset", "imagefolder", "--data-dir", missing, "--model", "mini", "--image-size",
+                             "32", "--dry-run"});
+  EXPECT_NE(folder.out.find("no_such_data/train is not there: the plan assumes 32x32 RGB images of 1000 classes"),
+            std::string::npos)
+      << folder.out;
+}
+
+}  // namespace
