@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits.h>
 
-#include "tensorboard/event.pb.h"
+#include "tensorboard_event.pb.h"
 #include "tfrecord.h"
 
 namespace colo::detail {
