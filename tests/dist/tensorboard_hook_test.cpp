@@ -217,7 +217,9 @@ TEST(TensorBoardHook, ADirectoryThatCannotBeUsedIsRefusedNamingIt) {
     }
   }
   // Rank 0 alone writes by default: the other ranks do not look at the directory at all.
-  if (world()->rank() != 0) EXPECT_NO_THROW(TensorBoardHook(file, TensorBoardOptions().rank(world()->rank())));
+  if (world()->rank() != 0) {
+    EXPECT_NO_THROW(TensorBoardHook(file, TensorBoardOptions().rank(world()->rank())));
+  }
   std::ifstream in(file);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not a directory");
   remove_shared_directory(dir);
