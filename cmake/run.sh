@@ -15,10 +15,12 @@ sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian packages for the CPU build (LibTorch 1.13 with Gloo, OpenBLAS: without it LibTorch
 # uses the reference BLAS, ~30x slower), the dataset, and the build tools; libjpeg-turbo and
-# libpng decode ImageFolder's images, PLplot (with its cairo PNG driver) draws colo-plot's charts.
+# libpng decode ImageFolder's images, PLplot (with its cairo PNG driver) draws colo-plot's charts,
+# protobuf (library and compiler) writes TensorBoardHook's event files.
 apt_packages=(build-essential cmake ninja-build pkg-config libtorch-dev libgloo-dev libopenblas0-pthread
   libboost-dev libboost-program-options-dev libfmt-dev nlohmann-json3-dev zlib1g-dev libgtest-dev
-  libbenchmark-dev dataset-fashion-mnist python3 libjpeg62-turbo-dev libpng-dev libplplot-dev plplot-driver-cairo)
+  libbenchmark-dev dataset-fashion-mnist python3 libjpeg62-turbo-dev libpng-dev libplplot-dev plplot-driver-cairo
+  libprotobuf-dev protobuf-compiler)
 
 install_apt() {
   local missing=()
@@ -32,11 +34,12 @@ install_apt() {
   fi
 }
 
-# Test oracles only (colo never imports Python): PyTorch, timm, Hugging Face transformers and
-# safetensors from PyPI, at pinned versions: a new release could change a reference (timm's init
-# or resampling, transformers' ViT) under an unchanged test. Raise a pin on purpose, with the
-# tests. The same torch wheel's libtorch is what the CI-only CUDA compile check builds against.
-oracle_pins=(torch==2.15.0 timm==1.0.31 safetensors==0.8.0 transformers==5.24.0)
+# Test oracles only (colo never imports Python): PyTorch, timm, Hugging Face transformers,
+# safetensors and TensorBoard (which reads TensorBoardHook's files back) from PyPI, at pinned
+# versions: a new release could change a reference (timm's init or resampling, transformers' ViT)
+# under an unchanged test. Raise a pin on purpose, with the tests. The same torch wheel's libtorch
+# is what the CI-only CUDA compile check builds against.
+oracle_pins=(torch==2.15.0 timm==1.0.31 safetensors==0.8.0 transformers==5.24.0 tensorboard==2.21.0)
 install_oracles() {
   if ! python3 -c 'import importlib.metadata as m, sys
 sys.exit(any(m.version(n) != v for n, v in (pin.split("==") for pin in sys.argv[1:])))' "${oracle_pins[@]}" 2>/dev/null; then

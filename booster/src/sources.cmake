@@ -31,6 +31,8 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/trainer_metric_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_action_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensorboard_hook.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensorboard/tfrecord.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nonfinite_loss_guard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/over_ranks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/throughput_window.cpp

@@ -5,6 +5,7 @@
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/booster/state_directory.h>
+#include <colo/booster/tensorboard_hook.h>
 #include <colo/booster/trainer.h>
 #include <colo/booster/trainer_hooks.h>
 #include <colo/checkpoint/atomic_file.h>
@@ -383,6 +384,15 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   std::shared_ptr<colo::MetricsLogHook> metrics;
   if (console.master() && !o.metrics_file.empty())
     metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, resumed.has_value());
+  std::shared_ptr<colo::TensorBoardHook> tensorboard;
+  if (!o.tensorboard_dir.empty()) {
+    try {
+      tensorboard = std::make_shared<colo::TensorBoardHook>(
+          o.tensorboard_dir, colo::TensorBoardOptions().rank(env.rank).every_rank(o.tensorboard_all_ranks));
+    } catch (const colo::TensorBoardError& e) {
+      throw std::runtime_error(fmt::format("--tensorboard (rank {}): {}", env.rank, e.what()));
+    }
+  }
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
   console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
@@ -423,6 +433,11 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
                 stop_step < total_steps ? fmt::format(" (stopping at {})", stop_step) : "", o.optimizer, o.lr,
                 warmup_steps);
   for (const auto& note : o.notes) console.print("{}", note);
+  if (tensorboard) {
+    console.print("tensorboard: {}", o.tensorboard_all_ranks
+                                         ? fmt::format("every rank writes its own run, {}/rank<R>", o.tensorboard_dir)
+                                         : tensorboard->path());
+  }
   if (!resumed_from.empty()) console.print("{}", resumed_from);
   for (const auto& note : resume_notes) console.print("{}", note);
 
@@ -431,6 +446,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
       std::make_shared<colo::LRSchedulerHook>(), std::make_shared<colo::LossHook>(),
       std::make_shared<colo::AccuracyHook>(), std::make_shared<colo::ThroughputHook>()};
   if (metrics) hooks.push_back(metrics);
+  if (tensorboard) hooks.push_back(tensorboard);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
     const auto saving = colo::CheckpointOptions()

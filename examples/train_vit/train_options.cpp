@@ -204,6 +204,13 @@ po::options_description make_description(TrainOptions& o) {
       ("metrics", po::value(&o.metrics_file)->value_name("FILE"),
        "JSON lines on rank 0: one per logged step ({\"event\":\"train\",...}) and one per evaluation "
        "({\"event\":\"eval\",...}); a resumed run appends, any other truncates the file first")
+      ("tensorboard", po::value(&o.tensorboard_dir)->value_name("DIR"),
+       "TensorBoard event files in DIR (created if missing; `tensorboard --logdir DIR` shows them): every "
+       "logged step's and evaluation's numbers as scalars (train/loss, train/lr, train/images_per_s, eval/top1, "
+       "eval/loss, ...), written by rank 0; each run adds a file, a resumed one continues the curves")
+      ("tensorboard-all-ranks", po::bool_switch(&o.tensorboard_all_ranks),
+       "with --tensorboard: every rank writes its own run, DIR/rank<R>, with its own figures (the loss and "
+       "accuracy are the world's on every rank; the throughput and loader waits are the rank's)")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every)->value_name("N"),
        "optimizer steps between progress lines")
       ("eval-batch-size", po::value(&o.eval_batch_size)->default_value(o.eval_batch_size)->value_name("N"),
@@ -360,6 +367,12 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   if (vm.count("save") && o.save_dir.empty()) problems.emplace_back("--save: the directory name is empty");
   if (vm.count("resume") && o.resume_dir.empty()) problems.emplace_back("--resume: the directory name is empty");
   if (vm.count("metrics") && o.metrics_file.empty()) problems.emplace_back("--metrics: the file name is empty");
+  if (vm.count("tensorboard") && o.tensorboard_dir.empty()) {
+    problems.emplace_back("--tensorboard: the directory name is empty");
+  }
+  if (o.tensorboard_all_ranks && o.tensorboard_dir.empty()) {
+    problems.emplace_back("--tensorboard-all-ranks says which ranks write TensorBoard files: give --tensorboard DIR");
+  }
   if (o.overwrite && o.save_dir.empty()) problems.emplace_back("--overwrite says what --save may replace: give --save DIR");
   if (o.save_async && o.save_dir.empty()) problems.emplace_back("--save-async says how --save writes: give --save DIR");
   if (o.resume_dir == kResumeAuto && o.save_dir.empty()) {

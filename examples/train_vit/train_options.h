@@ -85,6 +85,10 @@ struct TrainOptions {
   // --checkpoint-every: with --save, also save every this many optimizer steps (0: epoch ends only).
   int64_t checkpoint_every = 0;
   std::string metrics_file;
+  // --tensorboard DIR: TensorBoard event files (colo::TensorBoardHook) by rank 0, or by every rank
+  // (each in DIR/rank<R>) with --tensorboard-all-ranks.
+  std::string tensorboard_dir;
+  bool tensorboard_all_ranks = false;
   int64_t log_every = 50;
   int64_t max_steps = 0;  // 0: no limit
   // Consecutive optimizer steps with a NaN or infinite loss that end the run with an error (0:
