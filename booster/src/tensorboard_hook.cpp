@@ -14,6 +14,12 @@
 
 #ifdef COLO_HAS_TENSORBOARD
 #include "tensorboard/event_file.h"
+#else
+namespace colo::detail {
+// No event files without protobuf: the constructor refuses before one would be opened. The type
+// is complete only so that the hook's unique_ptr member can be destroyed.
+class TensorBoardEventFile {};
+}  // namespace colo::detail
 #endif
 
 namespace colo {
