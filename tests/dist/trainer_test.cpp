@@ -464,6 +464,9 @@ TEST(Trainer, AnAsynchronousSaveThatFailsEndsTheRunOnEveryRankAtTheNextStep) {
     EXPECT_EQ(trainer.global_step(), 5);
   }
   world()->barrier().wait();
+  EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+  remove_shared_directory(dir);
+}
 
 // CheckpointHook with resume_latest: the first run starts fresh (its directory holds nothing yet)
 // and stops after step 3, having saved at 2; the second, the same program, continues from step 2
@@ -490,9 +493,6 @@ TEST(Trainer, CheckpointHookWithResumeLatestContinuesItsRunToTheUninterruptedWei
   for (const auto& [name, tensor] : uninterrupted.second) {
     EXPECT_TRUE(torch::equal(resumed.second.at(name), tensor)) << name << " differs from the uninterrupted run's";
   }
-  remove_shared_directory(dir);
-}
-  EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
   remove_shared_directory(dir);
 }
 
