@@ -28,7 +28,10 @@ int64_t async_save_copy_bytes(const PluginOptions& options, const MemoryPlanInpu
   const int64_t trainable = in.model.num_trainable();
   const int64_t frozen = in.model.num_parameters() - trainable;
   const int64_t working = working_bytes_per_element(options);
-  const int64_t per_trainable = working + (keeps_masters(options) ? 4 : 0) + 4 * int64_t{in.optimizer_states()};
+  // The model's full state is what a save writes: the fp32 masters where they are kept (they are
+  // the weights; the working copy is their rounding), and the optimizer's state holds them again.
+  const bool masters = keeps_masters(options);
+  const int64_t per_trainable = (masters ? 4 : working) + (masters ? 4 : 0) + 4 * int64_t{in.optimizer_states()};
   return trainable * per_trainable + frozen * working;
 }
 

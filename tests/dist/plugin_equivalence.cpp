@@ -4,6 +4,7 @@
 #include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -75,12 +76,17 @@ double global_mean(double local, dist::ProcessGroup& group) {
 double global_mean(double local) { return global_mean(local, *world()); }
 
 std::string shared_directory(const std::string& key) {
+  // Every rank calls this in the same order, so a call count makes each call's store key its own:
+  // the store keeps a key's first value, and a key used again (a test's loop) would hand the other
+  // ranks the directory of an earlier call.
+  static int calls = 0;
+  const std::string unique_key = fmt::format("{}#{}", key, calls++);
   std::string path;
   if (world()->rank() == 0) {
     path = files::make_temp_directory("colo_dist_test_");
-    world()->store_set(key, path);
+    world()->store_set(unique_key, path);
   } else {
-    path = world()->store_get(key);
+    path = world()->store_get(unique_key);
   }
   return path;
 }

@@ -74,7 +74,7 @@ double global_mean(double local, dist::ProcessGroup& group);
 double global_mean(double local);
 
 // A directory every rank knows, for checkpoints: rank 0 makes it and passes its name through the
-// store under `key` (one key per test). remove_shared_directory waits for every rank first.
+// store under `key` and a call count (a key may recur, in a loop). remove_shared_directory waits for every rank first.
 std::string shared_directory(const std::string& key);
 void remove_shared_directory(const std::string& path);
 

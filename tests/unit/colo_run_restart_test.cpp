@@ -82,11 +82,16 @@ class ColoRunRestart : public ::testing::Test {
 };
 
 // Rank 1 fails in the first `failures` attempts: with --max-restarts 2, two failures (the
-// boundary) still end well, on the third attempt; three do not (next test).
+// boundary) still end well, on the third attempt; three do not (next test). Rank 1 fails only
+// once rank 0 has spoken (a file rank 0 leaves): otherwise colo-run may stop rank 0 first.
 TEST_F(ColoRunRestart, AFailedJobStartsAgainWithItsRestartCountAStoreAndATokenOfItsOwn) {
+  const std::string spoke = path("spoke_");
   const Result r = run({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c",
                         "echo \"attempt $COLO_RESTART_COUNT $COLO_RDZV_FILE $(echo $COLO_JOB_TOKEN | cksum)\"; "
-                        "if [ $RANK = 1 ] && [ $COLO_RESTART_COUNT -lt 2 ]; then exit 3; fi"},
+                        "if [ $RANK = 0 ]; then touch " + spoke + "$COLO_RESTART_COUNT; fi; "
+                        "if [ $RANK = 1 ] && [ $COLO_RESTART_COUNT -lt 2 ]; then i=0; "
+                        "while [ ! -f " + spoke + "$COLO_RESTART_COUNT ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; "
+                        "exit 3; fi"},
                        "COLO_RESTART_COUNT=7");  // an inherited count is colo-run's to set
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::set<std::string> stores, tokens;
