@@ -14,42 +14,24 @@
 #include <string>
 #include <vector>
 
+#include "command_output.h"
+
 namespace {
+
+using command_output::read_file;
+using command_output::quote;
+using command_output::count_of;
 
 namespace files = colo::files;
 
 const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
 const std::string kProbe = COLO_BINARY_DIR "/bin/colo_job_probe";
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n" << (text)
-#define EXPECT_LACKS(text, part) \
-  EXPECT_EQ(std::string(text).find(part), std::string::npos) << "did not expect \"" << (part) << "\" in:\n" << (text)
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
-}
-
-size_t count_of(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
 }
 
 struct Result {

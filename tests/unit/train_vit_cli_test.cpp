@@ -20,8 +20,12 @@
 #include <vector>
 
 #include "damage_safetensors.h"
+#include "command_output.h"
 
 namespace {
+
+using command_output::read_file;
+using command_output::quote;
 
 namespace files = colo::files;
 
@@ -33,19 +37,6 @@ struct Result {
   std::string out;
   std::string err;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 class TrainVitCli : public ::testing::Test {
  protected:

@@ -23,29 +23,16 @@
 #include <thread>
 #include <vector>
 
+#include "command_output.h"
+
 namespace {
+
+using command_output::read_file;
+using command_output::quote;
 
 namespace files = colo::files;
 
 const std::string kTrainVit = COLO_BINARY_DIR "/bin/train_vit";
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n" << (text)
-#define EXPECT_LACKS(text, part) \
-  EXPECT_EQ(std::string(text).find(part), std::string::npos) << "did not expect \"" << (part) << "\" in:\n" << (text)
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 struct Result {
   int exit_code = -1;
