@@ -108,7 +108,9 @@ void expect_file_trains_like_style(const std::string& style, int pp, int chunks,
     EXPECT_TRUE(torch::equal(got.state.at(name), tensor)) << name;
   }
   EXPECT_EQ(got.evaluated.defined(), want.evaluated.defined());
-  if (want.evaluated.defined()) EXPECT_TRUE(torch::equal(got.evaluated, want.evaluated)) << "evaluation outputs";
+  if (want.evaluated.defined()) {
+    EXPECT_TRUE(torch::equal(got.evaluated, want.evaluated)) << "evaluation outputs";
+  }
   world()->barrier().wait();
 }
 
