@@ -2,7 +2,6 @@
 
 #include <colo/engine/zero_optimizer.h>
 #include <colo/dist/process_group.h>
-#include <colo/pipeline/schedule_generators.h>
 #include <colo/zero/bucketed_all_gather.h>
 #include <colo/zero/grad_reducer.h>
 #include <fmt/format.h>
@@ -58,8 +57,10 @@ void PipelineModel::reduce_accumulated_gradients() {
 pipeline::ScheduleRunner& PipelineModel::runner(int microbatches) {
   auto it = runners_.find(microbatches);
   if (it == runners_.end()) {
-    auto schedule = pipeline::make_schedule(
-        parts_.style, pipeline::ScheduleShape(parts_.stages.pp_size(), microbatches).chunks(parts_.stages.chunks()));
+    if (!parts_.schedule_for) {
+      throw std::logic_error("PipelineModel::runner: its Parts give no schedule_for (the training schedule)");
+    }
+    auto schedule = parts_.schedule_for(microbatches);
     it = runners_
              .emplace(microbatches, std::make_unique<pipeline::ScheduleRunner>(std::move(schedule), parts_.stages,
                                                                                parts_.pp_group, parts_.chunks))

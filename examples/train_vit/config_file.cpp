@@ -47,6 +47,7 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"microbatches", {Kind::kPluginOption, "num_microbatches"}},
         {"microbatch_size", {Kind::kPluginOption, "microbatch_size"}},
         {"schedule", {Kind::kPluginOption, "pp_style"}},
+        {"schedule_file", {Kind::kPluginOption, "pp_schedule_file"}},
         {"chunks", {Kind::kPluginOption, "num_model_chunks"}},
         {"zero_stage", {Kind::kPluginOption, "zero_stage"}},
         {"sequence_parallel", {Kind::kPluginOption, "enable_sequence_parallelism"}}}},

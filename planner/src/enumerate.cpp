@@ -1,4 +1,5 @@
 // enumerate_layouts: the search space (planner.h says what it covers).
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/planner/planner.h>
 
 #include <algorithm>
@@ -103,21 +104,30 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
               }
               for (int m : divisors(local, r.max_microbatches)) {
                 if (m < pp) continue;
-                for (auto style : {pipeline::ScheduleStyle::kGPipe, pipeline::ScheduleStyle::kOneFOneB,
-                                   pipeline::ScheduleStyle::kZeroBubble}) {
-                  if (style == pipeline::ScheduleStyle::kZeroBubble && sp) continue;  // not supported together
+                // Every registered schedule: one chunk per rank, then those that interleave
+                // chunks with each chunk count asked for, where the schedule's rules allow it.
+                const auto& schedules = pipeline::builtin_schedules();
+                for (const auto& entry : schedules.entries()) {
+                  if (entry.splits_backward && sp) continue;  // not supported together
+                  if (!schedules.shape_problems(entry.name, pipeline::ScheduleShape(pp, m)).empty()) continue;
                   Layout l = base;
                   l.microbatches = m;
-                  l.schedule = style;
+                  l.schedule = entry.name;
                   out.push_back(l);
                 }
-                for (int chunks : r.interleaved_chunks) {
-                  if (chunks < 2 || m % pp != 0 || pp * chunks > layers) continue;
-                  Layout l = base;
-                  l.microbatches = m;
-                  l.schedule = pipeline::ScheduleStyle::kInterleaved;
-                  l.chunks = chunks;
-                  out.push_back(l);
+                for (const auto& entry : schedules.entries()) {
+                  if (!entry.supports_chunks || (entry.splits_backward && sp)) continue;
+                  for (int chunks : r.interleaved_chunks) {
+                    if (chunks < 2 || pp * chunks > layers) continue;
+                    if (!schedules.shape_problems(entry.name, pipeline::ScheduleShape(pp, m).chunks(chunks)).empty()) {
+                      continue;
+                    }
+                    Layout l = base;
+                    l.microbatches = m;
+                    l.schedule = entry.name;
+                    l.chunks = chunks;
+                    out.push_back(l);
+                  }
                 }
               }
             }

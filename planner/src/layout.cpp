@@ -1,3 +1,4 @@
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/planner/layout.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,7 +29,8 @@ std::string tokens_of(const std::string& plugin) {
   if (plugin == "torch_ddp") return "dpN, accumN, ckpt";
   if (plugin == "low_level_zero") return "dpN, zero1, zero2, offload, accumN, ckpt";
   if (plugin == "gemini") return "dpN, static, auto, optim_offload, accumN, ckpt";
-  return "dpN, ppN, tpN, sp, zero0, zero1, zero2, offload, gpipe, 1f1b, interleaved, zero_bubble, mbN, chunksN, ckpt";
+  return fmt::format("dpN, ppN, tpN, sp, zero0, zero1, zero2, offload, {}, mbN, chunksN, ckpt",
+                     fmt::join(pipeline::builtin_schedules().names(), ", "));
 }
 
 }  // namespace
@@ -41,7 +43,7 @@ std::string Layout::name() const {
     text += fmt::format(" zero{}", zero_stage);
     if (cpu_offload) text += " offload";
     if (pipelined()) {
-      text += " " + pipeline::to_string(schedule);
+      text += " " + schedule;
       if (chunks > 1) text += fmt::format(" chunks{}", chunks);
       text += fmt::format(" mb{}", microbatches);
     }
@@ -73,7 +75,7 @@ PluginOptions Layout::plugin_options(const std::string& precision) const {
     if (cpu_offload) o["cpu_offload"] = "true";
     if (pipelined()) {
       o["num_microbatches"] = std::to_string(microbatches);
-      o["pp_style"] = pipeline::to_string(schedule);
+      o["pp_style"] = schedule;
       if (chunks > 1) o["num_model_chunks"] = std::to_string(chunks);
     }
   }
@@ -125,8 +127,8 @@ Layout Layout::parse(const std::string& text, int world_size) {
       l.microbatches = n;
     } else if (hybrid && numbered(t, "chunks", 1, &n)) {
       l.chunks = n;
-    } else if (hybrid && (t == "gpipe" || t == "1f1b" || t == "interleaved" || t == "zero_bubble")) {
-      l.schedule = pipeline::parse_schedule_style(t);
+    } else if (hybrid && pipeline::builtin_schedules().find(t)) {
+      l.schedule = t;
     } else {
       ok = false;
     }
@@ -158,7 +160,7 @@ Layout Layout::parse(const std::string& text, int world_size) {
 bool operator==(const Layout& a, const Layout& b) {
   auto key = [](const Layout& l) {
     return std::make_tuple(l.plugin, l.dp, l.pp, l.tp, l.sequence_parallel, l.zero_stage, l.cpu_offload,
-                           l.gemini_placement, l.optim_offload, l.microbatches, static_cast<int>(l.schedule), l.chunks,
+                           l.gemini_placement, l.optim_offload, l.microbatches, l.schedule, l.chunks,
                            l.activation_checkpointing, l.grad_accum);
   };
   return key(a) == key(b);

@@ -5,6 +5,7 @@
 // the last backward: exposed), the optimizer step and, under ZeRO, the all-gather of the updated
 // weights, which the next step waits for before its first forward (exposed too).
 #include <colo/pipeline/partition.h>
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/pipeline/simulator.h>
 #include <colo/pipeline/stage_manager.h>
 #include <colo/planner/collective_model.h>
@@ -16,17 +17,18 @@
 
 namespace colo::planner {
 
-std::shared_ptr<const StepModel::Caches::Lowered> StepModel::Caches::lowered(pipeline::ScheduleStyle style, int pp,
+std::shared_ptr<const StepModel::Caches::Lowered> StepModel::Caches::lowered(const std::string& schedule, int pp,
                                                                              int microbatches, int chunks) {
-  const auto key = std::make_tuple(static_cast<int>(style), pp, microbatches, chunks);
+  const auto key = std::make_tuple(schedule, pp, microbatches, chunks);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = lowered_.find(key);
     if (it != lowered_.end()) return it->second;
   }
-  auto schedule = pipeline::make_schedule(style, pipeline::ScheduleShape(pp, microbatches).chunks(chunks));
-  auto programs = pipeline::lower(schedule);
-  auto made = std::make_shared<const Lowered>(Lowered{std::move(schedule), std::move(programs)});
+  auto made_schedule =
+      pipeline::builtin_schedules().make(schedule, pipeline::ScheduleShape(pp, microbatches).chunks(chunks));
+  auto programs = pipeline::lower(made_schedule);
+  auto made = std::make_shared<const Lowered>(Lowered{std::move(made_schedule), std::move(programs)});
   std::lock_guard<std::mutex> lock(mutex_);
   return lowered_.emplace(key, made).first->second;
 }

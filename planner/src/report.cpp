@@ -67,7 +67,7 @@ std::string train_vit_config(const Prediction& p, const PlanRequest& r) {
     if (l.sequence_parallel) parallel["sequence_parallel"] = true;
     if (l.pipelined()) {
       parallel["microbatches"] = l.microbatches;
-      parallel["schedule"] = pipeline::to_string(l.schedule);
+      parallel["schedule"] = l.schedule;
       if (l.chunks > 1) parallel["chunks"] = l.chunks;
     }
     j["parallel"] = parallel;

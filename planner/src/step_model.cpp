@@ -2,6 +2,7 @@
 // pipeline_step.cpp), memory through Booster::plan_memory.
 #include <colo/booster/booster.h>
 #include <colo/nn/model_summary.h>
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/planner/collective_model.h>
 #include <colo/planner/step_model.h>
 #include <fmt/format.h>
@@ -67,7 +68,7 @@ std::string StepModel::structural_problem(const Layout& l) const {
     }
     pipeline::ScheduleShape shape(l.pp, l.microbatches);
     shape.chunks(l.chunks);
-    const auto problems = pipeline::shape_problems(l.schedule, shape);
+    const auto problems = pipeline::builtin_schedules().shape_problems(l.schedule, shape);
     if (!problems.empty()) return problems.front();
   } else if (l.grad_accum < 1 || per_dp % l.grad_accum != 0) {
     return fmt::format("{} samples per data-parallel rank do not split into {} accumulation passes", per_dp,

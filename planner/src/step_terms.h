@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <string>
 #include <vector>
 
 #include "layer_costs.h"
@@ -27,11 +28,11 @@ struct StepModel::Caches {
     pipeline::Schedule schedule;
     std::vector<pipeline::RankProgram> programs;
   };
-  std::shared_ptr<const Lowered> lowered(pipeline::ScheduleStyle style, int pp, int microbatches, int chunks);
+  std::shared_ptr<const Lowered> lowered(const std::string& schedule, int pp, int microbatches, int chunks);
 
  private:
   std::mutex mutex_;
-  std::map<std::tuple<int, int, int, int>, std::shared_ptr<const Lowered>> lowered_;
+  std::map<std::tuple<std::string, int, int, int>, std::shared_ptr<const Lowered>> lowered_;
 };
 
 namespace detail {

@@ -109,8 +109,7 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   }
   std::vector<int> held(pp, 1);
   if (o.pipelined()) {
-    const auto schedule = pipeline::make_schedule(
-        o.pp_style(), pipeline::ScheduleShape(pp, static_cast<int>(microbatches)).chunks(chunks));
+    const auto schedule = o.training_schedule(static_cast<int>(microbatches));
     const auto simulated = pipeline::simulate(schedule);
     for (int r = 0; r < pp; ++r) held[r] = std::max(1, simulated.ranks[r].peak_unfinished);
   }

@@ -1,6 +1,8 @@
 #include "hybrid_parallel_options.h"
 
 #include <colo/booster/precision_options.h>
+#include <colo/pipeline/schedule_registry.h>
+#include <colo/pipeline/schedule_text.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -33,6 +35,46 @@ std::vector<int> parse_layer_counts(const std::string& text, OptionReader& in) {
   return counts;
 }
 
+// The schedules that run several model chunks per rank.
+std::vector<std::string> chunked_schedules() {
+  std::vector<std::string> names;
+  for (const auto& entry : pipeline::builtin_schedules().entries()) {
+    if (entry.supports_chunks) names.push_back(entry.name);
+  }
+  return names;
+}
+
+// pp_schedule_file: the schedule it holds, for pp_size ranks and num_microbatches (when given),
+// and the microbatches and chunks it sets. Each problem names the file and the line.
+void read_schedule_file(HybridParallelOptions& o, const PluginOptions& given, OptionReader& in) {
+  const auto& path = o.pp_schedule_file();
+  if (given.count("pp_style")) {
+    in.fail(fmt::format("give pp_style or pp_schedule_file, not both: the file ({}) is the schedule", path));
+  }
+  if (o.microbatch_size() > 0) {
+    in.fail(fmt::format("pp_schedule_file={} fixes the microbatches per step: give num_microbatches (or leave it to "
+                        "the file), not microbatch_size",
+                        path));
+    return;
+  }
+  if (o.pp_size() < 1 || o.num_microbatches() < 0) return;  // refused on their own
+  try {
+    o.schedule_from_file(pipeline::load_schedule_file(path, o.pp_size(), static_cast<int>(o.num_microbatches())));
+  } catch (const std::invalid_argument& e) {
+    in.fail(fmt::format("pp_schedule_file: {}", e.what()));
+    return;
+  }
+  const auto& shape = o.schedule_from_file()->shape;
+  if (given.count("num_model_chunks") && o.num_model_chunks() != shape.chunks()) {
+    in.fail(fmt::format("num_model_chunks={}, but pp_schedule_file={} runs {} model chunk{} per rank (stages 0 to {} "
+                        "over pp_size={}): leave num_model_chunks out, or match it",
+                        o.num_model_chunks(), path, shape.chunks(), shape.chunks() == 1 ? "" : "s",
+                        shape.num_stages() - 1, o.pp_size()));
+  }
+  o.num_model_chunks(shape.chunks());
+  o.num_microbatches(shape.microbatches());
+}
+
 }  // namespace
 
 HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
@@ -46,11 +88,16 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.eval_microbatch_size(in.get_int("eval_microbatch_size", 0,
                                     "samples per microbatch of a forward-only pass (evaluation); 0: the batch in "
                                     "2 x pp_size microbatches"));
-  const auto style = in.get_choice("pp_style", "1f1b", {"gpipe", "1f1b", "interleaved", "zero_bubble"},
-                                   "pipeline schedule");
-  o.pp_style(pipeline::parse_schedule_style(style));
+  const auto& schedules = pipeline::builtin_schedules();
+  o.pp_style(in.get_choice("pp_style", "1f1b", schedules.names(), "pipeline schedule"));
+  o.pp_schedule_file(in.get_string("pp_schedule_file", "",
+                                   "a file of each pipeline rank's actions (one line per rank, e.g. 0F0,0F1,0B0,...) "
+                                   "to train with instead of a pp_style; it sets num_microbatches and "
+                                   "num_model_chunks"));
   o.num_model_chunks(static_cast<int>(
-      in.get_int("num_model_chunks", 1, "model chunks (virtual stages) per rank; above 1 with pp_style=interleaved")));
+      in.get_int("num_model_chunks", 1,
+                 fmt::format("model chunks (virtual stages) per rank; above 1 with pp_style={}",
+                             fmt::join(chunked_schedules(), "|")))));
   const auto partition =
       in.get_choice("partition", "uniform", {"uniform", "balanced"},
                     "how layers are cut into stages: uniform by layer count, balanced by parameter count");
@@ -88,9 +135,31 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   if (o.sequence_parallel() && o.tp_size() <= 1) {
     in.fail("enable_sequence_parallelism needs tp_size > 1 (it splits the tokens over the tensor-parallel ranks)");
   }
-  if (o.sequence_parallel() && o.pp_style() == pipeline::ScheduleStyle::kZeroBubble) {
-    in.fail("enable_sequence_parallelism with pp_style=zero_bubble is not supported yet (the deferred weight gradients "
-            "of the sequence-parallel LayerNorms would miss their tensor-parallel sum); use 1f1b or interleaved");
+  // The schedule: pp_style's rules, or the file read and run dry (it sets the microbatches and
+  // the chunks, so it comes before the rules that read them).
+  if (!o.pp_schedule_file().empty()) {
+    read_schedule_file(o, given, in);
+  } else if (o.pp_size() >= 1 && o.num_model_chunks() >= 1) {
+    pipeline::ScheduleShape shape(o.pp_size(), o.num_microbatches() > 0 ? static_cast<int>(o.num_microbatches()) : o.pp_size());
+    shape.chunks(o.num_model_chunks());
+    for (const auto& problem : schedules.shape_problems(o.pp_style(), shape)) {
+      // Without num_microbatches the count is known only per batch: its rule is checked then.
+      if (o.num_microbatches() == 0 && problem.find("microbatches") != std::string::npos) continue;
+      in.fail(fmt::format("pp_style={}, pp_size={}, num_model_chunks={}: {}", o.pp_style(), o.pp_size(),
+                          o.num_model_chunks(), problem));
+    }
+  } else if (o.num_model_chunks() < 1) {
+    in.fail(fmt::format("num_model_chunks must be at least 1, got {}", o.num_model_chunks()));
+  }
+  // How the options name the schedule in the rules below.
+  const bool from_file = o.schedule_from_file().has_value();
+  const std::string split_schedule =
+      from_file ? fmt::format("pp_schedule_file={} (its W actions split the backward)", o.pp_schedule_file())
+                : "pp_style=" + o.pp_style();
+  if (o.sequence_parallel() && o.splits_backward()) {
+    in.fail(fmt::format("enable_sequence_parallelism with {} is not supported yet (the deferred weight gradients of the "
+                        "sequence-parallel LayerNorms would miss their tensor-parallel sum); use {}",
+                        split_schedule, from_file ? "a schedule without W actions" : "1f1b or interleaved"));
   }
   if (o.cuda_graphs()) {
     // Each rule says what a graph replay cannot do there. Several pipeline stages, chunks and
@@ -106,10 +175,12 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                           "in a graph replay); use zero_stage=0 or cuda_graphs=false",
                           o.zero_stage()));
     }
-    if (o.pp_style() == pipeline::ScheduleStyle::kZeroBubble) {
-      in.fail("cuda_graphs with pp_style=zero_bubble is not implemented (its B computes the input gradient alone and "
-              "defers the weight gradient to a later W; a backward graph computes both at once); use pp_style=1f1b, "
-              "gpipe or interleaved, or cuda_graphs=false");
+    if (o.splits_backward()) {
+      in.fail(fmt::format("cuda_graphs with {} is not implemented (its B computes the input gradient alone and defers "
+                          "the weight gradient to a later W; a backward graph computes both at once); use {}, or "
+                          "cuda_graphs=false",
+                          split_schedule,
+                          from_file ? "a schedule without W actions" : "pp_style=1f1b, gpipe or interleaved"));
     }
   }
   if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
@@ -123,7 +194,8 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   if (o.num_microbatches() > 0 && o.microbatch_size() > 0) {
     in.fail("give num_microbatches or microbatch_size, not both");
   }
-  if (o.pp_size() > 1 && o.num_microbatches() == 0 && o.microbatch_size() == 0) {
+  // (A schedule file sets num_microbatches; one that could not be read is refused already.)
+  if (o.pp_size() > 1 && o.num_microbatches() == 0 && o.microbatch_size() == 0 && o.pp_schedule_file().empty()) {
     in.fail(fmt::format("pp_size={} needs num_microbatches or microbatch_size (the pipeline splits each batch into "
                         "microbatches; e.g. num_microbatches={})",
                         o.pp_size(), 2 * o.pp_size()));
@@ -133,20 +205,27 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                         o.zero_stage() == 3 ? " (ZeRO-3 is the gemini plugin's)" : ""));
   }
   if (o.cpu_offload() && o.zero_stage() == 0) in.fail("cpu_offload needs zero_stage 1 or 2");
-  if (o.pp_size() >= 1 && o.num_model_chunks() >= 1) {
-    pipeline::ScheduleShape shape(o.pp_size(), o.num_microbatches() > 0 ? static_cast<int>(o.num_microbatches()) : o.pp_size());
-    shape.chunks(o.num_model_chunks());
-    for (const auto& problem : pipeline::shape_problems(o.pp_style(), shape)) {
-      // Without num_microbatches the count is known only per batch: its rule is checked then.
-      if (o.num_microbatches() == 0 && problem.find("microbatches") != std::string::npos) continue;
-      in.fail(fmt::format("pp_style={}, pp_size={}, num_model_chunks={}: {}", style, o.pp_size(), o.num_model_chunks(),
-                          problem));
-    }
-  } else if (o.num_model_chunks() < 1) {
-    in.fail(fmt::format("num_model_chunks must be at least 1, got {}", o.num_model_chunks()));
-  }
   in.finish();
   return o;
+}
+
+pipeline::Schedule HybridParallelOptions::training_schedule(int microbatches) const {
+  if (!schedule_from_file_) {
+    return pipeline::builtin_schedules().make(
+        pp_style_, pipeline::ScheduleShape(pp_size_, microbatches).chunks(num_model_chunks_));
+  }
+  if (microbatches != schedule_from_file_->shape.microbatches()) {
+    throw std::invalid_argument(fmt::format("pp_schedule_file={} is a schedule of {} microbatches, not {}",
+                                            pp_schedule_file_, schedule_from_file_->shape.microbatches(),
+                                            microbatches));
+  }
+  return *schedule_from_file_;
+}
+
+bool HybridParallelOptions::splits_backward() const {
+  if (schedule_from_file_) return schedule_from_file_->split_backward;
+  const auto* entry = pipeline::builtin_schedules().find(pp_style_);
+  return entry && entry->splits_backward;
 }
 
 }  // namespace colo::plugins

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace colo::plugins {
@@ -28,7 +29,12 @@ struct HybridParallelOptions {
   // Samples per microbatch of a forward-only pass (evaluation); 0: the batch in 2 x pp_size
   // microbatches (eval_microbatches says why).
   TORCH_ARG(int64_t, eval_microbatch_size) = 0;
-  TORCH_ARG(pipeline::ScheduleStyle, pp_style) = pipeline::ScheduleStyle::kOneFOneB;
+  // The training schedule: a name in pipeline::builtin_schedules(), or the actions of a file
+  // (pipeline/schedule_text.h) read, validated and simulated when the options are parsed; the file
+  // also sets num_microbatches and num_model_chunks. Give one of the two.
+  TORCH_ARG(std::string, pp_style) = "1f1b";
+  TORCH_ARG(std::string, pp_schedule_file) = "";
+  TORCH_ARG(std::optional<pipeline::Schedule>, schedule_from_file) = std::nullopt;
   TORCH_ARG(int, num_model_chunks) = 1;
   TORCH_ARG(pipeline::PartitionMethod, partition) = pipeline::PartitionMethod::kUniform;
   TORCH_ARG(std::vector<int>, layers_per_stage) = {};
@@ -51,6 +57,11 @@ struct HybridParallelOptions {
  public:
   // Whether steps run through execute_pipeline: pp_size > 1, or microbatches configured.
   bool pipelined() const { return pp_size_ > 1 || num_microbatches_ > 0 || microbatch_size_ > 0; }
+  // The training schedule for `microbatches` per step: the file's (for its own count only), or
+  // pp_style's. Throws std::invalid_argument for a count it has no schedule for.
+  pipeline::Schedule training_schedule(int microbatches) const;
+  // Whether that schedule's B leaves the weight gradient to a later W.
+  bool splits_backward() const;
 
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key.
   static HybridParallelOptions parse(const PluginOptions& options);

@@ -186,7 +186,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.stack = stack;
   parts.chunks = chunks;
   parts.stages = stages;
-  parts.style = options_.pp_style();
+  parts.schedule_for = [options = options_](int microbatches) { return options.training_schedule(microbatches); };
   parts.pp_group = pp;
   parts.policy = policy;
   if (options_.cuda_graphs()) {
@@ -231,7 +231,7 @@ int HybridParallelPlugin::eval_microbatches(const HybridParallelOptions& options
                       ? (batch + options.eval_microbatch_size() - 1) / options.eval_microbatch_size()
                       : (pp > 1 ? 2 * pp : 1);
   count = std::min(count, batch);
-  if (options.pp_style() == pipeline::ScheduleStyle::kInterleaved && count % pp != 0) {
+  if (options.num_model_chunks() > 1 && count % pp != 0) {
     const int64_t up = (count + pp - 1) / pp * pp;
     if (up <= batch) {
       count = up;
@@ -296,7 +296,10 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
 
   pipeline::ScheduleRunner* runner = nullptr;
   try {
-    runner = &pipelined->runner(count);
+    // A schedule file trains num_microbatches only; a forward-only pass runs a schedule the
+    // runner makes for its own count, on any runner.
+    const bool fixed = options_.schedule_from_file().has_value();
+    runner = &pipelined->runner(forward_only && fixed ? static_cast<int>(options_.num_microbatches()) : count);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("hybrid_parallel execute_pipeline: a batch of {} gives {} microbatches: {}",
                                             batch, count, e.what()));

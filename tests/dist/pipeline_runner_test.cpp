@@ -6,6 +6,7 @@
 #include <colo/nn/vision_transformer.h>
 #include <colo/pipeline/partition.h>
 #include <colo/pipeline/schedule_generators.h>
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/pipeline/schedule_runner.h>
 #include <colo/pipeline/simulator.h>
 #include <fmt/format.h>
@@ -54,30 +55,29 @@ TEST(PipelineRunner, HoldsWhatTheDryRunPredictsForEverySchedule) {
   const auto inputs = data.images[0].chunk(kMicrobatches);
   const auto targets = data.labels[0].chunk(kMicrobatches);
   struct Case {
-    ScheduleStyle style;
+    std::string style;
     int chunks;
   };
-  for (const Case c : {Case{ScheduleStyle::kGPipe, 1}, Case{ScheduleStyle::kOneFOneB, 1},
-                       Case{ScheduleStyle::kZeroBubble, 1}, Case{ScheduleStyle::kInterleaved, 2}}) {
-    SCOPED_TRACE(to_string(c.style));
+  for (const Case& c : {Case{"gpipe", 1}, Case{"1f1b", 1}, Case{"zero_bubble", 1}, Case{"interleaved", 2}}) {
+    SCOPED_TRACE(c.style);
     if (c.chunks > 1 && pp < 2) continue;  // interleaving needs two ranks
     auto model = deep_vit();
     const StageManager stages(pp, group->rank(), c.chunks);
-    auto schedule = make_schedule(c.style, ScheduleShape(pp, kMicrobatches).chunks(c.chunks));
+    auto schedule = builtin_schedules().make(c.style, ScheduleShape(pp, kMicrobatches).chunks(c.chunks));
     const auto predicted = simulate(schedule).ranks[group->rank()].peak_in_flight;
     ScheduleRunner runner(schedule, stages, group, chunks_of(*model, stages));
     const auto result = runner.run(std::vector<torch::Tensor>(inputs.begin(), inputs.end()),
                                    std::vector<torch::Tensor>(targets.begin(), targets.end()), plain_callbacks(16));
     EXPECT_EQ(result.peak_held_microbatches, predicted) << "pp rank " << group->rank();
-    if (c.style == ScheduleStyle::kOneFOneB && group->rank() == 0) {
+    if (c.style == "1f1b" && group->rank() == 0) {
       EXPECT_EQ(result.peak_held_microbatches, pp) << "1F1B keeps at most pp microbatches on the first stage";
     }
-    if (c.style == ScheduleStyle::kGPipe && group->rank() == 0 && pp > 1) {
+    if (c.style == "gpipe" && group->rank() == 0 && pp > 1) {
       EXPECT_EQ(result.peak_held_microbatches, kMicrobatches);
     }
     if (world()->rank() == 0) {
       std::cout << fmt::format("[measured] {} pp={} m={}: first stage held at most {} microbatches (dry run: {})\n",
-                               to_string(c.style), pp, kMicrobatches, result.peak_held_microbatches, predicted);
+                               c.style, pp, kMicrobatches, result.peak_held_microbatches, predicted);
     }
   }
   world()->barrier().wait();
@@ -95,7 +95,7 @@ TEST(PipelineRunner, ForwardOnlyGivesOneProcesssOutputsForUnevenMicrobatches) {
     want = model->forward(data.images[0]);
   }
   const StageManager stages(pp, group->rank(), 1);
-  ScheduleRunner runner(make_schedule(ScheduleStyle::kOneFOneB, ScheduleShape(pp, 4)), stages, group,
+  ScheduleRunner runner(builtin_schedules().make("1f1b", ScheduleShape(pp, 4)), stages, group,
                         chunks_of(*model, stages));
   const auto inputs = data.images[0].split(3);
   const auto targets = data.labels[0].split(3);
@@ -143,7 +143,7 @@ TEST(PipelineRunner, APeerThatDiesMidScheduleIsNamedWithTheActionAndTheSchedule)
   const auto data = make_batches(1, 8, 5);
   const auto inputs = data.images[0].chunk(4);
   const auto targets = data.labels[0].chunk(4);
-  ScheduleRunner runner(make_schedule(ScheduleStyle::kOneFOneB, ScheduleShape(2, 4)), stages, group, chunks);
+  ScheduleRunner runner(builtin_schedules().make("1f1b", ScheduleShape(2, 4)), stages, group, chunks);
   std::string message;
   bool dist_error = false;
   try {

@@ -1,6 +1,7 @@
-// core/pipeline's schedules as data: the action type and its text form, the schedule styles, the
-// four generators' orders (written out by hand for small shapes), validate()'s findings on broken
-// schedules, and the printouts. The dry run of every generated schedule is in
+// core/pipeline's schedules as data: the action type and its text form, the four generators'
+// orders (written out by hand for small shapes), validate()'s findings on broken schedules, and
+// the printouts. Schedules by name: pipeline_schedule_registry_test.cpp; as text:
+// pipeline_schedule_text_test.cpp. The dry run of every generated schedule is in
 // pipeline_simulator_test.cpp.
 #include <colo/pipeline/simulator.h>
 #include <colo/pipeline/action.h>
@@ -75,18 +76,6 @@ TEST(PipelineAction, ListsRoundTrip) {
   EXPECT_NE(message.find("action 2 of the list"), std::string::npos) << message;
 }
 
-TEST(PipelineScheduleStyle, NamesRoundTripAndUnknownOnesListTheValid) {
-  for (auto style :
-       {ScheduleStyle::kGPipe, ScheduleStyle::kOneFOneB, ScheduleStyle::kInterleaved, ScheduleStyle::kZeroBubble}) {
-    EXPECT_EQ(parse_schedule_style(to_string(style)), style);
-  }
-  EXPECT_EQ(to_string(ScheduleStyle::kOneFOneB), "1f1b");
-  EXPECT_EQ(to_string(ScheduleStyle::kZeroBubble), "zero_bubble");
-  const auto message = error_of<std::invalid_argument>([] { parse_schedule_style("zb"); });
-  EXPECT_NE(message.find("'zb'"), std::string::npos);
-  EXPECT_NE(message.find("gpipe, 1f1b, interleaved, zero_bubble"), std::string::npos) << message;
-}
-
 TEST(PipelineSchedule, GPipeRunsEveryForwardThenEveryBackward) {
   const auto schedule = gpipe_schedule(ScheduleShape(2, 3));
   EXPECT_FALSE(schedule.split_backward);
@@ -130,15 +119,6 @@ TEST(PipelineSchedule, ZeroBubbleDefersWeightGradientsOfLaterRanks) {
             (std::vector<std::string>{"0F0 0B0 0W0", "1F0 1B0 1W0", "2F0 2B0 2W0"}));
 }
 
-TEST(PipelineSchedule, MakeScheduleDispatchesOnTheStyle) {
-  const ScheduleShape shape = ScheduleShape(2, 4);
-  EXPECT_EQ(rank_texts(make_schedule(ScheduleStyle::kGPipe, shape)), rank_texts(gpipe_schedule(shape)));
-  EXPECT_EQ(rank_texts(make_schedule(ScheduleStyle::kOneFOneB, shape)), rank_texts(one_f_one_b_schedule(shape)));
-  EXPECT_EQ(rank_texts(make_schedule(ScheduleStyle::kZeroBubble, shape)), rank_texts(zero_bubble_h1_schedule(shape)));
-  const ScheduleShape chunked = ScheduleShape(2, 4).chunks(3);
-  EXPECT_EQ(rank_texts(make_schedule(ScheduleStyle::kInterleaved, chunked)), rank_texts(interleaved_schedule(chunked)));
-}
-
 // How many microbatches each stage holds at once: a CUDA-graphed stage's capture slots.
 TEST(PipelineSchedule, PeakInFlightCountsEachStagesHeldMicrobatches) {
   const auto peaks = [](const Schedule& schedule) {
@@ -159,29 +139,13 @@ TEST(PipelineSchedule, PeakInFlightCountsEachStagesHeldMicrobatches) {
   EXPECT_EQ(peak_in_flight(one_f_one_b_schedule(ScheduleShape(2, 4)), 2), 0);
 }
 
-TEST(PipelineSchedule, BadShapesListEveryProblem) {
-  // Interleaved with one rank, one chunk and 3 microbatches: three problems at once.
-  const auto message = error_of<std::invalid_argument>(
-      [] { make_schedule(ScheduleStyle::kInterleaved, ScheduleShape(1, 3).chunks(1)); });
-  EXPECT_NE(message.find("needs pp >= 2"), std::string::npos) << message;
-  EXPECT_NE(message.find("needs chunks >= 2"), std::string::npos) << message;
-  EXPECT_EQ(message.find("multiple of pp"), std::string::npos) << message;  // 3 is a multiple of 1
-  const auto not_multiple = shape_problems(ScheduleStyle::kInterleaved, ScheduleShape(4, 6).chunks(2));
-  ASSERT_EQ(not_multiple.size(), 1u);
-  EXPECT_NE(not_multiple[0].find("multiple of pp=4, got 6: use 4 or 8"), std::string::npos) << not_multiple[0];
-  EXPECT_NE(shape_problems(ScheduleStyle::kInterleaved, ScheduleShape(4, 2).chunks(2))[0].find("use 4"),
-            std::string::npos);
-
-  const auto chunked =
-      error_of<std::invalid_argument>([] { make_schedule(ScheduleStyle::kOneFOneB, ScheduleShape(2, 4).chunks(2)); });
-  EXPECT_NE(chunked.find("chunks=2 needs the interleaved schedule"), std::string::npos) << chunked;
-
-  const auto problems = shape_problems(ScheduleStyle::kGPipe, ScheduleShape(0, -1).chunks(0));
-  EXPECT_EQ(problems.size(), 3u);
-  EXPECT_TRUE(shape_problems(ScheduleStyle::kZeroBubble, ScheduleShape(1, 1)).empty());
-  // Each generator checks on its own too.
+// Each generator refuses a shape it cannot make (the registry's rules, with hints naming the
+// other schedules: pipeline_schedule_registry_test.cpp).
+TEST(PipelineSchedule, GeneratorsRefuseShapesTheyCannotMake) {
   EXPECT_THROW(zero_bubble_h1_schedule(ScheduleShape(2, 0)), std::invalid_argument);
   EXPECT_THROW(interleaved_schedule(ScheduleShape(2, 4)), std::invalid_argument);
+  EXPECT_THROW(one_f_one_b_schedule(ScheduleShape(2, 4).chunks(2)), std::invalid_argument);
+  EXPECT_THROW(gpipe_schedule(ScheduleShape(0, 4)), std::invalid_argument);
 }
 
 // validate() on schedules broken by hand: each names what is wrong.

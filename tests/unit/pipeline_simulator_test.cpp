@@ -4,6 +4,7 @@
 // programs are caught, each with an error that says what is wrong.
 #include <colo/pipeline/program.h>
 #include <colo/pipeline/schedule_generators.h>
+#include <colo/pipeline/schedule_registry.h>
 #include <colo/pipeline/simulator.h>
 #include <gtest/gtest.h>
 
@@ -43,9 +44,9 @@ TEST(PipelineSimulator, GPipeAndOneFOneBHaveTheClassicBubble) {
   for (int pp : {1, 2, 3, 4, 8}) {
     for (int m : microbatch_counts(pp)) {
       const double expected = static_cast<double>(pp - 1) / (m + pp - 1);
-      for (auto style : {ScheduleStyle::kGPipe, ScheduleStyle::kOneFOneB}) {
-        SCOPED_TRACE(to_string(style) + " pp=" + std::to_string(pp) + " m=" + std::to_string(m));
-        const auto result = simulate(make_schedule(style, ScheduleShape(pp, m)));
+      for (const std::string style : {"gpipe", "1f1b"}) {
+        SCOPED_TRACE(style + " pp=" + std::to_string(pp) + " m=" + std::to_string(m));
+        const auto result = simulate(builtin_schedules().make(style, ScheduleShape(pp, m)));
         EXPECT_NEAR(result.bubble_fraction(), expected, kTolerance);
         EXPECT_NEAR(result.makespan, 3.0 * (m + pp - 1), kTolerance);
         for (int r = 0; r < pp; ++r) EXPECT_NEAR(result.ranks[r].busy, 3.0 * m, kTolerance);

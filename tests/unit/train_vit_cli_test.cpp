@@ -933,6 +933,23 @@ TEST_F(TrainVitConfig, AnotherPluginLeavesTheFilesParallelSectionOutAndSaysSo) {
   EXPECT_NE(planned.err.find("pp_size from parallel.pp of " + plain), std::string::npos) << planned.err;
 }
 
+// parallel.schedule_file is pp_schedule_file: the file is read (and refused) before anything runs,
+// and a schedule that reads is planned.
+TEST_F(TrainVitConfig, ParallelScheduleFileIsThePluginsScheduleFile) {
+  const auto deadlock = write("deadlock.txt", "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n");
+  const auto refused = write("refused.json", R"({"plugin": "hybrid_parallel", "parallel": {"pp": 2, "schedule_file": ")" +
+                                                 deadlock + R"("}})");
+  const Result dry = run(tiny_override({"--config", refused, "--dry-run", "--world-size", "2"}));
+  EXPECT_EQ(dry.exit_code, 2) << dry.out << dry.err;
+  EXPECT_NE(dry.err.find(deadlock + ":1: rank 0 never runs its action 1 (0B0)"), std::string::npos) << dry.err;
+  const auto one_f_one_b = write("1f1b.txt", "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  const auto fine = write("fine.json", R"({"plugin": "hybrid_parallel", "parallel": {"pp": 2, "schedule_file": ")" +
+                                           one_f_one_b + R"("}})");
+  const Result planned = run(tiny_override({"--config", fine, "--dry-run", "--world-size", "2"}));
+  EXPECT_EQ(planned.exit_code, 0) << planned.out << planned.err;
+  EXPECT_NE(planned.out.find("2 microbatches of 8 samples"), std::string::npos) << planned.out;
+}
+
 // A key given twice in one object is refused, naming it and where; the same key in two objects is two keys.
 TEST_F(TrainVitConfig, AKeyGivenTwiceIsRefusedNamingItAndWhere) {
   const Result inner = run({"--config", write("inner.json", R"({"optimizer": {"lr": 0.1, "name": "sgd", "lr": 0.2}})")});

@@ -10,13 +10,19 @@
 namespace colo::pipeline {
 namespace {
 
-void check_shape(ScheduleStyle style, const ScheduleShape& shape) {
-  const auto problems = shape_problems(style, shape);
+// A generator's own check (the registry checks the same rules, with hints naming other schedules).
+void check_shape(const char* schedule, const ScheduleShape& shape, const std::vector<std::string>& own_rules) {
+  auto problems = basic_shape_problems(shape);
+  problems.insert(problems.end(), own_rules.begin(), own_rules.end());
   if (problems.empty()) return;
-  std::string list;
-  for (const auto& p : problems) list += "\n  - " + p;
-  throw std::invalid_argument(fmt::format("cannot make a {} pipeline schedule for pp={}, microbatches={}, chunks={}:{}",
-                                          to_string(style), shape.pp(), shape.microbatches(), shape.chunks(), list));
+  throw std::invalid_argument(
+      fmt::format("cannot make a {} pipeline schedule for {}:{}", schedule, describe(shape), list_problems(problems)));
+}
+
+// The rule of the schedules that run one model chunk per rank.
+std::vector<std::string> one_chunk(const ScheduleShape& shape) {
+  if (shape.chunks() <= 1) return {};
+  return {fmt::format("chunks={}: this schedule runs one model chunk per rank", shape.chunks())};
 }
 
 Action forward(int stage, int mb) { return {stage, ActionKind::kForward, mb}; }
@@ -38,8 +44,29 @@ std::vector<Action> one_f_one_b_order(int stage, int microbatches, int warmup) {
 
 }  // namespace
 
+std::vector<std::string> interleaved_shape_problems(const ScheduleShape& shape) {
+  std::vector<std::string> problems;
+  if (shape.pp() == 1) {
+    problems.push_back("the interleaved schedule needs pp >= 2 (one rank has nothing to interleave): use 1f1b");
+  }
+  if (shape.chunks() == 1) {
+    problems.push_back(
+        "the interleaved schedule needs chunks >= 2 model chunks per rank, got 1: raise chunks, "
+        "or use 1f1b for one chunk per rank");
+  }
+  if (shape.pp() >= 1 && shape.microbatches() >= 1 && shape.microbatches() % shape.pp() != 0) {
+    const int below = shape.microbatches() / shape.pp() * shape.pp();
+    const int above = below + shape.pp();
+    problems.push_back(fmt::format(
+        "the interleaved schedule runs microbatches in groups of pp, so microbatches must be a multiple of pp={}, "
+        "got {}: use {}",
+        shape.pp(), shape.microbatches(), below > 0 ? fmt::format("{} or {}", below, above) : std::to_string(above)));
+  }
+  return problems;
+}
+
 Schedule gpipe_schedule(const ScheduleShape& shape) {
-  check_shape(ScheduleStyle::kGPipe, shape);
+  check_shape("gpipe", shape, one_chunk(shape));
   Schedule schedule(shape);
   const int warmup = shape.pp() == 1 ? 0 : shape.microbatches();
   for (int rank = 0; rank < shape.pp(); ++rank) {
@@ -49,7 +76,7 @@ Schedule gpipe_schedule(const ScheduleShape& shape) {
 }
 
 Schedule one_f_one_b_schedule(const ScheduleShape& shape) {
-  check_shape(ScheduleStyle::kOneFOneB, shape);
+  check_shape("1f1b", shape, one_chunk(shape));
   Schedule schedule(shape);
   for (int rank = 0; rank < shape.pp(); ++rank) {
     const int warmup = std::min(shape.pp() - rank - 1, shape.microbatches());
@@ -59,7 +86,7 @@ Schedule one_f_one_b_schedule(const ScheduleShape& shape) {
 }
 
 Schedule interleaved_schedule(const ScheduleShape& shape) {
-  check_shape(ScheduleStyle::kInterleaved, shape);
+  check_shape("interleaved", shape, interleaved_shape_problems(shape));
   Schedule schedule(shape);
   const int pp = shape.pp();
   const int chunks = shape.chunks();
@@ -88,7 +115,7 @@ Schedule interleaved_schedule(const ScheduleShape& shape) {
 }
 
 Schedule zero_bubble_h1_schedule(const ScheduleShape& shape) {
-  check_shape(ScheduleStyle::kZeroBubble, shape);
+  check_shape("zero_bubble", shape, one_chunk(shape));
   Schedule schedule(shape);
   schedule.split_backward = true;
   const int m = shape.microbatches();

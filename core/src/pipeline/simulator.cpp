@@ -275,11 +275,11 @@ class DryRun {
     }
     std::string list;
     for (const auto& line : lines) list += "\n  - " + line;
-    throw ScheduleError(fmt::format(
+    throw ScheduleDeadlock(fmt::format(
         "pipeline deadlock ({}): no rank can make progress; every blocked rank waits in a communication batch "
         "for an operation its peer has not posted:{}\nthe schedule, with each blocked rank's next action "
         "marked:\n{}",
-        describe(schedule_.shape), list, format_schedule_grid(schedule_, marks)));
+        describe(schedule_.shape), list, format_schedule_grid(schedule_, marks)), marks);
   }
 
   const Schedule& schedule_;

@@ -3,6 +3,8 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/action_costs.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule_generators.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/schedule_registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/schedule_text.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule_format.cpp
   ${CMAKE_CURRENT_LIST_DIR}/program.cpp
   ${CMAKE_CURRENT_LIST_DIR}/lower.cpp

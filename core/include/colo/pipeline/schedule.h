@@ -6,18 +6,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace colo::pipeline {
-
-// The schedules colo generates (schedule_generators.h says what each one does).
-enum class ScheduleStyle { kGPipe, kOneFOneB, kInterleaved, kZeroBubble };
-
-// "gpipe", "1f1b", "interleaved", "zero_bubble".
-std::string to_string(ScheduleStyle style);
-// The reverse of to_string(); anything else throws std::invalid_argument listing the valid names.
-ScheduleStyle parse_schedule_style(std::string_view name);
 
 // The size of a pipeline: `pp` ranks, each holding `chunks` model chunks (virtual stages
 // c * pp + r, see Action), and `microbatches` per step.
@@ -28,7 +19,7 @@ struct ScheduleShape {
 
   TORCH_ARG(int, pp);
   TORCH_ARG(int, microbatches);
-  // Model chunks per rank; above 1 only for the interleaved schedule.
+  // Model chunks per rank; above 1 only for a schedule that interleaves chunks (ScheduleEntry::supports_chunks).
   TORCH_ARG(int, chunks) = 1;
 };
 
@@ -66,15 +57,9 @@ std::string describe(const ScheduleShape& shape);
 // `problems` as an indented list for an error message, one per line; past the first 20, a count.
 std::string list_problems(const std::vector<std::string>& problems);
 
-// Every rule `shape` breaks for `style`, each saying what to change (empty when none): pp,
-// microbatches and chunks at least 1; chunks above 1 only for the interleaved schedule, which
-// also needs pp >= 2, chunks >= 2 and microbatches a multiple of pp. For a caller that reports all
-// of its options' problems at once.
-std::vector<std::string> shape_problems(ScheduleStyle style, const ScheduleShape& shape);
-
-// The schedule of `style` for `shape`. Throws std::invalid_argument listing every problem
-// shape_problems() finds.
-Schedule make_schedule(ScheduleStyle style, const ScheduleShape& shape);
+// The rules every shape obeys, each broken one saying what to change (empty when none): pp,
+// microbatches and chunks at least 1. A schedule's own rules: ScheduleRegistry::shape_problems().
+std::vector<std::string> basic_shape_problems(const ScheduleShape& shape);
 
 // The most microbatches that virtual stage `stage` holds at once (forwarded, B not run yet),
 // following its rank's actions in order: 1F1B's stage r holds min(pp - r, m), GPipe's m. A
@@ -94,5 +79,18 @@ int peak_in_flight(const Schedule& schedule, int stage);
 // deadlocks, which simulate() detects.
 // Throws ScheduleError listing the problems (the first 20, and how many more).
 void validate(const Schedule& schedule);
+
+// One thing validate() finds wrong, with the rank whose action list holds it, so that a schedule
+// read from text can point at the line (schedule_text.h).
+struct ScheduleProblem {
+  // As validate() lists it: "rank 1 action 3 (1F2): microbatch 2 is out of range [0, 2)".
+  std::string message;
+  // The rank whose actions it concerns (a missing action: the rank that should run it); -1 for
+  // the schedule as a whole (its shape, its number of action lists).
+  int rank = -1;
+};
+// What validate() checks, as a list (empty: valid). When the shape itself is broken, only the
+// shape's problems (nothing else means anything without it).
+std::vector<ScheduleProblem> schedule_problems(const Schedule& schedule);
 
 }  // namespace colo::pipeline

@@ -2,11 +2,14 @@
 
 #include <colo/pipeline/schedule.h>
 
+#include <string>
+#include <vector>
+
 namespace colo::pipeline {
 
-// Schedule generators: pure functions of the shape (pp, microbatches, chunks); make_schedule()
-// picks one by ScheduleStyle. Each throws std::invalid_argument listing every problem
-// shape_problems() finds for its style. Below, r is the pp rank and m the number of microbatches.
+// Schedule generators: pure functions of the shape (pp, microbatches, chunks); the
+// ScheduleRegistry (schedule_registry.h) names them. Each throws std::invalid_argument listing
+// every rule of its own the shape breaks. Below, r is the pp rank and m the number of microbatches.
 // Every generator runs the microbatches of one kind on one stage in increasing order (F0 before
 // F1, B0 before B1, W0 before W1), and every generated schedule runs its lowered programs
 // (program.h) without a stall under the reference costs (the unit tests check each one).
@@ -39,8 +42,10 @@ Schedule one_f_one_b_schedule(const ScheduleShape& shape);
 // the unit tests); with this count there is always one, the bubble is exactly
 // (pp - 1) / (chunks * m + pp - 1), and rank r holds at most chunks * pp - r chunks' activations
 // (rank 0: pp stages' worth, as in 1F1B; Megatron's count holds pp - r - 1 more).
-// Needs pp >= 2, chunks >= 2 and m a multiple of pp.
+// Needs pp >= 2, chunks >= 2 and m a multiple of pp (interleaved_shape_problems()).
 Schedule interleaved_schedule(const ScheduleShape& shape);
+// The rules above that `shape` breaks, each saying what to change.
+std::vector<std::string> interleaved_shape_problems(const ScheduleShape& shape);
 
 // Zero bubble ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", the handcrafted
 // schedule with 1F1B's memory): the backward is split into B (input gradient, which the previous

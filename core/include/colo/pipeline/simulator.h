@@ -5,7 +5,9 @@
 #include <colo/pipeline/schedule.h>
 
 #include <cstddef>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace colo::pipeline {
@@ -48,6 +50,19 @@ struct SimulationResult {
   double bubble_fraction() const;
 };
 
+// simulate()'s error when no rank can make progress, with where each blocked rank stopped.
+class ScheduleDeadlock : public ScheduleError {
+ public:
+  ScheduleDeadlock(const std::string& message, std::map<int, std::size_t> blocked)
+      : ScheduleError(message), blocked_(std::move(blocked)) {}
+  // Blocked rank -> the position in its action list (Schedule::actions[rank]) of the action it
+  // waits to run; the list's size when it waits after its last action.
+  const std::map<int, std::size_t>& blocked() const { return blocked_; }
+
+ private:
+  std::map<int, std::size_t> blocked_;
+};
+
 // Runs the lowered programs of all ranks together, with the strictest communication semantics,
 // rendezvous: a batch completes only when every operation in it has been matched by the peer's
 // operation posted in the batch the peer is waiting in; the k-th send from rank A to rank B
@@ -61,8 +76,9 @@ struct SimulationResult {
 //     sent, and everything produced is sent;
 //   - every matched send and receive carry the same message (a mismatch would silently hand one
 //     microbatch's data to another);
-//   - no deadlock: on one, the error names each blocked rank, the step it is blocked at and what
-//     it waits for, and prints the schedule grid with the blocked ranks' next actions marked.
+//   - no deadlock: on one, the error (a ScheduleDeadlock) names each blocked rank, the step it is
+//     blocked at and what it waits for, and prints the schedule grid with the blocked ranks' next
+//     actions marked.
 // Each action takes its ActionCosts, communication no time. Throws std::invalid_argument for a
 // cost that is not positive and finite, or per-stage costs of another count than the virtual stages.
 SimulationResult simulate(const Schedule& schedule, const std::vector<RankProgram>& programs,

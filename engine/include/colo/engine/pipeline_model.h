@@ -9,6 +9,7 @@
 #include <colo/pipeline/schedule_runner.h>
 #include <colo/pipeline/stage_manager.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,7 +39,8 @@ class PipelineModel : public ModelWrapper {
     std::shared_ptr<nn::LayerStack> stack;  // this rank's layers, all chunks
     std::vector<std::shared_ptr<nn::LayerStack>> chunks;
     pipeline::StageManager stages{1, 0, 1};
-    pipeline::ScheduleStyle style = pipeline::ScheduleStyle::kOneFOneB;
+    // The training schedule for a microbatch count (the caller's: a named schedule, or a file's).
+    std::function<pipeline::Schedule(int microbatches)> schedule_for;
     std::shared_ptr<dist::ProcessGroup> pp_group;
     amp::PrecisionPolicy policy{amp::Precision::kFp32};
     std::shared_ptr<amp::MasterWeights> masters;      // zero_stage 0 with master weights

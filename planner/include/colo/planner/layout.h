@@ -1,7 +1,6 @@
 #pragma once
 
 #include <colo/booster/plugin_options.h>
-#include <colo/pipeline/schedule.h>
 
 #include <cstdint>
 #include <string>
@@ -30,7 +29,8 @@ struct Layout {
   std::string gemini_placement = "static";
   bool optim_offload = false;
   int microbatches = 0;
-  pipeline::ScheduleStyle schedule = pipeline::ScheduleStyle::kOneFOneB;
+  // A name in pipeline::builtin_schedules().
+  std::string schedule = "1f1b";
   int chunks = 1;
   bool activation_checkpointing = false;
   int grad_accum = 1;

@@ -17,8 +17,9 @@ namespace colo::planner {
 //   hybrid_parallel    every tp dividing the world (within a node, dividing the heads and MLP
 //                      width) and pp dividing the rest (at most the layers); sequence parallelism;
 //                      zero stage 0/1/2 (offload with 1/2); at pp 1 without or with microbatches;
-//                      at pp > 1 GPipe, 1F1B, interleaved (each chunk count asked for) and zero
-//                      bubble, microbatches dividing the per-rank batch (>= pp, at most
+//                      at pp > 1 every schedule of pipeline::builtin_schedules() (GPipe, 1F1B,
+//                      interleaved with each chunk count asked for, zero bubble) whose rules
+//                      allow the shape, microbatches dividing the per-rank batch (>= pp, at most
 //                      max_microbatches); checkpointing
 // Layouts whose batch does not divide are left out (structural_problem says why for one given).
 std::vector<Layout> enumerate_layouts(const PlanRequest& request);
