@@ -167,7 +167,9 @@ TEST(ProcessGroup, GroupsOfFourNamedAxesAndOfSetsOfThem) {
   expect_members(*mesh.group_over({"tp", "cp"}), tp_cp_members, "tp+cp");
   // Groups over the whole world are the world; a one-rank axis has a group of its own.
   EXPECT_EQ(mesh.group_over({"dp", "tp", "cp"}), world()) << "pp is 1: dp, tp and cp span the world";
-  if (n > 1) EXPECT_NE(mesh.group("pp"), world());
+  if (n > 1) {
+    EXPECT_NE(mesh.group("pp"), world());
+  }
   EXPECT_EQ(mesh.group("tp") == world(), T == n);
   check_collectives(*mesh.group_over({"dp", "cp"}));
 }
