@@ -83,7 +83,7 @@ Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<to
     throw std::runtime_error(fmt::format(
         "plugin '{}' gave Booster::boost no mesh: set Boosted::mesh in its boost() (or PluginContext::mesh in its "
         "constructor) to its layout; a plugin that trains on one rank sets a one-rank mesh, "
-        "std::make_shared<colo::dist::ProcessGroupMesh>(context().world, colo::dist::MeshShape{{1, 1, 1}}) "
+        "std::make_shared<colo::dist::ProcessGroupMesh>(context().world, colo::dist::dp_pp_tp_shape(1, 1, 1)) "
         "(docs/writing_a_plugin.md)",
         plugin_->name()));
   }

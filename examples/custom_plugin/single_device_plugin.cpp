@@ -142,7 +142,7 @@ class SingleDevicePlugin : public colo::Plugin {
     // The plugin's layout, which Booster::boost requires (Boosted::mesh): one rank, every axis of
     // size 1. The Trainer and user code read the data-parallel size and rank from it.
     if (context.world) {
-      context_.mesh = std::make_shared<colo::dist::ProcessGroupMesh>(context.world, colo::dist::MeshShape{1, 1, 1});
+      context_.mesh = std::make_shared<colo::dist::ProcessGroupMesh>(context.world, colo::dist::dp_pp_tp_shape(1, 1, 1));
     }
   }
 

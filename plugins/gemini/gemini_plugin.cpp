@@ -17,7 +17,7 @@ GeminiPlugin::GeminiPlugin(const PluginOptions& options, const PluginContext& co
     : Plugin(context), options_(GeminiOptions::parse(options)) {
   if (!context_.world) throw std::invalid_argument("gemini needs the job's world process group in its PluginContext");
   context_.mesh =
-      std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
+      std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::dp_pp_tp_shape(context_.world->size(), 1, 1));
 }
 
 CheckpointIO& GeminiPlugin::checkpoint_io() {

@@ -29,7 +29,7 @@ std::shared_ptr<dist::ProcessGroupMesh> make_mesh(const PluginContext& context, 
     throw std::invalid_argument("hybrid_parallel needs the job's world process group in its PluginContext");
   }
   try {
-    return std::make_shared<dist::ProcessGroupMesh>(context.world, dist::MeshShape{0, o.pp_size(), o.tp_size()});
+    return std::make_shared<dist::ProcessGroupMesh>(context.world, dist::dp_pp_tp_shape(0, o.pp_size(), o.tp_size()));
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
   }

@@ -22,7 +22,7 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(const PluginOptions& options, const Plugi
   if (!context_.world) {
     throw std::invalid_argument("low_level_zero needs the job's world process group in its PluginContext");
   }
-  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::MeshShape{context_.world->size(), 1, 1});
+  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::dp_pp_tp_shape(context_.world->size(), 1, 1));
 }
 
 Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {

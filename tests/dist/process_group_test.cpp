@@ -24,7 +24,7 @@ std::vector<MeshShape> shapes_for(int n) {
   std::vector<MeshShape> shapes;
   for (int pp = 1; pp <= n; ++pp) {
     for (int tp = 1; pp * tp <= n; ++tp) {
-      if (n % (pp * tp) == 0) shapes.push_back({n / (pp * tp), pp, tp});
+      if (n % (pp * tp) == 0) shapes.push_back(dp_pp_tp_shape(n / (pp * tp), pp, tp));
     }
   }
   return shapes;
@@ -101,27 +101,77 @@ TEST(ProcessGroup, WorldCollectives) { check_collectives(*world()); }
 
 TEST(ProcessGroup, EveryAxisOfEveryMeshShape) {
   for (const auto& shape : shapes_for(world()->size())) {
-    SCOPED_TRACE(fmt::format("mesh dp={} pp={} tp={}", shape.dp, shape.pp, shape.tp));
     ProcessGroupMesh mesh(world(), shape);
-    const auto& g = mesh.groups();
-    EXPECT_EQ(g.dp->size() * g.pp->size() * g.tp->size(), world()->size());
+    SCOPED_TRACE("mesh " + mesh.describe());
+    const auto& dp = *mesh.group(MeshAxis::kDp);
+    const auto& pp = *mesh.group(MeshAxis::kPp);
+    const auto& tp = *mesh.group(MeshAxis::kTp);
+    EXPECT_EQ(dp.size() * pp.size() * tp.size(), world()->size());
     // tp is innermost: a tp group is a run of consecutive global ranks.
-    const auto& tp_ranks = g.tp->global_ranks();
+    const auto& tp_ranks = tp.global_ranks();
     for (size_t i = 1; i < tp_ranks.size(); ++i) EXPECT_EQ(tp_ranks[i], tp_ranks[i - 1] + 1);
     // The coordinate this rank computes is the one every other rank computes for it.
     auto coords = torch::zeros({world()->size() * 3}, torch::kInt64).to(device());
     const auto c = mesh.coordinate();
-    world()->all_gather(coords, torch::tensor({int64_t{c.dp}, int64_t{c.pp}, int64_t{c.tp}}).to(device())).wait();
+    world()->all_gather(coords, torch::tensor({int64_t{c[0]}, int64_t{c[1]}, int64_t{c[2]}}).to(device())).wait();
     for (int r = 0; r < world()->size(); ++r) {
       const auto expected = mesh.coordinate_of(r);
-      EXPECT_EQ(coords[3 * r].item<int64_t>(), expected.dp);
-      EXPECT_EQ(coords[3 * r + 1].item<int64_t>(), expected.pp);
-      EXPECT_EQ(coords[3 * r + 2].item<int64_t>(), expected.tp);
+      EXPECT_EQ(coords[3 * r].item<int64_t>(), expected[0]);
+      EXPECT_EQ(coords[3 * r + 1].item<int64_t>(), expected[1]);
+      EXPECT_EQ(coords[3 * r + 2].item<int64_t>(), expected[2]);
     }
-    check_collectives(*g.dp);
-    check_collectives(*g.pp);
-    check_collectives(*g.tp);
+    check_collectives(*mesh.group(MeshAxis::kDp));
+    check_collectives(*mesh.group(MeshAxis::kPp));
+    check_collectives(*mesh.group(MeshAxis::kTp));
   }
+}
+
+// The sum of the global ranks of a group, by all_reduce, against the sum of `members`.
+void expect_members(ProcessGroup& g, const std::vector<int>& members, const std::string& what) {
+  double expected = 0;
+  for (int r : members) expected += r;
+  auto t = torch::full({1}, static_cast<double>(g.global_rank(g.rank())), torch::kFloat64).to(device());
+  g.all_reduce(t).wait();
+  EXPECT_EQ(t.item<double>(), expected) << what << ": " << g.describe();
+  EXPECT_EQ(g.size(), static_cast<int>(members.size())) << what;
+}
+
+// Four named axes, cp innermost: dp (what the world leaves) x pp 1 x tp 2 x cp 2 at 8 ranks,
+// tp and cp of 2 where the world size allows. Each group's members are written out from
+// rank = dp*(T*C) + tp*C + cp, not taken from the mesh.
+TEST(ProcessGroup, GroupsOfFourNamedAxesAndOfSetsOfThem) {
+  const int n = world()->size();
+  const int T = n % 2 == 0 ? 2 : 1, C = n % 4 == 0 ? 2 : 1, D = n / (T * C);
+  ProcessGroupMesh mesh(world(), {{"dp", 0}, {"pp", 1}, {"tp", T}, {"cp", C}},
+                        {{"dp", "cp"}, {"cp", "tp"}, {"dp", "tp", "cp"}});
+  SCOPED_TRACE("mesh " + mesh.describe());
+  ASSERT_EQ(mesh.size("dp"), D);
+  const int me = world()->rank();
+  const int cp = me % C, tp = (me / C) % T, dp = me / (T * C);
+  EXPECT_EQ(mesh.coordinate(), (MeshCoordinate{dp, 0, tp, cp}));
+  std::vector<int> dp_members, tp_members, cp_members, dp_cp_members, tp_cp_members;
+  for (int d = 0; d < D; ++d) dp_members.push_back(d * T * C + tp * C + cp);
+  for (int t = 0; t < T; ++t) tp_members.push_back(dp * T * C + t * C + cp);
+  for (int c = 0; c < C; ++c) cp_members.push_back(dp * T * C + tp * C + c);
+  for (int d = 0; d < D; ++d) {
+    for (int c = 0; c < C; ++c) dp_cp_members.push_back(d * T * C + tp * C + c);
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) tp_cp_members.push_back(dp * T * C + t * C + c);
+  }
+  expect_members(*mesh.group("dp"), dp_members, "dp");
+  expect_members(*mesh.group("pp"), {me}, "pp");
+  expect_members(*mesh.group("tp"), tp_members, "tp");
+  expect_members(*mesh.group("cp"), cp_members, "cp");
+  expect_members(*mesh.group_over({"dp", "cp"}), dp_cp_members, "dp+cp");
+  expect_members(*mesh.group_over({"tp", "cp"}), tp_cp_members, "tp+cp");
+  // Groups over the whole world are the world; a one-rank axis has a group of its own.
+  EXPECT_EQ(mesh.group_over({"dp", "tp", "cp"}), world()) << "pp is 1: dp, tp and cp span the world";
+  if (n > 1) {
+    EXPECT_NE(mesh.group("pp"), world());
+  }
+  EXPECT_EQ(mesh.group("tp") == world(), T == n);
+  check_collectives(*mesh.group_over({"dp", "cp"}));
 }
 
 // Over Gloo, send and recv take only contiguous host memory; colo copies anything else through
@@ -424,12 +474,12 @@ TEST(ProcessGroup, StoreCarriesBytesBetweenRanks) {
 TEST(ProcessGroup, ShapeErrorsSayWhatFits) {
   const int n = world()->size();
   try {
-    ProcessGroupMesh::resolve({0, 3, 1}, n);
+    ProcessGroupMesh::resolve(dp_pp_tp_shape(0, 3, 1), n);
     ADD_FAILURE() << "pp=3 accepted for world size " << n;
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("not divisible"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ProcessGroupMesh::resolve({n + 1, 1, 1}, n), std::invalid_argument);
+  EXPECT_THROW(ProcessGroupMesh::resolve(dp_pp_tp_shape(n + 1, 1, 1), n), std::invalid_argument);
 }
 
 }  // namespace

@@ -81,11 +81,11 @@ TEST(Environment, MalformedValuesNameTheVariable) {
 }
 
 TEST(ProcessGroupMesh, ResolveInfersDataParallelSize) {
-  const auto s = ProcessGroupMesh::resolve({0, 2, 2}, 8);
-  EXPECT_EQ(s.dp, 2);
-  EXPECT_THROW(ProcessGroupMesh::resolve({0, 3, 1}, 8), std::invalid_argument);
-  EXPECT_THROW(ProcessGroupMesh::resolve({4, 2, 2}, 8), std::invalid_argument);
-  EXPECT_THROW(ProcessGroupMesh::resolve({1, 0, 1}, 8), std::invalid_argument);
+  const auto s = ProcessGroupMesh::resolve(dp_pp_tp_shape(0, 2, 2), 8);
+  EXPECT_EQ(s[0].size, 2);
+  EXPECT_THROW(ProcessGroupMesh::resolve(dp_pp_tp_shape(0, 3, 1), 8), std::invalid_argument);
+  EXPECT_THROW(ProcessGroupMesh::resolve(dp_pp_tp_shape(4, 2, 2), 8), std::invalid_argument);
+  EXPECT_THROW(ProcessGroupMesh::resolve(dp_pp_tp_shape(1, 0, 1), 8), std::invalid_argument);
 }
 
 std::shared_ptr<ProcessGroup> world_of_one() {
@@ -121,12 +121,36 @@ TEST(Work, DefaultWorkHasNothingToWaitFor) {
 
 TEST(ProcessGroupMesh, WorldOfOne) {
   auto world = world_of_one();
-  ProcessGroupMesh mesh(world, {1, 1, 1});
-  EXPECT_EQ(mesh.groups().tp->size(), 1);
-  EXPECT_EQ(mesh.groups().dp->size(), 1);
+  ProcessGroupMesh mesh(world, dp_pp_tp_shape(1, 1, 1));
+  EXPECT_EQ(mesh.group(MeshAxis::kTp)->size(), 1);
+  EXPECT_EQ(mesh.group(MeshAxis::kDp)->size(), 1);
   EXPECT_EQ(mesh.axis_ranks(MeshAxis::kPp, 0), std::vector<int>{0});
   EXPECT_EQ(mesh.group(MeshAxis::kDp), world) << "an axis over the whole world is the world group";
-  EXPECT_STREQ(to_string(MeshAxis::kTp), "tp");
+  EXPECT_STREQ(MeshAxis::kTp, "tp");
+}
+
+// Four named axes and two sets in a world of one: every group is the world; a set not declared
+// at construction is refused by name, single axes and the set of all axes need no declaration.
+TEST(ProcessGroupMesh, GroupsOverSetsOfNamedAxes) {
+  auto world = world_of_one();
+  ProcessGroupMesh mesh(world, {{"dp", 0}, {"pp", 1}, {"tp", 1}, {"cp", 1}}, {{"tp", "cp"}, {"cp", "dp"}});
+  EXPECT_EQ(mesh.describe(), "dp=1 pp=1 tp=1 cp=1");
+  EXPECT_EQ(mesh.group("cp"), world);
+  EXPECT_EQ(mesh.group_over({"cp", "tp"}), world);
+  EXPECT_EQ(mesh.group_over({"dp", "cp"}), world);
+  EXPECT_EQ(mesh.group_over({"pp"}), mesh.group("pp"));
+  EXPECT_EQ(mesh.group_over({"cp", "tp", "pp", "dp"}), world);
+  EXPECT_EQ(mesh.coordinate(), (MeshCoordinate{0, 0, 0, 0}));
+  EXPECT_EQ(mesh.coordinate("cp"), 0);
+  try {
+    mesh.group_over({"dp", "tp"});
+    ADD_FAILURE() << "an undeclared set was answered";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no group over {dp,tp}"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("axis_sets"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(mesh.group("ep"), std::invalid_argument);
+  EXPECT_THROW(ProcessGroupMesh(world, dp_pp_tp_shape(1, 1, 1), {{"dp", "ep"}}), std::invalid_argument);
 }
 
 }  // namespace

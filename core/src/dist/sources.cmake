@@ -12,5 +12,6 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/admission.cpp
   ${CMAKE_CURRENT_LIST_DIR}/signed_store.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hmac_sha256.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mesh_layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/process_group_mesh.cpp
   ${CMAKE_CURRENT_LIST_DIR}/logger.cpp)

@@ -1,80 +1,81 @@
 #pragma once
 
-#include <array>
+#include <colo/dist/mesh_layout.h>
+
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace colo::dist {
 
 class ProcessGroup;
 
-// A parallel axis of the mesh ("axis" for a mesh axis, "dim" for a tensor dimension).
-enum class MeshAxis { kDp, kPp, kTp };
-// "dp", "pp", "tp".
-const char* to_string(MeshAxis axis);
-inline constexpr std::array<MeshAxis, 3> kMeshAxes{MeshAxis::kDp, MeshAxis::kPp, MeshAxis::kTp};
-
-// Sizes of the three parallel axes. dp = 0 means "whatever the world size leaves".
-struct MeshShape {
-  int dp = 0;
-  int pp = 1;
-  int tp = 1;
-  int size(MeshAxis axis) const;
-};
-
-// This rank's position on each axis.
-struct MeshCoordinate {
-  int dp = 0;
-  int pp = 0;
-  int tp = 0;
-  int& on(MeshAxis axis);
-  int on(MeshAxis axis) const;
-};
-
-// The groups a rank belongs to, one per axis, plus the world. Handed to whoever needs them;
-// nothing reads a "current group".
-struct MeshGroups {
-  std::shared_ptr<ProcessGroup> world;
-  std::shared_ptr<ProcessGroup> dp;
-  std::shared_ptr<ProcessGroup> pp;
-  std::shared_ptr<ProcessGroup> tp;
-  const std::shared_ptr<ProcessGroup>& on(MeshAxis axis) const;
-  std::shared_ptr<ProcessGroup>& on(MeshAxis axis);
-};
-
-// Lays the ranks of a group (the job's world, or any group a plugin is given) out as (dp, pp,
-// tp), tp innermost so that neighbouring ranks (the fastest links) share a tensor-parallel group:
-// rank = (dp_index * pp + pp_index) * tp + tp_index. Ranks here are ranks within that group
-// (the global ranks when it is the world).
-// Builds each axis-slice group once; an axis that spans the whole world uses the world group
-// itself (no second communicator over the same ranks). Throws std::invalid_argument when the
-// shape does not fit the world size, saying which sizes would.
+// The process groups of a mesh: ranks of a group (the job's world, or any group a plugin is
+// given) laid out over named axes as MeshLayout says, the last axis innermost so that
+// neighbouring ranks (the fastest links) share its groups. The standard layout is
+// dp_pp_tp_shape(dp, pp, tp). Ranks here are ranks within that group (the global ranks when it is
+// the world).
+//
+// Groups: the group of an axis holds the ranks that differ from this one only on that axis; the
+// group over a set of axes, the ranks that differ only on those axes, ordered by rank. A group
+// that spans the whole world is the world group itself (no second communicator over the same
+// ranks); an axis of size 1 gets a group of its own of one rank. The group over a single axis is
+// that axis's group, and the group over every axis is the world.
+//
+// Ordering rule. Creating a c10d group is collective: each of its members must take part, in the
+// same order as its other group creations. So every group is made here, in the constructor, in
+// an order that does not depend on the rank: one group per axis, innermost axis first, then one
+// per set of `axis_sets`, in the order given. Every rank of `world` must construct its mesh with
+// the same shape and axis_sets, at the same point among its other group creations. A set whose
+// ranks are those of a group made before (its other axes have size 1) reuses that group.
+// group_over() answers only the sets declared here (and single axes, and all of them).
 class ProcessGroupMesh {
  public:
-  ProcessGroupMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape);
+  // Throws std::invalid_argument when the shape does not fit the world (see MeshLayout) or a set
+  // names an axis the shape lacks.
+  ProcessGroupMesh(std::shared_ptr<ProcessGroup> world, MeshShape shape, std::vector<MeshAxisSet> axis_sets = {});
 
-  const MeshShape& shape() const { return shape_; }
-  const MeshGroups& groups() const { return groups_; }
-  const std::shared_ptr<ProcessGroup>& group(MeshAxis axis) const { return groups_.on(axis); }
-  int size(MeshAxis axis) const { return shape_.size(axis); }
+  const MeshLayout& layout() const { return layout_; }
+  // The shape with its 0 size resolved.
+  const MeshShape& shape() const { return layout_.shape(); }
+  const std::shared_ptr<ProcessGroup>& world() const { return world_; }
+  // The group of one axis; throws std::invalid_argument naming the mesh's axes for an unknown one.
+  const std::shared_ptr<ProcessGroup>& group(std::string_view axis) const;
+  // The group over a set of axes; throws std::invalid_argument for a set of two or more axes (not
+  // all) that was not declared at construction, or an unknown axis.
+  const std::shared_ptr<ProcessGroup>& group_over(const MeshAxisSet& axes) const;
+  int size(std::string_view axis) const { return layout_.size(axis); }
+
   // This rank's coordinate, and its index on one axis.
-  MeshCoordinate coordinate() const { return coordinate_of(rank_); }
-  int coordinate(MeshAxis axis) const { return coordinate().on(axis); }
-  MeshCoordinate coordinate_of(int rank) const;
-  int rank_of(const MeshCoordinate& c) const;
-  // Ranks of the slice through `rank` along an axis.
-  std::vector<int> axis_ranks(MeshAxis axis, int rank) const;
+  MeshCoordinate coordinate() const { return layout_.coordinate_of(rank_); }
+  int coordinate(std::string_view axis) const { return layout_.coordinate_of(rank_, axis); }
+  MeshCoordinate coordinate_of(int rank) const { return layout_.coordinate_of(rank); }
+  int rank_of(const MeshCoordinate& c) const { return layout_.rank_of(c); }
+  // Ranks of the slice through `rank` along an axis, and over a set of axes.
+  std::vector<int> axis_ranks(std::string_view axis, int rank) const { return layout_.axis_ranks(axis, rank); }
+  std::vector<int> ranks_over(const MeshAxisSet& axes, int rank) const { return layout_.ranks_over(axes, rank); }
   // "dp=2 pp=2 tp=1".
-  std::string describe() const;
+  std::string describe() const { return layout_.describe(); }
 
   // Validates a shape against a world size without creating groups (used by plugins' validate).
-  static MeshShape resolve(MeshShape shape, int world_size);
+  static MeshShape resolve(MeshShape shape, int world_size) { return MeshLayout::resolve(std::move(shape), world_size); }
 
  private:
-  MeshShape shape_;
+  // Makes (or reuses) the group of this rank's slice over the axes at `indices`.
+  std::shared_ptr<ProcessGroup> make_group(const std::vector<int>& indices);
+
+  struct SetGroup {
+    std::vector<int> indices;  // ascending
+    std::shared_ptr<ProcessGroup> group;
+  };
+
+  std::shared_ptr<ProcessGroup> world_;
+  MeshLayout layout_;
   int rank_;
-  MeshGroups groups_;
+  std::vector<std::shared_ptr<ProcessGroup>> axis_groups_;  // by axis index
+  std::vector<SetGroup> set_groups_;                        // declared sets, in creation order
 };
 
 }  // namespace colo::dist
