@@ -15,7 +15,8 @@ std::vector<std::string> Policy::problems(const nn::LayerStack& model, int64_t t
 
 int64_t Policy::sequence_tokens(const nn::LayerStack& /*model*/) const {
   throw std::invalid_argument(fmt::format(
-      "the '{}' policy does not support sequence parallelism (it gives no sequence_tokens): use sequence_parallel=false",
+      "the '{}' policy does not support sequence parallelism (it gives no sequence_tokens): turn it off "
+      "(hybrid_parallel: enable_sequence_parallelism=false)",
       name()));
 }
 

@@ -13,6 +13,7 @@
 #include <colo/shardformer/tp_mappings.h>
 #include <colo/shardformer/vit_policy.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -207,6 +208,49 @@ TEST(ShardFormerTable, ARowNamingAMissingSubModuleIsRefusedBeforeAnythingChanges
   world()->barrier().wait();
 }
 
+// A split that does not divide over tp is refused before anything changes, by the table's own
+// checks (the user's policy says nothing of shapes), in the same words by a memory plan; so is
+// sequence parallelism, which the user's policy does not support.
+TEST(ShardFormerTable, WhatATableCannotSplitIsRefusedAsAMemoryPlanRefusesIt) {
+  const auto group = consecutive_group(2, "plan_shapes");
+  const auto policy = std::make_shared<TwoLinearsPolicy>();
+  for (int64_t hidden : {3, 4, 5}) {  // around the boundary: 4 divides over 2 ranks
+    SCOPED_TRACE(fmt::format("hidden {}", hidden));
+    auto model = make_two_linears(hidden, /*depth=*/2, 13);
+    const auto planned = policy->plan_problems(nn::summarize(*model), 2, false);
+    ShardFormer former(group);
+    former.add_policy(policy);
+    const auto found = former.problems(*model);
+    EXPECT_EQ(found, planned) << "boost and a memory plan refuse alike";
+    if (hidden % 2 == 0) {
+      EXPECT_TRUE(found.empty()) << fmt::format("{}", fmt::join(found, "; "));
+      continue;
+    }
+    ASSERT_EQ(found.size(), 2u) << "the first layer's two rows: " << fmt::format("{}", fmt::join(found, "; "));
+    EXPECT_EQ(found[0], fmt::format("mlps.0's up (Column split) has {} output features, which do not divide over "
+                                    "tp_size=2: use a tp_size that divides {}",
+                                    hidden, hidden));
+    EXPECT_EQ(found[1], fmt::format("mlps.0's down (Row split) has {} input features, which do not divide over "
+                                    "tp_size=2: use a tp_size that divides {}",
+                                    hidden, hidden));
+    EXPECT_THROW(former.shard(*model), std::invalid_argument);
+    EXPECT_TRUE(model->canonical_shard_specs().empty());
+  }
+  auto model = make_two_linears(4, /*depth=*/1, 14);
+  ShardFormer former(group, ShardFormerOptions().sequence_parallel(true));
+  former.add_policy(policy);
+  try {
+    former.shard(*model);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the 'two_linears' policy does not support sequence parallelism"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(model->canonical_shard_specs().empty());
+  world()->barrier().wait();
+}
+
 // The sharded model's whole parameters, each gathered over tp where it is split.
 std::map<std::string, torch::Tensor> gathered_parameters(const nn::LayerStack& model, dist::ProcessGroup& group) {
   const auto specs = model.canonical_shard_specs();
@@ -238,7 +282,7 @@ TEST(ShardFormerTable, AUserTableTrainsLikeOneProcess) {
       ys.push_back(xs.back().mm(teacher).argmax(1));
     }
     auto train = [&](nn::LayerStack& model) {
-      torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-2).eps(kAdamEps));
+      torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-2).eps(test::kAdamEps));
       std::vector<double> losses;
       for (int s = 0; s < kTableSteps; ++s) {
         optimizer.zero_grad();
@@ -266,12 +310,12 @@ TEST(ShardFormerTable, AUserTableTrainsLikeOneProcess) {
 
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t s = 0; s < want.size(); ++s) {
-      EXPECT_NEAR(got[s], want[s], kFp32Tolerance * std::abs(want[s])) << "step " << s;
+      EXPECT_NEAR(got[s], want[s], test::kFp32Tolerance * std::abs(want[s])) << "step " << s;
     }
     EXPECT_LT(want.back(), want.front()) << "the reference must learn";
     const auto weights = gathered_parameters(*model, *group);
     for (const auto& item : reference->canonical_named_parameters()) {
-      EXPECT_LE(relative_error(weights.at(item.key()), item.value().detach()), kFp32Tolerance) << item.key();
+      EXPECT_LE(relative_error(weights.at(item.key()), item.value().detach()), test::kFp32Tolerance) << item.key();
     }
   }
   world()->barrier().wait();
