@@ -1,5 +1,5 @@
 #include <colo/booster/checkpoint_io.h>
-#include <colo/booster/memory_size.h>
+#include <colo/engine/memory_size.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/sharded_safetensors.h>

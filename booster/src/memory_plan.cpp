@@ -1,5 +1,5 @@
 #include <colo/booster/memory_plan.h>
-#include <colo/booster/parallelize.h>
+#include <colo/engine/parallelize.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/zero/allocate.h>
 #include <colo/zero/shard_layout.h>

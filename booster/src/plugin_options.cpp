@@ -1,7 +1,7 @@
 #include <colo/booster/plugin_options.h>
 
 #include <colo/booster/closest_match.h>
-#include <colo/booster/memory_size.h>
+#include <colo/engine/memory_size.h>
 
 #include <fmt/format.h>
 

@@ -9,13 +9,13 @@ namespace colo {
 
 PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& given) {
   PrecisionOptions o;
-  o.precision = amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16", "fp8"},
+  o.precision(amp::parse_precision(in.get_choice("precision", "fp32", {"fp32", "fp16", "bf16", "fp8"},
                                                    "working precision of weights, activations and gradients "
                                                    "(fp8: bf16 with float8 linear layers; GPUs of compute "
-                                                   "capability 8.9 or newer)"));
-  o.max_grad_norm = in.get_double("max_grad_norm", o.max_grad_norm, "clip gradients to this global L2 norm; 0: off");
+                                                   "capability 8.9 or newer)")));
+  o.max_grad_norm(in.get_double("max_grad_norm", o.max_grad_norm(), "clip gradients to this global L2 norm; 0: off"));
 
-  auto& s = o.loss_scaler;
+  auto& s = o.loss_scaler();
   s.initial_scale(in.get_double("initial_scale", s.initial_scale(), "fp16: initial loss scale"));
   s.min_scale(in.get_double("min_scale", s.min_scale(), "fp16: smallest loss scale"));
   s.max_scale(in.get_double("max_scale", s.max_scale(), "fp16: largest loss scale"));
@@ -24,19 +24,19 @@ PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& g
   s.growth_interval(in.get_int("growth_interval", s.growth_interval(), "fp16: clean steps before the scale grows"));
   s.hysteresis(in.get_int("hysteresis", s.hysteresis(), "fp16: overflows tolerated before backing off"));
 
-  if (!(o.max_grad_norm >= 0.0) || !std::isfinite(o.max_grad_norm)) {
-    in.fail(fmt::format("max_grad_norm must be >= 0 (0 disables clipping), got {}", o.max_grad_norm));
+  if (!(o.max_grad_norm() >= 0.0) || !std::isfinite(o.max_grad_norm())) {
+    in.fail(fmt::format("max_grad_norm must be >= 0 (0 disables clipping), got {}", o.max_grad_norm()));
   }
   try {
     amp::DynamicLossScaler check(s);
   } catch (const std::invalid_argument& e) {
     in.fail(e.what());
   }
-  if (o.precision != amp::Precision::kFp16) {
+  if (o.precision() != amp::Precision::kFp16) {
     for (const char* key : {"initial_scale", "min_scale", "max_scale", "growth_factor", "backoff_factor",
                             "growth_interval", "hysteresis"}) {
       if (given.count(key)) {
-        in.fail(fmt::format("{} only applies with precision=fp16 (precision is {})", key, amp::to_string(o.precision)));
+        in.fail(fmt::format("{} only applies with precision=fp16 (precision is {})", key, amp::to_string(o.precision())));
       }
     }
   }

@@ -6,35 +6,10 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_io.cpp
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/colossalai_option_names.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/memory_size.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/optimized_parameters.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/model_wrapper.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/optimizer_wrapper.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/parallelize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shared_library.cpp
   ${CMAKE_CURRENT_LIST_DIR}/precision_options.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/sharded_adam_state.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/staged_checkpoint_io.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp
-  # The Trainer and its hooks, with the helpers only they use.
-  ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_record.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/progress_line.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_metric_hooks.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_action_hooks.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/tensorboard_hook.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/tensorboard/tfrecord.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nonfinite_loss_guard.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/over_ranks.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/throughput_window.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/state_directory.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/run_lock.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/per_stage_checkpoint_io.cpp)

@@ -1,7 +1,7 @@
 #include "dry_run.h"
 
 #include <colo/booster/booster.h>
-#include <colo/booster/memory_size.h>
+#include <colo/engine/memory_size.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/resnet.h>

@@ -1,6 +1,6 @@
 #include "layout_checks.h"
 
-#include <colo/booster/parallelize.h>
+#include <colo/engine/parallelize.h>
 #include <fmt/format.h>
 
 #include <stdexcept>

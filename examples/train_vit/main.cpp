@@ -4,10 +4,10 @@
 //   colo-run --nproc-per-node 2 train_vit --plugin torch_ddp
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
-#include <colo/booster/state_directory.h>
-#include <colo/booster/tensorboard_hook.h>
-#include <colo/booster/trainer.h>
-#include <colo/booster/trainer_hooks.h>
+#include <colo/trainer/state_directory.h>
+#include <colo/trainer/tensorboard_hook.h>
+#include <colo/trainer/trainer.h>
+#include <colo/trainer/trainer_hooks.h>
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/data/cifar10.h>
 #include <colo/data/data_loader.h>

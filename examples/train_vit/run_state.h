@@ -2,7 +2,7 @@
 // records of the run that wrote it (train_vit.json beside the Booster's files).
 #pragma once
 
-#include <colo/booster/state_directory.h>
+#include <colo/trainer/state_directory.h>
 #include <colo/data/dataset.h>
 
 #include <memory>

@@ -17,7 +17,7 @@ using memory_planning::bytes;
 using zero::format_bytes;
 
 MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
-  const auto o = GeminiOptions::parse(given).gemini;
+  const auto o = GeminiOptions::parse(given).gemini();
   const auto compute = amp::PrecisionPolicy(o.precision()).compute_dtype();
   const auto communication = o.communication_dtype().value_or(compute);
   const int world = in.world_size();

@@ -1,6 +1,6 @@
 #include "gemini_options.h"
 
-#include <colo/booster/memory_size.h>
+#include <colo/engine/memory_size.h>
 #include <colo/booster/precision_options.h>
 
 namespace colo::plugins {
@@ -8,9 +8,9 @@ namespace colo::plugins {
 GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   OptionReader in("gemini", given);
   GeminiOptions parsed;
-  auto& o = parsed.gemini;
+  auto& o = parsed.gemini();
   const auto precision = PrecisionOptions::read(in, given);
-  o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
+  o.precision(precision.precision()).max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
   const auto policy = in.get_choice("placement_policy", "static", {"static", "auto"},
                                     "static: the *_frac options place the chunks; auto: a warm-up step measures the "
                                     "device's memory and optimizer state stays on it while steady_cuda_cap_ratio allows");

@@ -1,6 +1,6 @@
 #include "gemini_plugin.h"
 
-#include <colo/booster/parallelize.h>
+#include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "gemini_checkpoint_io.h"
-#include "gemini_model.h"
+#include <colo/engine/gemini_model.h>
 
 namespace colo::plugins {
 
@@ -29,16 +29,16 @@ Boosted GeminiPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("gemini boost: the model, the optimizer and the criterion are required");
   }
-  GeminiOptimizer::check_optimizer(*inputs.optimizer);  // before anything changes
+  GeminiOptimizer::check_optimizer(*inputs.optimizer, "gemini");  // before anything changes
   const auto& world = context_.world;
   // 1.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
   // 2.
   auto model = inputs.model;
   broadcast_model(*model, context_.device, *world);
-  apply_matmul_precision(*model, options_.gemini.precision(), context_.device);
+  apply_matmul_precision(*model, options_.gemini().precision(), context_.device);
   // 3.
-  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, model, world, options_.gemini);
+  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, model, world, options_.gemini());
   // 4.
   auto wrapped = std::make_shared<GeminiModel>(model, optimizer);
   return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};

@@ -75,9 +75,9 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                                            "dtype gradients are reduced in; auto: the precision's");
   if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
   const auto precision = PrecisionOptions::read(in, given);
-  o.precision(precision.precision);
-  o.max_grad_norm(precision.max_grad_norm);
-  o.loss_scaler(precision.loss_scaler);
+  o.precision(precision.precision());
+  o.max_grad_norm(precision.max_grad_norm());
+  o.loss_scaler(precision.loss_scaler());
   o.sequence_parallel(in.get_bool("enable_sequence_parallelism", false,
                                    "LayerNorm, dropout and residuals on 1/tp of the tokens (with tp_size > 1)"));
   o.cuda_graphs(in.get_bool("cuda_graphs", false,

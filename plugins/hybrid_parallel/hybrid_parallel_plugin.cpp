@@ -1,9 +1,9 @@
 #include "hybrid_parallel_plugin.h"
 
-#include <colo/booster/mixed_precision_optimizer.h>
-#include <colo/booster/parallelize.h>
+#include <colo/engine/mixed_precision_optimizer.h>
+#include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
-#include <colo/booster/zero_optimizer.h>
+#include <colo/engine/zero_optimizer.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
@@ -17,7 +17,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "pipeline_model.h"
+#include <colo/engine/pipeline_model.h>
 
 namespace colo::plugins {
 namespace {
@@ -87,18 +87,18 @@ HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const P
           mesh.size(MeshAxis::kDp)));
     }
   }
-  StagedCheckpointIO::Part part;
+  PerStageCheckpointIO::Part part;
   part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;
   part.index = mesh.coordinate(MeshAxis::kPp);
   part.count = mesh.size(MeshAxis::kPp);
-  checkpoint_io_ = std::make_unique<StagedCheckpointIO>(context_.world, part);
+  checkpoint_io_ = std::make_unique<PerStageCheckpointIO>(context_.world, part);
 }
 
 Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("hybrid_parallel boost: the model, the optimizer and the criterion are required");
   }
-  if (options_.zero_stage() > 0) ZeroOptimizer::check_optimizer(*inputs.optimizer);  // before anything changes
+  if (options_.zero_stage() > 0) ZeroOptimizer::check_optimizer(*inputs.optimizer, "hybrid_parallel");  // before anything changes
   const auto& mesh = *context_.mesh;
   const auto& dp = mesh.group(MeshAxis::kDp);
   const auto& pp = mesh.group(MeshAxis::kPp);
@@ -148,13 +148,15 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   std::shared_ptr<OptimizerWrapper> optimizer;
   PipelineModel::Parts parts;
   if (options_.zero_stage() == 0) {
-    MixedPrecisionOptimizerOptions mp;
-    mp.policy = policy;
-    mp.loss_scaler = options_.loss_scaler();
-    mp.max_grad_norm = options_.max_grad_norm();
-    mp.grad_norm.sum_over = stage_groups;  // each stage holds its own layers' gradients
-    mp.grad_norm.agree_over = dp;          // replicas after the all-reduce
-    mp.grad_norm.tp = tp;                  // split parameters summed over tp, the others once
+    amp::GradNormPlan grad_norm;
+    grad_norm.sum_over = stage_groups;  // each stage holds its own layers' gradients
+    grad_norm.agree_over = dp;          // replicas after the all-reduce
+    grad_norm.tp = tp;                  // split parameters summed over tp, the others once
+    const auto mp = MixedPrecisionOptimizerOptions()
+                        .policy(policy)
+                        .loss_scaler(options_.loss_scaler())
+                        .max_grad_norm(options_.max_grad_norm())
+                        .grad_norm(grad_norm);
     auto wrapped = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, stack, mp);
     parts.masters = wrapped->master_weights();
     parts.reducer = apply_ddp(*stack, dp,
@@ -165,6 +167,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
     optimizer = wrapped;
   } else {
     const auto z = ZeroOptimizerOptions()
+                       .caller("hybrid_parallel")
                        .stage(options_.zero_stage())
                        .precision(options_.precision())
                        .loss_scaler(options_.loss_scaler())
@@ -201,7 +204,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   // 5.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *dp, name());
 
-  StagedCheckpointIO::Part part;
+  PerStageCheckpointIO::Part part;
   part.writer = mesh.coordinate(MeshAxis::kDp) == 0 && mesh.coordinate(MeshAxis::kTp) == 0;
   part.index = stages.pp_rank();
   part.count = stages.pp_size();

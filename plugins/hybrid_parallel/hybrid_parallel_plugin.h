@@ -2,7 +2,7 @@
 
 #include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
-#include <colo/booster/staged_checkpoint_io.h>
+#include <colo/booster/per_stage_checkpoint_io.h>
 
 #include <memory>
 #include <string>
@@ -61,7 +61,7 @@ class HybridParallelPlugin : public Plugin {
  private:
 
   HybridParallelOptions options_;
-  std::unique_ptr<StagedCheckpointIO> checkpoint_io_;
+  std::unique_ptr<PerStageCheckpointIO> checkpoint_io_;
 };
 
 }  // namespace colo::plugins

@@ -7,7 +7,7 @@
 namespace colo::plugins {
 
 MemoryPlan LowLevelZeroPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
-  const auto o = LowLevelZeroOptions::parse(given).zero;
+  const auto o = LowLevelZeroOptions::parse(given).zero();
   memory_planning::ZeroEngine engine;
   engine.stage = o.stage();
   engine.precision = o.precision();

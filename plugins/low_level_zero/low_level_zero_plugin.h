@@ -3,20 +3,13 @@
 #include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
-#include <colo/booster/zero_optimizer.h>
+#include <colo/engine/zero_optimizer.h>
+
+#include "low_level_zero_options.h"
 
 #include <string>
 
 namespace colo::plugins {
-
-// low_level_zero's options, parsed and validated from the plugin's string map in one step.
-struct LowLevelZeroOptions {
-  ZeroOptimizerOptions zero;
-
-  // Throws std::invalid_argument listing every ill-typed value, violated rule (stage 3 says to
-  // use the gemini plugin) and unknown key (with the valid keys).
-  static LowLevelZeroOptions parse(const PluginOptions& options);
-};
 
 // ZeRO stage 1 and 2 (Colossal-AI's LowLevelZeroPlugin) over the world as the data-parallel
 // group: every rank holds the whole model in the compute dtype and trains on its shard of each

@@ -1,7 +1,7 @@
 #include "torch_ddp_plugin.h"
 
-#include <colo/booster/mixed_precision_optimizer.h>
-#include <colo/booster/parallelize.h>
+#include <colo/engine/mixed_precision_optimizer.h>
+#include <colo/engine/parallelize.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/booster/precision_options.h>
@@ -15,43 +15,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "torch_ddp_model.h"
+#include <colo/engine/torch_ddp_model.h>
 
 namespace colo::plugins {
-namespace {
-
-TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
-  TorchDdpOptions o;
-  o.bucket_cap_mb(in.get_mebibytes("bucket_cap_mb", o.bucket_cap_mb(),
-                                   "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)",
-                                   /*zero_allowed=*/false));
-  o.find_unused_parameters(in.get_bool("find_unused_parameters", o.find_unused_parameters(),
-                                       "allow parameters that get no gradient in some backward passes"));
-  o.gradient_as_bucket_view(in.get_bool("gradient_as_bucket_view", o.gradient_as_bucket_view(),
-                                        "after backward, gradients are views into the all-reduce buckets (no copy back)"));
-  o.overlap_communication(in.get_bool(
-      "overlap_communication", o.overlap_communication(),
-      "all-reduce each bucket during backward as soon as it is full (false: all at the end of backward)"));
-  o.broadcast_buffers(
-      in.get_bool("broadcast_buffers", o.broadcast_buffers(), "broadcast rank 0's buffers before each training forward"));
-  const auto precision = PrecisionOptions::read(in, given);
-  o.precision(precision.precision).max_grad_norm(precision.max_grad_norm).loss_scaler(precision.loss_scaler);
-  o.master_weights(
-      in.get_bool("master_weights", o.master_weights(), "keep fp32 master weights for the optimizer under fp16/bf16"));
-  o.cuda_graphs(in.get_bool("cuda_graphs", o.cuda_graphs(),
-                            "replay the training forward and backward as CUDA graphs (small batches: no launch cost)"));
-
-  return o;
-}
-
-}  // namespace
-
-TorchDdpOptions TorchDdpOptions::parse(const PluginOptions& options) {
-  OptionReader in("torch_ddp", options);
-  auto parsed = read_options(in, options);
-  in.finish();
-  return parsed;
-}
 
 TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext& context)
     : Plugin(context), options_(TorchDdpOptions::parse(options)) {
@@ -86,11 +52,13 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   apply_matmul_precision(*model, options_.precision(), context_.device);
 
   // 3. Casts the working weights and makes the masters.
-  MixedPrecisionOptimizerOptions mp;
-  mp.policy = amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights());
-  mp.loss_scaler = options_.loss_scaler();
-  mp.max_grad_norm = options_.max_grad_norm();
-  mp.grad_norm.agree_over = world;  // gradients are identical on every rank after the all-reduce
+  amp::GradNormPlan grad_norm;
+  grad_norm.agree_over = world;  // gradients are identical on every rank after the all-reduce
+  const auto mp = MixedPrecisionOptimizerOptions()
+                      .policy(amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights()))
+                      .loss_scaler(options_.loss_scaler())
+                      .max_grad_norm(options_.max_grad_norm())
+                      .grad_norm(grad_norm);
   auto optimizer = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, model, mp);
 
   // 4. Hooks go on the final tensors: a later dtype or device change would drop them. A world
@@ -104,7 +72,7 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
                                .overlap_communication(options_.overlap_communication()));
 
   // 5. (With cuda_graphs, the stack's training passes are captured at the first step.)
-  auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy, optimizer->master_weights(),
+  auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy(), optimizer->master_weights(),
                                                  options_.broadcast_buffers() ? world : nullptr);
   if (options_.cuda_graphs()) {
     auto graphed = std::make_shared<nn::CudaGraphedStack>(model);

@@ -3,7 +3,7 @@
 // gathers at once, auto placement's split, checkpoints to and from the other plugins at other
 // world sizes, and the errors for what gemini cannot do.
 #include <colo/booster/booster.h>
-#include <colo/booster/gemini_optimizer.h>
+#include <colo/engine/gemini_optimizer.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/sharded_safetensors.h>

@@ -25,7 +25,7 @@
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
-#include <colo/booster/zero_optimizer.h>
+#include <colo/engine/zero_optimizer.h>
 #include <colo/checkpoint/sharded_safetensors.h>
 #include <colo/files/files.h>
 #include <colo/data/data_loader.h>

@@ -4,11 +4,11 @@
 // and working buffers are estimates, not checked here (the GPU runs report them beside the
 // measured peaks: benchmarks/RESULTS.md).
 #include <colo/booster/booster.h>
-#include <colo/booster/gemini_optimizer.h>
+#include <colo/engine/gemini_optimizer.h>
 #include <colo/booster/memory_plan.h>
-#include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/engine/mixed_precision_optimizer.h>
 #include <colo/booster/plugin_registry.h>
-#include <colo/booster/zero_optimizer.h>
+#include <colo/engine/zero_optimizer.h>
 #include <colo/amp/master_weights.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>

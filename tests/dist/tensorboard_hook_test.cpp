@@ -3,9 +3,9 @@
 // at the record's step with its value and a wall time of the run; rank 0 writes alone unless every
 // rank is asked to, each then a run of its own; a directory that cannot be used is refused naming it.
 #include <colo/booster/booster.h>
-#include <colo/booster/tensorboard_hook.h>
-#include <colo/booster/trainer.h>
-#include <colo/booster/trainer_hooks.h>
+#include <colo/trainer/tensorboard_hook.h>
+#include <colo/trainer/trainer.h>
+#include <colo/trainer/trainer_hooks.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>

@@ -16,7 +16,7 @@
 //          (Bf16WithoutMasterWeightsStepsTheBf16WeightsThemselves passes them too). What masters
 //          are for is Bf16MasterWeightsKeepUpdatesBelowHalfABf16Ulp's: updates that small.
 #include <colo/booster/booster.h>
-#include <colo/booster/mixed_precision_optimizer.h>
+#include <colo/engine/mixed_precision_optimizer.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/checkpoint_error.h>

@@ -4,8 +4,8 @@
 // (hybrid_parallel's eval_microbatch_size) with the same results as the training size. On 2, 4
 // and 8 ranks: 21 test images never split evenly.
 #include <colo/booster/booster.h>
-#include <colo/booster/trainer.h>
-#include <colo/booster/trainer_hooks.h>
+#include <colo/trainer/trainer.h>
+#include <colo/trainer/trainer_hooks.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>

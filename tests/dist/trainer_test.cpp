@@ -2,9 +2,9 @@
 // under torch_ddp with and without accumulation and under a two-stage pipeline), and each
 // provided hook's effect, on 2, 4 and 8 ranks.
 #include <colo/booster/booster.h>
-#include <colo/booster/state_directory.h>
-#include <colo/booster/trainer.h>
-#include <colo/booster/trainer_hooks.h>
+#include <colo/trainer/state_directory.h>
+#include <colo/trainer/trainer.h>
+#include <colo/trainer/trainer_hooks.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/synthetic_dataset.h>
 #include <colo/dist/process_group.h>

@@ -11,7 +11,8 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
-# planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall.
+# planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
+# build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -942,10 +943,10 @@ PY
       rs_model=(--dataset synthetic --synthetic-samples 2048 --image-size 64 --model custom --patch-size 8 --embed-dim 384
         --depth 6 --heads 6 --batch-size 64 --log-every 5 --eval-batch-size 256 --epochs 2 --max-steps 40
         --checkpoint-every 5 --resume auto)
-      for layout in "pp2:hybrid_parallel:--plugin-opt=pp_size=2" "dp2:torch_ddp:"; do
+      for layout in "pp2:hybrid_parallel:--plugin-opt=pp_size=2 --plugin-opt=num_microbatches=4" "dp2:torch_ddp:"; do
         IFS=: read -r name plugin opt <<<"$layout"
         opts=()
-        [ -n "$opt" ] && opts=("$opt")
+        [ -n "$opt" ] && read -ra opts <<<"$opt"
         rm -rf "/tmp/rs_${name}_clean" "/tmp/rs_${name}_faulty"
         timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/train_vit --plugin "$plugin" "${opts[@]}" \
           "${rs_model[@]}" --save "/tmp/rs_${name}_clean" >"$LOGS/restart_${name}_clean.log" 2>&1
@@ -994,6 +995,32 @@ PY
         grep -E "ranks, |median|target missed|failed" "$LOGS/planner_$preset.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
         cp "$LOGS/planner_$preset/table.md" "$OUT/planner_${preset}_table.md" 2>/dev/null
         cp "$LOGS/planner_$preset/results.json" "$OUT/planner_${preset}_results.json" 2>/dev/null
+      done
+      ;;
+    build-base)
+      # Issue 34: the tree before a change, for engine-room's A/B runs: the commit's sources as a tar
+      # (git archive COMMIT | gzip > .gpu-base.tgz, made on the development machine and sent untracked),
+      # built into build-base with what colo_vit_bench needs.
+      rm -rf /tmp/colo-base && mkdir -p /tmp/colo-base && tar xzf .gpu-base.tgz -C /tmp/colo-base
+      {
+        cmake -S /tmp/colo-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-base -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp colo_plugin_hybrid_parallel
+      } >"$LOGS/build_base.log" 2>&1
+      note "build-base rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED" "$LOGS/build_base.log" | head -20 | tee -a "$LOGS/summary.txt"
+      ;;
+    engine-room)
+      # Issue 34: ViT-B/16 bf16 batch 256 on GPU 0, torch_ddp and hybrid_parallel (tp 1), the tree before
+      # the change (build-base) and after (build-gpu), alternating, COLO_AB_REPEATS rounds (default 3).
+      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1)
+      for ((i = 0; i < ${COLO_AB_REPEATS:-3}; i++)); do
+        for plugin in torch_ddp hybrid_parallel; do
+          for tree in base gpu; do
+            CUDA_VISIBLE_DEVICES=0 timeout 150 build-$tree/bin/colo-run --nproc-per-node 1 build-$tree/bin/colo_vit_bench \
+              --plugin $plugin "${common[@]}" --json "$LOGS/ab_${tree}_${plugin}_$i.json" >"$LOGS/ab_${tree}_${plugin}_$i.log" 2>&1
+            note "engine-room $plugin $tree run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ab_${tree}_${plugin}_$i.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/ab_${tree}_${plugin}_$i.json" 2>/dev/null)"
+          done
+        done
       done
       ;;
     *) note "unknown stage $stage" ;;

@@ -1,7 +1,7 @@
 // CheckpointIO in a world of one: sharded and single-file safetensors sets with a JSON index,
 // exact round trips, every mismatch reported, corrupt and missing files named, atomic writes.
 #include <colo/booster/checkpoint_io.h>
-#include <colo/booster/model_wrapper.h>
+#include <colo/engine/model_wrapper.h>
 #include <colo/checkpoint/checkpoint_error.h>
 #include <colo/checkpoint/finite_check.h>
 #include <colo/checkpoint/sharded_safetensors.h>

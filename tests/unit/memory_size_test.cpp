@@ -3,11 +3,11 @@
 // plugin reads them, and the API's options.
 #include <colo/booster/booster.h>
 #include <colo/booster/checkpoint_io.h>
-#include <colo/booster/gemini_optimizer.h>
+#include <colo/engine/gemini_optimizer.h>
 #include <colo/booster/memory_plan.h>
-#include <colo/booster/memory_size.h>
+#include <colo/engine/memory_size.h>
 #include <colo/booster/plugin_options.h>
-#include <colo/booster/zero_optimizer.h>
+#include <colo/engine/zero_optimizer.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/vit_config.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // booster/parallelize.h: the boost steps every plugin composes. restrict_optimizer is what a
 // pipeline stage does to the optimizer the user built over the whole model.
-#include <colo/booster/parallelize.h>
+#include <colo/engine/parallelize.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/lamb.h>

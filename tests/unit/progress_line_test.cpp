@@ -1,6 +1,6 @@
-// The Trainer's progress line (booster/src/progress_line.h): the fields a user's hook adds to a
+// The Trainer's progress line (trainer/src/progress_line.h): the fields a user's hook adds to a
 // record are shown after colo's own, and an evaluation outside fit() reads as one, not "epoch 1/0".
-#include <colo/booster/trainer_hook.h>
+#include <colo/trainer/trainer_hook.h>
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,7 +1,7 @@
 // StateDirectory, the --save directory of one run: opened at start-up (created, probed, locked),
 // it refuses another run's states unless resumed from or told to overwrite, keeps a second run out
 // while the first lives, and removes only the states its own run owns.
-#include <colo/booster/state_directory.h>
+#include <colo/trainer/state_directory.h>
 #include <colo/files/files.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>

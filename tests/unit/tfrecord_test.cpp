@@ -1,4 +1,4 @@
-// TFRecord framing of TensorBoard's event files (booster/src/tensorboard/tfrecord.h): the CRC-32C
+// TFRecord framing of TensorBoard's event files (trainer/src/tensorboard/tfrecord.h): the CRC-32C
 // against the algorithm's published check value and RFC 3720's test vectors, and the record layout.
 #include <gtest/gtest.h>
 

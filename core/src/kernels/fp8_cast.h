@@ -25,7 +25,7 @@ float fp8_max(Fp8Format format);
 // Writes max |in| over n bf16 values into *amax, which the caller zeroes first (blocks combine
 // their maxima with an atomic max; NaNs are skipped here and propagate through the cast instead).
 // in must be 16-byte aligned. One pass at memory speed, where ATen's linalg_vector_norm(inf)
-// reduction took 9.2 of a ViT-L/16 fp8 step's 99 ms (benchmarks/RESULTS.md, 2026-11-24 fp8).
+// reduction took a tenth of a ViT-L/16 fp8 step (benchmarks/RESULTS.md, 2026-11-24 fp8).
 cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream);
 
 // in: bf16 [rows, cols], row-major, contiguous. amax: one fp32 value on the device (the largest

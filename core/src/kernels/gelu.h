@@ -3,8 +3,8 @@
 // The exact (erf) GELU's forward as a CUDA kernel of colo's own (CUDA builds only):
 //   gelu(h) = h * Phi(h), Phi the standard normal's CDF, computed in fp32 as ATen does, so the
 // results are ATen's (timm's nn.GELU()). Elementwise, 16-byte loads and stores, four loads in
-// flight per thread: 186 us against ATen's 209 at ViT-B/16's MLP shape (50432 x 3072 bf16) on an
-// H200. The backward stays ATen's gelu_backward: colo's kernel for it was no faster (the erf and
+// flight per thread, faster than ATen's at ViT-B/16's MLP shape (50432 x 3072 bf16; the
+// measurement is in benchmarks/RESULTS.md). The backward stays ATen's gelu_backward: colo's kernel for it was no faster (the erf and
 // exp arithmetic, not memory, bound both; benchmarks/RESULTS.md). Kept free of LibTorch headers:
 // nvcc compiles it alone.
 #include <cuda_runtime_api.h>

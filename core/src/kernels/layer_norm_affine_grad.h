@@ -6,8 +6,8 @@
 // x_hat = (x - mean[row]) * rstd[row]:
 //   dgamma[c] = sum over rows of dy[r, c] * x_hat[r, c]      dbeta[c] = sum over rows of dy[r, c]
 // ATen computes these in a kernel that reaches about a fifth of an H200's memory bandwidth at
-// ViT-B's shape (50432 x 768, bf16: 224 us of LayerNorm's 312 us backward;
-// benchmarks/peers/backward_reduction_probe.py). This one reads dy and x once, with 16-byte loads,
+// ViT-B's shape (50432 x 768, bf16), most of LayerNorm's backward (measured by
+// benchmarks/peers/backward_reduction_probe.py; benchmarks/RESULTS.md). This one reads dy and x once, with 16-byte loads,
 // and sums in fp32: each block a tile of columns over a chunk of rows, one partial sum per chunk.
 //
 // Kept free of LibTorch headers: nvcc compiles it alone; colo::nn::layer_norm wraps it.

@@ -19,7 +19,7 @@ struct OutputStream {
 
 // How long after its output lost its reader colo-run waits before it stops the ranks. The line
 // that found the pipe closed is often a failing rank's last words, and a LibTorch process takes
-// a while to exit after printing them (0.4 s measured with 8 ranks on 2 cores): a rank that fails
+// a while to exit after printing them (well under the settle time with 8 ranks on 2 cores): a rank that fails
 // meanwhile is the cause, and its exit code, not the closed pipe's 141, becomes the job's.
 constexpr auto kOutputGoneSettle = std::chrono::seconds(2);
 

@@ -1,7 +1,7 @@
 #pragma once
 
-#include <colo/booster/model_wrapper.h>
-#include <colo/booster/optimizer_wrapper.h>
+#include <colo/engine/model_wrapper.h>
+#include <colo/engine/optimizer_wrapper.h>
 
 #include <torch/arg.h>
 

@@ -3,6 +3,7 @@
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/precision.h>
 #include <colo/booster/plugin_options.h>
+#include <torch/arg.h>
 
 namespace colo {
 
@@ -12,9 +13,11 @@ namespace colo {
 // growth_interval, hysteresis). A loss-scaler key given with another precision is an error,
 // not silently ignored.
 struct PrecisionOptions {
-  amp::Precision precision = amp::Precision::kFp32;
-  double max_grad_norm = 0.0;
-  amp::LossScalerOptions loss_scaler;
+  TORCH_ARG(amp::Precision, precision) = amp::Precision::kFp32;
+  TORCH_ARG(double, max_grad_norm) = 0.0;
+  TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
+
+ public:
 
   // Declares the keys on `in` and records every problem there (in.fail); `given` is the
   // plugin's options as passed, to tell a key given from a default.

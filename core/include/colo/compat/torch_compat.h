@@ -1,4 +1,4 @@
-// The one place where LibTorch versions differ (DESIGN.md, "Two builds of one code base").
+// The one place where LibTorch versions differ (the CPU build uses 1.13, the GPU build 2.x).
 // CPU build: Debian's libtorch 1.13 (c10d backends derive from c10d::ProcessGroup, no fused
 // attention). CUDA build: the wheel's libtorch 2.x (backends derive from c10d::Backend, fused
 // scaled_dot_product_attention, NCCL). Code elsewhere calls these names and never tests versions.

@@ -50,7 +50,7 @@ struct DataLoaderOptions {
   TORCH_ARG(int64_t, prefetch) = 2;
   // Threads that prepare batches when prefetching, each a whole batch at a time (batches still
   // arrive in order). More than one pays where reading a batch costs much CPU time: decoding an
-  // ImageFolder's JPEGs, about 3 ms an image on one core. In-memory data sets need one.
+  // ImageFolder's JPEGs (benchmarks/data measures it). In-memory data sets need one.
   TORCH_ARG(int64_t, num_workers) = 1;
   // Random crop and flip, for training. The augmentation is the data set's default unless given.
   TORCH_ARG(bool, augment) = false;

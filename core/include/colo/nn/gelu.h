@@ -5,8 +5,7 @@
 namespace colo::nn {
 
 // The exact (erf) GELU, timm's nn.GELU(): on CUDA the forward through colo's kernel
-// (core/src/kernels/gelu.h: ATen's fp32 arithmetic with more loads in flight, ~11 % faster at
-// ViT-B's MLP width on an H200) and the backward ATen's gelu_backward; elsewhere torch::gelu.
+// (core/src/kernels/gelu.h: ATen's fp32 arithmetic with more loads in flight) and the backward ATen's gelu_backward; elsewhere torch::gelu.
 // Saves its input for the backward, as ATen's does. Differentiable once.
 torch::Tensor gelu(const torch::Tensor& input);
 

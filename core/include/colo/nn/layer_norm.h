@@ -7,8 +7,8 @@ namespace colo::nn {
 // at::layer_norm through colo's CUDA kernels where they apply: the forward and the input gradient
 // one warp per row (core/src/kernels/layer_norm_rows.h), the weight and bias gradients column-wise
 // (layer_norm_affine_grad.h); each reads its tensors once at close to full memory bandwidth, where
-// ATen's took 124 us forward and 98 + 224 us backward at ViT-B/16's shape on an H200 (25 calls per
-// training step). Elsewhere (the CPU, other dtypes, shapes the kernels do not take) it is ATen's
+// ATen's do not at ViT-B/16's shape (25 calls per training step; benchmarks/RESULTS.md has the
+// measurements). Elsewhere (the CPU, other dtypes, shapes the kernels do not take) it is ATen's
 // native_layer_norm and its backward. Without a weight it is at::layer_norm itself.
 // Differentiable once (no double backward).
 torch::Tensor layer_norm(const torch::Tensor& input, at::IntArrayRef normalized_shape, const torch::Tensor& weight,

@@ -11,7 +11,7 @@
 
 namespace colo::nn {
 
-// The model contract (DESIGN.md): an ordered list of layers, registered as children "0",
+// The model contract (docs/architecture.md, reading order): an ordered list of layers, registered as children "0",
 // "1", ..., whose composition is the model. Pipeline parallelism keeps a slice of it per
 // stage, ZeRO-3 wraps each layer, tensor parallelism rewrites sub-modules inside layers; all
 // of them agree on parameter identity through canonical names (Layer::canonical_prefix()

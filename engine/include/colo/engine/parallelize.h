@@ -1,0 +1,73 @@
+#pragma once
+
+// The steps every plugin's boost() is composed of, each a small function
+// over the process group it works on, the way torchtitan applies one parallelism after another:
+// torch_ddp and low_level_zero call them with the world as the data-parallel group,
+// hybrid_parallel with its mesh's groups. The optimizer wrappers are the remaining steps:
+// MixedPrecisionOptimizer (precision, over a amp::GradNormPlan) and ZeroOptimizer (ZeRO-1/2 over
+// a data-parallel group).
+#include <colo/amp/precision.h>
+#include <colo/ddp/bucketed_all_reduce.h>
+
+#include <c10/core/Device.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace colo::data {
+class DataLoader;
+}
+namespace colo::dist {
+class ProcessGroup;
+}
+namespace colo::nn {
+class CudaGraphedStack;
+class LayerStack;
+}
+
+namespace colo {
+
+// Moves the model to `device` and makes every rank of `group` start from the same values: its
+// parameters and buffers are broadcast from the group's rank 0. Call it before any cast to a
+// lower precision, so that replicas agree on the fp32 values their masters keep.
+void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group);
+
+// precision=fp8: float8 products in every linear layer of `model` that fits (colo::nn::use_fp8_linears,
+// which also says why a layer stays bf16); nothing for other precisions. Call it after broadcast_model
+// (it checks the device the layers now live on) and after tensor-parallel sharding (a shard's own
+// features decide). Throws std::invalid_argument where the device has no float8 products.
+void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device);
+
+// Data-parallel gradient averaging over `group`: bucketed all-reduces driven by hooks on the
+// model's parameters, which must have their final device and dtype. Null when the group has one
+// rank (nothing to average; autograd's own gradients, without the copy into buckets).
+std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, std::shared_ptr<dist::ProcessGroup> group,
+                                                  const ddp::BucketedAllReduceOptions& options);
+
+// cuda_graphs under data parallelism: a graph replay fires none of `reducer`'s gradient hooks, so
+// the end of every synchronised backward pass that replayed one of `graphed`'s backward graphs
+// averages the accumulated gradients there (reduce_accumulated; no overlap with backward). An
+// unsynchronised pass (no_sync, or a pipeline's microbatches, reduced after the step) does
+// nothing. A null reducer (one rank) leaves `graphed` as it is.
+void reduce_after_graph_backward(nn::CudaGraphedStack& graphed, const std::shared_ptr<ddp::BucketedAllReduce>& reducer);
+
+// Re-points the user's optimizer at the parameters this rank holds (`model`: a pipeline stage's
+// layers, say), in place: each parameter group keeps its options and its other parameters (a
+// group left without any stays, empty, so that group indices, and the learning rates schedulers
+// and checkpoints record per group, keep their meaning); state of parameters dropped is dropped.
+// Parameters of `model` the optimizer does not hold stay outside it (frozen or fine-tuned parts).
+void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model);
+
+// Splits the loader's data over the data-parallel group (each rank its shard). Throws
+// std::invalid_argument, naming the plugin, when the data cannot be split that way.
+void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin);
+
+// The samples each data-parallel rank takes per forward/backward pass from a global batch split
+// over `dp_size` ranks and `accumulation_steps` passes. Throws std::invalid_argument saying what to
+// use when the batch does not split evenly: a run and its memory plan (MemoryPlan::samples_per_pass)
+// both split through here, so a plan refuses what the run refuses.
+int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulation_steps);
+
+}  // namespace colo

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <colo/amp/master_weights.h>
+#include <colo/amp/precision_policy.h>
+#include <colo/engine/model_wrapper.h>
+#include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/nn/cuda_graphed_stack.h>
+#include <colo/pipeline/schedule.h>
+#include <colo/pipeline/schedule_runner.h>
+#include <colo/pipeline/stage_manager.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace colo::dist {
+class ProcessGroup;
+}
+namespace colo {
+
+class ZeroOptimizer;
+
+// The model as hybrid_parallel hands it back: this rank's pipeline stage(s), one LayerStack per
+// model chunk (module() holds all of them, in chunk order, for parameters and state), and what
+// runs them: a pipeline::ScheduleRunner per microbatch count. Its data-parallel side is either a
+// DDP reducer (zero_stage 0) or the ZeroOptimizer's (1, 2), switched through the gradient-sync
+// virtuals like every plugin's.
+//
+// forward() runs the stage when the pipeline has a single stage (pp_size 1, for evaluation or a
+// plain step); with several stages only execute_pipeline can run the model, and forward() says so.
+// State (checkpoints) is this rank's layers under canonical names and full shapes, fp32 masters
+// where they exist (ZeRO's gathered over the dp group): each stage saves its own layers.
+class PipelineModel : public ModelWrapper {
+ public:
+  struct Parts {
+    std::shared_ptr<nn::LayerStack> stack;  // this rank's layers, all chunks
+    std::vector<std::shared_ptr<nn::LayerStack>> chunks;
+    pipeline::StageManager stages{1, 0, 1};
+    pipeline::ScheduleStyle style = pipeline::ScheduleStyle::kOneFOneB;
+    std::shared_ptr<dist::ProcessGroup> pp_group;
+    amp::PrecisionPolicy policy{amp::Precision::kFp32};
+    std::shared_ptr<amp::MasterWeights> masters;      // zero_stage 0 with master weights
+    std::shared_ptr<ddp::BucketedAllReduce> reducer;  // zero_stage 0, dp > 1
+    std::shared_ptr<ZeroOptimizer> zero;              // zero_stage 1, 2
+    // cuda_graphs: each chunk's graphs, in chunk order (empty: eager).
+    std::vector<std::shared_ptr<nn::CudaGraphedStack>> graphed;
+  };
+  explicit PipelineModel(Parts parts);
+
+  torch::Tensor forward(const torch::Tensor& input) override;
+  // The whole stage and each chunk (LayerStacks of their own over the same layers): evaluation
+  // runs every stage in eval mode, as under the other plugins.
+  void train(bool on = true) override;
+
+  void set_gradient_sync(bool enabled) override;
+  bool gradient_sync() const override;
+  void reduce_accumulated_gradients() override;
+
+  std::vector<std::pair<std::string, torch::Tensor>> full_state() const override;
+  void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;
+
+  // The runner for `microbatches` per step (made on first use).
+  pipeline::ScheduleRunner& runner(int microbatches);
+  const pipeline::StageManager& stages() const { return parts_.stages; }
+  const amp::PrecisionPolicy& policy() const { return parts_.policy; }
+  const std::shared_ptr<dist::ProcessGroup>& pp_group() const { return parts_.pp_group; }
+  const std::vector<std::shared_ptr<nn::LayerStack>>& chunks() const { return parts_.chunks; }
+  const std::vector<std::shared_ptr<nn::CudaGraphedStack>>& graphed() const { return parts_.graphed; }
+  // Waits for weights still being gathered after a ZeRO step (the runner calls the layers
+  // directly, without LowLevelZeroModel's per-layer waits); a no-op otherwise.
+  void wait_for_weights();
+  // Before each step's first forward: drops the state of a backward pass that failed midway.
+  void prepare_for_backward();
+
+ private:
+  Parts parts_;
+  std::map<int, std::unique_ptr<pipeline::ScheduleRunner>> runners_;
+};
+
+}  // namespace colo

@@ -1,0 +1,92 @@
+#include <colo/engine/parallelize.h>
+#include <colo/compat/torch_compat.h>
+#include <colo/data/data_loader.h>
+#include <colo/ddp/broadcast_coalesced.h>
+#include <colo/dist/process_group.h>
+#include <colo/nn/cuda_graphed_stack.h>
+#include <colo/nn/fp8_linear.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/optim/optimizer_state.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace colo {
+
+void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device) {
+  if (precision == amp::Precision::kFp8) nn::use_fp8_linears(model, device);
+}
+
+void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group) {
+  model.to(device);
+  auto states = model.parameters();
+  for (auto& b : model.buffers()) states.push_back(b);
+  ddp::broadcast_coalesced(group, states, 0);
+}
+
+std::shared_ptr<ddp::BucketedAllReduce> apply_ddp(const nn::LayerStack& model, std::shared_ptr<dist::ProcessGroup> group,
+                                                  const ddp::BucketedAllReduceOptions& options) {
+  if (!group) throw std::invalid_argument("apply_ddp: the data-parallel group is null");
+  if (group->size() == 1) return nullptr;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model.canonical_named_parameters()) named.emplace_back(item.key(), item.value());
+  return std::make_shared<ddp::BucketedAllReduce>(std::move(named), std::move(group), options);
+}
+
+void reduce_after_graph_backward(nn::CudaGraphedStack& graphed,
+                                 const std::shared_ptr<ddp::BucketedAllReduce>& reducer) {
+  if (!reducer) return;
+  // Weak: the model wrapper owns both, and a reducer gone first must not be kept alive here.
+  graphed.on_backward_end([weak = std::weak_ptr<ddp::BucketedAllReduce>(reducer)] {
+    if (auto r = weak.lock(); r && r->sync_enabled()) r->reduce_accumulated();
+  });
+}
+
+void restrict_optimizer(torch::optim::Optimizer& optimizer, const nn::LayerStack& model) {
+  std::unordered_set<const void*> kept;
+  for (const auto& p : model.parameters()) kept.insert(p.unsafeGetTensorImpl());
+
+  // Torch optimizers key their state by the parameter's TensorImpl (a string or the pointer,
+  // depending on the LibTorch version); colo's do the same.
+  auto& state = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    std::vector<torch::Tensor> keep;
+    for (const auto& p : group.params()) {
+      if (kept.count(p.unsafeGetTensorImpl())) {
+        keep.push_back(p);
+      } else {
+        state.erase(compat::optimizer_state_key(p));
+      }
+    }
+    group.params() = std::move(keep);
+  }
+}
+
+int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulation_steps) {
+  if (global_batch < 1 || dp_size < 1 || accumulation_steps < 1) {
+    throw std::invalid_argument(fmt::format("a global batch of {} over {} data-parallel ranks x {} accumulation steps: "
+                                            "each must be at least 1",
+                                            global_batch, dp_size, accumulation_steps));
+  }
+  const int64_t parts = dp_size * accumulation_steps;
+  if (global_batch % parts != 0) {
+    throw std::invalid_argument(fmt::format(
+        "a global batch of {} does not split over {} data-parallel rank{} x {} accumulation step{}; use a multiple of {}",
+        global_batch, dp_size, dp_size == 1 ? "" : "s", accumulation_steps, accumulation_steps == 1 ? "" : "s", parts));
+  }
+  return global_batch / parts;
+}
+
+void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin) {
+  try {
+    loader.reshard(dp_group.size(), dp_group.rank());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{}: the data loader cannot be split over the {} data-parallel ranks of "
+                                            "this job: {}",
+                                            plugin, dp_group.size(), e.what()));
+  }
+}
+
+}  // namespace colo

@@ -1,0 +1,94 @@
+#include <colo/engine/pipeline_model.h>
+
+#include <colo/engine/zero_optimizer.h>
+#include <colo/dist/process_group.h>
+#include <colo/pipeline/schedule_generators.h>
+#include <colo/zero/bucketed_all_gather.h>
+#include <colo/zero/grad_reducer.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <unordered_map>
+
+#include "master_weights_state.h"
+
+namespace colo {
+
+PipelineModel::PipelineModel(Parts parts) : ModelWrapper(parts.stack), parts_(std::move(parts)) {}
+
+torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
+  if (parts_.stages.num_stages() > 1) {
+    throw std::logic_error(fmt::format(
+        "the model is split into {} pipeline stages over the ranks, so model->forward cannot run it "
+        "on one; run a step with booster.execute_pipeline(inputs, targets, model, criterion, optimizer), and "
+        "evaluation with PipelineOptions().forward_only(true).return_outputs(true)",
+        parts_.stages.num_stages()));
+  }
+  wait_for_weights();
+  if (torch::GradMode::is_enabled()) prepare_for_backward();
+  const auto cast = parts_.policy.cast_to_compute(input);
+  // One stage: one chunk, whose layers are module_'s.
+  auto output = parts_.graphed.empty() ? module_->forward(cast) : parts_.graphed.front()->forward(cast);
+  return detail::fp32_output(output);
+}
+
+void PipelineModel::train(bool on) {
+  ModelWrapper::train(on);
+  for (const auto& chunk : parts_.chunks) chunk->train(on);
+}
+
+void PipelineModel::wait_for_weights() {
+  if (parts_.zero) parts_.zero->gather().wait_all();
+}
+
+void PipelineModel::prepare_for_backward() {
+  if (parts_.reducer) parts_.reducer->prepare_for_backward();
+  if (parts_.zero) parts_.zero->reducer().prepare_for_backward();
+}
+
+// The ZeroOptimizer (zero_stage 1, 2) answers for itself as the boosted optimizer.
+void PipelineModel::set_gradient_sync(bool enabled) {
+  if (parts_.reducer) parts_.reducer->set_sync(enabled);
+}
+bool PipelineModel::gradient_sync() const { return !parts_.reducer || parts_.reducer->sync_enabled(); }
+void PipelineModel::reduce_accumulated_gradients() {
+  if (parts_.reducer) parts_.reducer->reduce_accumulated();
+}
+
+pipeline::ScheduleRunner& PipelineModel::runner(int microbatches) {
+  auto it = runners_.find(microbatches);
+  if (it == runners_.end()) {
+    auto schedule = pipeline::make_schedule(
+        parts_.style, pipeline::ScheduleShape(parts_.stages.pp_size(), microbatches).chunks(parts_.stages.chunks()));
+    it = runners_
+             .emplace(microbatches, std::make_unique<pipeline::ScheduleRunner>(std::move(schedule), parts_.stages,
+                                                                               parts_.pp_group, parts_.chunks))
+             .first;
+  }
+  return *it->second;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> PipelineModel::full_state() const {
+  auto state = ModelWrapper::full_state();
+  if (parts_.zero) {
+    const auto masters = parts_.zero->full_masters();  // collective over dp
+    parts_.zero->gather().wait_all();
+    detail::overlay_masters(state, masters);
+  } else if (parts_.masters) {
+    detail::overlay_masters(state, detail::named_masters(*module_, *parts_.masters));
+  }
+  return state;
+}
+
+void PipelineModel::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  wait_for_weights();                    // or a gather in flight would overwrite what is loaded
+  ModelWrapper::load_full_state(state);  // validates everything, then writes the working weights
+  // The masters take the saved values themselves, not their rounding to the working dtype.
+  if (parts_.zero) {
+    parts_.zero->load_masters(std::map<std::string, torch::Tensor>(state.begin(), state.end()));
+  } else if (parts_.masters) {
+    detail::load_masters(state, detail::named_masters(*module_, *parts_.masters));
+  }
+}
+
+}  // namespace colo

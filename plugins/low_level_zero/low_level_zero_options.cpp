@@ -1,0 +1,55 @@
+#include "low_level_zero_options.h"
+
+#include <colo/amp/precision.h>
+#include <colo/booster/precision_options.h>
+#include <fmt/format.h>
+
+namespace colo::plugins {
+namespace {
+
+LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
+  LowLevelZeroOptions parsed;
+  auto& o = parsed.zero();
+  o.stage(static_cast<int>(
+      in.get_int("stage", o.stage(), "1: optimizer state and fp32 masters sharded; 2: gradients sharded too")));
+  const auto precision = PrecisionOptions::read(in, given);
+  o.precision(precision.precision()).max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
+  o.bucket_cap_mb(in.get_mebibytes("reduce_bucket_size_mb", o.bucket_cap_mb(),
+                                   "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
+                                   "launches)",
+                                   /*zero_allowed=*/false));
+  o.overlap_communication(in.get_bool("overlap_communication", o.overlap_communication(),
+                                      "reduce gradients during backward and gather weights during the next forward"));
+  o.cpu_offload(in.get_bool("cpu_offload", o.cpu_offload(),
+                            "fp32 masters, optimizer state and the Adam step on the CPU (pinned transfers)"));
+  if (in.get_bool("cuda_graphs", false, "not implemented for low_level_zero (see the error it gives)")) {
+    in.fail("cuda_graphs=true is not implemented for low_level_zero: ZeRO reduces each gradient from a "
+            "per-parameter hook and gathers the updated weights layer by layer, which a graph replay does not "
+            "do; use torch_ddp or hybrid_parallel (one rank) with cuda_graphs=true, or cuda_graphs=false");
+  }
+  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
+                                           "dtype gradients are reduced in; auto: the precision's");
+  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  // ZeRO-3 is another engine's (the GeminiOptimizer's): say which plugin runs it, in place of the
+  // engine's own words for the same rule.
+  const bool stage3 = o.stage() == 3;
+  if (stage3) {
+    in.fail("stage=3 (parameters sharded too) is not low_level_zero's: use the gemini plugin (ZeRO-3 with "
+            "chunk-based parameter sharding)");
+  }
+  for (const auto& error : o.violations()) {
+    if (!(stage3 && error.rfind("stage 3", 0) == 0)) in.fail(error);
+  }
+  return parsed;
+}
+
+}  // namespace
+
+LowLevelZeroOptions LowLevelZeroOptions::parse(const PluginOptions& options) {
+  OptionReader in("low_level_zero", options);
+  auto parsed = read_options(in, options);
+  in.finish();
+  return parsed;
+}
+
+}  // namespace colo::plugins
