@@ -6,7 +6,7 @@
 #include <colo/dist/process_group.h>
 #include <colo/nn/layer.h>
 #include <colo/nn/layer_stack.h>
-#include <colo/shardformer/parallel_linear.h>
+#include <colo/nn/model_summary.h>
 #include <colo/shardformer/policy.h>
 #include <colo/shardformer/policy_registry.h>
 #include <torch/torch.h>
@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -30,12 +31,14 @@ class ResidualFeedForward : public colo::nn::Layer {
   // Canonical names, what checkpoints hold: "blocks.3.up.weight" whatever the layer's place.
   std::string canonical_prefix() const override { return "blocks." + std::to_string(index_) + "."; }
 
-  // For the policy: the sub-module, and swapping it (under the same name: "up.weight" stays).
-  torch::nn::Linear up() const { return up_.get<torch::nn::Linear>(); }
-  torch::nn::Linear down() const { return down_.get<torch::nn::Linear>(); }
-  void replace(const std::string& name, torch::nn::AnyModule module) {
-    replace_module(name, module.ptr());
-    (name == "up" ? up_ : down_) = std::move(module);
+  // nn::Layer's interface for a policy: which sub-modules may be swapped, and the swap (under the
+  // same name, so "up.weight" stays "up.weight"; forward then calls the new module).
+  std::vector<std::string> replaceable_submodules() const override { return {"up", "down"}; }
+  void replace_submodule(const std::string& path, torch::nn::AnyModule module) override {
+    // Any other path: nn::Layer's refusal, which names the valid ones.
+    if (path != "up" && path != "down") return colo::nn::Layer::replace_submodule(path, std::move(module));
+    replace_module(path, module.ptr());
+    (path == "up" ? up_ : down_) = std::move(module);
   }
 
  private:
@@ -61,49 +64,32 @@ std::shared_ptr<colo::nn::LayerStack> make_model(int64_t dim, int64_t hidden, in
   return model;
 }
 
-// Step 2: the policy. Megatron's MLP split: `up` column-parallel (each rank computes its share
-// of the hidden units), `down` row-parallel (each rank multiplies its share; the partial
+// Step 2: the policy, a table. Megatron's MLP split: `up` column-parallel (each rank computes its
+// share of the hidden units), `down` row-parallel (each rank multiplies its share; the partial
 // products are summed over the tp ranks). No other communication is needed, and the gelu between
-// them works on each rank's share alone.
+// them works on each rank's share alone. The shardformer executes the rows and records what they
+// split (up.weight, up.bias, down.weight; down.bias is whole: added after the sum); memory plans
+// read the same rows.
 class FeedForwardPolicy : public colo::shardformer::Policy {
  public:
   std::string name() const override { return "residual_feed_forward"; }
-  bool matches(const colo::nn::LayerStack& model) const override {
-    for (const auto& layer : model.layers()) {
-      if (dynamic_cast<ResidualFeedForward*>(layer.get())) return true;
-    }
-    return false;
+  colo::shardformer::ShardPlan plan() const override {
+    using colo::shardformer::Split;
+    return {colo::shardformer::layer_plan<ResidualFeedForward>("ResidualFeedForward",
+                                                               {{"up", Split::kColumn}, {"down", Split::kRow}})};
   }
-  std::vector<std::string> problems(const colo::nn::LayerStack& model, int64_t tp_size,
-                                    bool sequence_parallel) const override {
-    std::vector<std::string> found;
-    if (sequence_parallel) found.push_back("residual_feed_forward: sequence parallelism is not supported (no tokens)");
-    for (const auto& layer : model.layers()) {
-      auto* block = dynamic_cast<ResidualFeedForward*>(layer.get());
-      if (block && block->up()->options.out_features() % tp_size != 0) {
-        found.push_back("residual_feed_forward: the hidden width " +
-                        std::to_string(block->up()->options.out_features()) + " does not divide over tp_size=" +
-                        std::to_string(tp_size));
-        break;
+  // Optional: say what cannot be split in the model's own words (the table's checks would refuse
+  // it too, in terms of rows and features). From the summary, so that memory plans say it too.
+  std::vector<std::string> summary_problems(const colo::nn::ModelSummary& model, int64_t tp_size,
+                                            bool /*sequence_parallel*/) const override {
+    for (const auto& layer : model.layers) {
+      for (const auto& p : layer.parameters) {
+        if (p.name != layer.name + ".up.weight" || p.shape[0] % tp_size == 0) continue;
+        return {"residual_feed_forward: the hidden width " + std::to_string(p.shape[0]) +
+                " does not divide over tp_size=" + std::to_string(tp_size)};
       }
     }
-    return found;
-  }
-  void shard(colo::nn::LayerStack& model, const colo::shardformer::ShardContext& context) const override {
-    using namespace colo::shardformer;
-    for (const auto& layer : model.layers()) {
-      auto* block = dynamic_cast<ResidualFeedForward*>(layer.get());
-      if (!block) continue;
-      // The parallel linears keep the very parameter tensors, cut to this rank's piece.
-      ColumnParallelLinear up(block->up()->weight, block->up()->bias, context.tp);
-      RowParallelLinear down(block->down()->weight, block->down()->bias, context.tp);
-      block->replace("up", torch::nn::AnyModule(up));
-      block->replace("down", torch::nn::AnyModule(down));
-      // What is split, and how: optimizers, the gradient norm and checkpoints read these.
-      block->set_shard_spec("up.weight", up->spec());
-      block->set_shard_spec("up.bias", up->spec());
-      block->set_shard_spec("down.weight", down->spec());  // down.bias is whole: added after the sum
-    }
+    return {};
   }
 };
 

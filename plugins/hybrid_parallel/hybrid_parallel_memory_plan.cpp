@@ -1,5 +1,5 @@
 // HybridParallelPlugin::plan_memory: per pipeline stage, the layers the partition gives it, each
-// parameter at the share tensor parallelism leaves (the policy's rank_numel), the data-parallel
+// parameter at the share tensor parallelism leaves (the policy's rank_numels), the data-parallel
 // engine of zero_stage over them, and the activations of the microbatches the schedule keeps in
 // flight on that stage (pipeline::simulate).
 #include <colo/booster/memory_plan.h>
@@ -78,18 +78,21 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       // What boost's ShardFormer::shard refuses (heads or hidden units that do not divide over
       // tp_size, ...), in the same words: a plan is no promise the run cannot keep.
       try {
-        shardformer::check_problems(policy->summary_problems(in.model, tp, o.sequence_parallel()), tp);
+        shardformer::check_problems(policy->plan_problems(in.model, tp, o.sequence_parallel()), tp);
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
       }
-      tp_share = [policy, tp](const std::string& name, int64_t numel) { return policy->rank_numel(name, numel, tp); };
+      tp_share = [shares = policy->rank_numels(in.model, tp)](const std::string& name, int64_t numel) {
+        const auto it = shares.find(name);
+        return it == shares.end() ? numel : it->second;
+      };
       plan.notes.push_back(fmt::format("tensor parallelism by the '{}' policy", policy->name()));
       break;
     }
     if (!tp_share) {
       throw std::invalid_argument(
           "hybrid_parallel memory plan: no shardformer policy knows this model, so tp_size > 1 cannot be planned "
-          "(a policy's knows()/rank_numel() describe its split)");
+          "(a policy's table describes its split: docs/adding_a_model_policy.md)");
     }
   }
   std::vector<double> costs;

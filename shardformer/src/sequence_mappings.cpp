@@ -1,4 +1,5 @@
 #include <colo/dist/process_group.h>
+#include <colo/nn/layer.h>
 #include <colo/shardformer/sequence_mappings.h>
 #include <colo/shardformer/tp_mappings.h>
 #include <fmt/format.h>
@@ -102,6 +103,14 @@ torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, int64_t tokens, di
   check_tokens(x, tokens);
   if (group.size() == 1) return x;
   return SequenceMapping<Op::kReducedShare, Op::kGather>::apply(x, tokens, handle_of(group));
+}
+
+void sum_partial_gradients(nn::Layer& layer, const std::shared_ptr<dist::ProcessGroup>& group) {
+  for (const auto& item : layer.named_parameters()) {
+    if (layer.shard_specs().count(item.key())) continue;
+    auto param = item.value();
+    param.register_hook([group](const torch::Tensor& grad) { return all_reduce_sum(grad, *group); });
+  }
 }
 
 }  // namespace colo::shardformer

@@ -56,9 +56,8 @@ torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
   return h + drop_path(mlp_->forward(normed), drop_path_, is_training());
 }
 
-const std::vector<std::string>& EncoderBlock::replaceable_submodules() {
-  static const std::vector<std::string> paths{"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
-  return paths;
+std::vector<std::string> EncoderBlock::replaceable_submodules() const {
+  return {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
 }
 
 void EncoderBlock::replace_submodule(const std::string& path, torch::nn::AnyModule module) {

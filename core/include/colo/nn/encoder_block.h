@@ -34,12 +34,10 @@ class EncoderBlock : public Layer {
   const std::shared_ptr<Attention>& attn() const { return attn_; }
   const std::shared_ptr<Mlp>& mlp() const { return mlp_; }
 
-  // The sub-modules a tensor-parallel policy may swap: "attn.qkv", "attn.proj", "mlp.fc1",
-  // "mlp.fc2".
-  static const std::vector<std::string>& replaceable_submodules();
-  // Swaps one of them (path as above); throws std::invalid_argument listing the valid paths
-  // for any other.
-  void replace_submodule(const std::string& path, torch::nn::AnyModule module);
+  // The sub-modules a tensor-parallel policy may swap (nn::Layer's interface): "attn.qkv",
+  // "attn.proj", "mlp.fc1", "mlp.fc2".
+  std::vector<std::string> replaceable_submodules() const override;
+  void replace_submodule(const std::string& path, torch::nn::AnyModule module) override;
 
  private:
   int64_t index_;

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include <colo/nn/shard_spec.h>
 
@@ -53,6 +54,14 @@ class Layer : public torch::nn::Module {
   // without one is whole (replicated over the tensor-parallel ranks).
   void set_shard_spec(const std::string& local_name, ShardSpec spec) { shard_specs_[local_name] = spec; }
   const std::map<std::string, ShardSpec>& shard_specs() const { return shard_specs_; }
+
+  // The one way a policy swaps a sub-module: the paths this layer lets be replaced ("attn.qkv"),
+  // and the swap, after which `module` runs in the sub-module's place and its parameters take
+  // the sub-module's names ("attn.qkv.weight"). LibTorch modules have no virtual forward, so a
+  // layer holds such sub-modules through AnyModule and overrides both; the default lets none.
+  // replace_submodule throws std::invalid_argument naming the valid paths for any other path.
+  virtual std::vector<std::string> replaceable_submodules() const { return {}; }
+  virtual void replace_submodule(const std::string& path, torch::nn::AnyModule module);
 
  private:
   std::map<std::string, ShardSpec> shard_specs_;

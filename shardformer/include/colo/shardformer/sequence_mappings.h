@@ -12,9 +12,13 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 
 namespace colo::dist {
 class ProcessGroup;
+}
+namespace colo::nn {
+class Layer;
 }
 
 namespace colo::shardformer {
@@ -39,5 +43,11 @@ torch::Tensor gather_sequence_for_tp(const torch::Tensor& x, int64_t tokens, dis
 // partial products, leaving this rank the sum for its tokens; backward all-gathers and drops the
 // padding.
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, int64_t tokens, dist::ProcessGroup& group);
+
+// Inside the sequence-parallel region a layer's whole parameters (those without a ShardSpec:
+// LayerNorms, the biases added after a sum) see only this rank's tokens, so their gradients are
+// partial sums: a hook on each completes the sum over `group` as the gradient arrives. Call it
+// after the layer's splits are recorded.
+void sum_partial_gradients(nn::Layer& layer, const std::shared_ptr<dist::ProcessGroup>& group);
 
 }  // namespace colo::shardformer

@@ -29,9 +29,12 @@ struct ShardFormerOptions {
 
 // Applies a Policy to a layer stack after construction, so that model code stays single-device:
 // ShardFormer(tp).shard(*model) picks the policy that matches the model (one added with
-// add_policy, then PolicyRegistry::global()'s, then colo's ViT policy) and shards it for this rank. Call it on the whole stack, before any
-// pipeline cut (a policy may need layers a stage would not hold, e.g. the patch embedding's token
-// count for sequence parallelism) and before the model's parameters are wrapped or cast.
+// add_policy, then PolicyRegistry::global()'s, then colo's ViT policy) and executes its table for
+// this rank: for each row of a layer's type, the sub-module's weight and bias go into the parallel
+// linear the row names, which replaces it (nn::Layer::replace_submodule), and the parameters the
+// row splits get their ShardSpec; then the policy's add_mappings. Call it on the whole stack,
+// before any pipeline cut (a policy may need layers a stage would not hold, e.g. the patch
+// embedding's token count for sequence parallelism) and before the parameters are wrapped or cast.
 // Throws std::invalid_argument ("tensor parallelism over N ranks: ...") listing `problems` (a
 // policy's) when there are any: ShardFormer::shard and hybrid_parallel's memory plan refuse
 // through it, in the same words.
@@ -45,7 +48,10 @@ class ShardFormer {
   // The first policy that matches; throws std::invalid_argument naming the policies known and the
   // interface to implement for a model without one.
   const Policy& policy_for(const nn::LayerStack& model) const;
-  // Every problem sharding `model` would meet (policy_for's, and the policy's own).
+  // Every problem sharding `model` would meet: policy_for's, the policy's own, and the table's
+  // (a row naming a sub-module the layer lacks or does not let be replaced, or one that is no
+  // linear; where the policy's own find none, sequence parallelism it does not support and
+  // splits that do not divide over tp).
   std::vector<std::string> problems(const nn::LayerStack& model) const;
   // Shards `model` in place; throws std::invalid_argument listing every problem first.
   void shard(nn::LayerStack& model) const;
