@@ -9,9 +9,11 @@ it drives colo's programs and does arithmetic.
   python3 benchmarks/planner/error_table.py --preset cpu              # 2, 4, 8 CPU ranks (one core each
                                                                       # while there are cores; then shared)
   python3 benchmarks/planner/error_table.py --preset gpu1            # one GPU (the GPU machine)
+  python3 benchmarks/planner/error_table.py --preset gpu2            # two GPUs of one node: the planner's
+                                                                      # own top layouts, and pp 2 / tp 2
 
-Targets (issue 43): CPU ranks median |error| <= 15 %, none over 30 %; one GPU median <= 10 %,
-none over 20 %. The machine should be quiet: a rank that shares its core with a build measures
+Targets (issue 43): CPU ranks median |error| <= 15 %, none over 30 %; one GPU (and two, issue 45)
+median <= 10 %, none over 20 %. The machine should be quiet: a rank that shares its core with a build measures
 the build.
 """
 import argparse
@@ -92,6 +94,17 @@ GPU_LAYOUTS = [
     ("large", "torch_ddp dp1 ckpt", 128),
 ]
 
+# Two GPUs: the planner's own top layouts per model (what a user would be told to run: the
+# issue's check), then the pipeline and tensor-parallel layouts whether ranked or not.
+GPU2_GLOBAL_BATCH = {"base": 512, "large": 256}
+GPU2_TOP = 4
+GPU2_FIXED = [
+    ("large", "hybrid_parallel dp1 pp2 tp1 zero0 1f1b mb8", 128),
+    ("large", "hybrid_parallel dp1 pp2 tp1 zero0 interleaved chunks2 mb8", 128),
+    ("large", "hybrid_parallel dp1 pp1 tp2 zero0", 128),
+    ("large", "hybrid_parallel dp1 pp1 tp2 sp zero0", 128),
+]
+
 
 def run(command, env=None, log=None):
     """Runs a command line; returns its stdout (stderr shown on failure)."""
@@ -144,7 +157,7 @@ def bench_command(args, prediction, model, batch, world, precision, json_path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=["cpu", "cpu2", "gpu1"], default="cpu")
+    parser.add_argument("--preset", choices=["cpu", "cpu2", "gpu1", "gpu2"], default="cpu")
     parser.add_argument("--world-sizes", default="2,4,8", help="cpu: the CPU rank counts (cpu2: 2 only)")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--out-dir", default="planner_error")
@@ -160,7 +173,7 @@ def main():
     log = os.path.join(args.out_dir, "commands.log")
     plan = os.path.join(args.build, "bin", "colo-plan")
     colo_run = os.path.join(args.build, "bin", "colo-run")
-    cpu = args.preset != "gpu1"
+    cpu = args.preset.startswith("cpu")
     args.steps = args.steps or (6 if cpu else 20)
     args.warmup = args.warmup or (2 if cpu else 5)
     precision = "fp32" if cpu else "bf16"
@@ -172,10 +185,14 @@ def main():
         worlds = [2] if args.preset == "cpu2" else [int(w) for w in args.world_sizes.split(",") if w]
         models = {"small": CPU_MODEL}
         layouts = [(w, "small", name, batch) for w in worlds for name, batch in CPU_LAYOUTS[w]]
-    else:
+    elif args.preset == "gpu1":
         worlds = [1]
         models = GPU_MODELS
         layouts = [(1, m, name, batch) for m, name, batch in GPU_LAYOUTS]
+    else:
+        worlds = [2]
+        models = GPU_MODELS
+        layouts = [(2, m, name, batch) for m, name, batch in GPU2_FIXED]  # the planner's top ones join below
     if args.only:
         layouts = [l for l in layouts if args.only in l[2]]
 
@@ -184,32 +201,50 @@ def main():
     # benchmark's ranks will).
     profiles = {}
     for name, model in models.items():
-        if not any(l[1] == name for l in layouts):
+        if args.preset != "gpu2" and not any(l[1] == name for l in layouts):
             continue
         path = os.path.join(args.out_dir, f"profile_{name}.json")
         profiles[name] = path
         if args.reuse and os.path.exists(path):
             continue
         sizes = "1,2,4,8,16,32" if cpu else "8,16,32,64,128,256"
+        tp_sizes = "1,2,4" if cpu else ("1,2" if args.preset == "gpu2" else "1")
         command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
-                         "--microbatches", sizes, "--tp", "1,2,4" if cpu else "1", "--repeats", str(args.repeats),
+                         "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
                          "--out", path]
         if cpu:
             command += ["--optimizer-sizes", "65536,262144,1048576"]
         run(command, env=env, log=log)
     cluster_flags = {}
     for world in worlds:
-        if cpu:
+        if cpu or world > 1:
             cluster = os.path.join(args.out_dir, f"cluster_{world}.json")
             if not (args.reuse and os.path.exists(cluster)):
-                run([colo_run, "--nproc-per-node", str(world), *pin, plan, "profile", "--collectives",
-                     "--largest-bytes", str(4 << 20), "--out", cluster], env=env, log=log)
+                collectives = [colo_run, "--nproc-per-node", str(world), *pin, plan, "profile", "--collectives",
+                               "--largest-bytes", str((4 if cpu else 256) << 20), "--out", cluster]
+                if args.gpu_memory_gib:
+                    collectives += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
+                run(collectives, env=env, log=log)
             cluster_flags[world] = ["--cluster", cluster]
         else:
             flags = ["--gpus-per-node", "1"] + (["--cluster", args.cluster] if args.cluster else [])
             if args.gpu_memory_gib:
                 flags += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
             cluster_flags[world] = flags
+
+    # The planner's own top layouts (gpu2): what it would tell a user of this machine to run.
+    if args.preset == "gpu2":
+        for name in models:
+            ranked_path = os.path.join(args.out_dir, f"ranked_{name}.json")
+            run([plan, *model_flags_plan(models[name]), "--world-size", "2", "--global-batch",
+                 str(GPU2_GLOBAL_BATCH[name]), "--precision", precision, "--profile", profiles[name],
+                 *cluster_flags[2], "--top", str(GPU2_TOP), "--out", "", "--json", ranked_path], env=env, log=log)
+            with open(ranked_path) as f:
+                ranked = json.load(f)["ranked"][:GPU2_TOP]
+            top = [(2, name, r["layout"], GPU2_GLOBAL_BATCH[name]) for r in ranked]
+            layouts = top + [l for l in layouts if l not in top]
+        if args.only:
+            layouts = [l for l in layouts if args.only in l[2]]
 
     # 2. Predict, 3. measure.
     rows = []

@@ -88,43 +88,53 @@ Built build(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bo
 LayerTimes time_layer(const Built& built, int64_t samples, const ProfileOptions& o, c10::ScalarType dtype) {
   auto& layer = *built.layer;
   const auto device = o.device();
+  const int k = o.back_to_back() > 0 ? o.back_to_back() : (device.is_cuda() ? 4 : 1);
   std::vector<int64_t> shape{samples};
   shape.insert(shape.end(), built.input_shape.begin(), built.input_shape.end());
   std::vector<double> f, bw, bi, w, cf, cb;
   for (int r = 0; r < o.warmup() + o.repeats(); ++r) {
-    const auto input = [&] {
-      return torch::randn(shape, torch::TensorOptions().device(device)).to(dtype).requires_grad_(built.input_grad);
+    const auto inputs = [&] {
+      std::vector<torch::Tensor> xs;
+      for (int i = 0; i < k; ++i)
+        xs.push_back(torch::randn(shape, torch::TensorOptions().device(device)).to(dtype).requires_grad_(built.input_grad));
+      return xs;
     };
+    // Seconds per call of `work(i)` for i < k, launched back to back.
     auto time = [&](auto&& work) {
       synchronize(device);
       const double start = seconds_now();
-      work();
+      for (int i = 0; i < k; ++i) work(i);
       synchronize(device);
-      return seconds_now() - start;
+      return (seconds_now() - start) / k;
     };
-    torch::Tensor x = input(), y, g;
+    std::vector<torch::Tensor> x = inputs(), y(static_cast<std::size_t>(k));
+    const auto at = [](int i) { return static_cast<std::size_t>(i); };
     layer.zero_grad(true);
-    const double forward = time([&] { y = layer.forward(x); });
-    g = torch::randn_like(y);
-    const double backward = time([&] { y.backward(g); });
+    const double forward = time([&](int i) { y[at(i)] = layer.forward(x[at(i)]); });
+    const torch::Tensor g = torch::randn_like(y[0]);
+    const double backward = time([&](int i) { y[at(i)].backward(g); });
 
     layer.zero_grad(true);
-    x = input();
+    x = inputs();
     nn::DeferredWeightGrads deferred;
     double input_grad = 0;
     {
       nn::WeightGradDeferral deferral(deferred);
-      y = layer.forward(x);
-      input_grad = time([&] { y.backward(g); });
+      for (int i = 0; i < k; ++i) y[at(i)] = layer.forward(x[at(i)]);
+      input_grad = time([&](int i) { y[at(i)].backward(g); });
     }
-    const double weight_grad = time([&] { deferred.run(); });
+    // The k calls' deferred weight gradients run as one batch: their time over k is one call's.
+    const double weight_grad = time([&](int i) {
+      if (i == 0) deferred.run();
+    });
 
     layer.zero_grad(true);
-    x = input();
+    x = inputs();
     layer.set_activation_checkpointing(true);
-    const double checkpointed_forward = time([&] { y = layer.run(x); });
-    const double checkpointed_backward = time([&] { y.backward(g); });
+    const double checkpointed_forward = time([&](int i) { y[at(i)] = layer.run(x[at(i)]); });
+    const double checkpointed_backward = time([&](int i) { y[at(i)].backward(g); });
     layer.set_activation_checkpointing(false);
+    y.assign(y.size(), torch::Tensor());
     if (r < o.warmup()) continue;
     f.push_back(forward);
     bw.push_back(backward);
@@ -232,6 +242,11 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
     }
   }
   if (o.microbatches().empty()) throw std::invalid_argument("give at least one micro-batch size");
+  if (o.back_to_back() < 0) {
+    throw std::invalid_argument(fmt::format("--back-to-back {}: give the calls to time back to back (1 or more), "
+                                            "or 0 for the device's default",
+                                            o.back_to_back()));
+  }
   auto sizes = o.microbatches();
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());

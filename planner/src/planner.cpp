@@ -7,10 +7,10 @@
 #include <cmath>
 #include <limits>
 
+#include "units.h"
+
 namespace colo::planner {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The first layout that fits `world` GPUs of the request's memory, if any (memory only).
 std::optional<Layout> fits_at(const PlanRequest& request, int world) {

@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "units.h"
+
 namespace colo::planner {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string ms(double seconds) { return fmt::format("{:.1f} ms", seconds * 1e3); }
 

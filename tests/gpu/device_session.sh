@@ -10,7 +10,8 @@
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
-# build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md).
+# build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
+# planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu").
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -663,7 +664,8 @@ PY
       {
         cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
           cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_dist_tests colo_plugin_torch_ddp \
-            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity colo_gpu_graph_tests
+            colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity colo_gpu_graph_tests \
+            colo-plan
       } >"$LOGS/build.log" 2>&1
       note "build-multi rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
@@ -931,6 +933,27 @@ PY
         --out "$LOGS/layouts" "${fp8[@]}" >"$LOGS/onegpu_layouts.log" 2>&1
       note "one-gpu layouts rc=$? ($((SECONDS - start)) s): $(tail -1 "$LOGS/onegpu_layouts.log")"
       grep -E '^\||rc=' "$LOGS/onegpu_layouts.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    planner-error)
+      # Issues 43 and 45: the planner's predictions against colo_vit_bench (benchmarks/planner/error_table.py)
+      # for each preset in COLO_PLANNER_PRESETS ("gpu2 gpu1 cpu"): gpu1 on GPU 0, gpu2 over both GPUs,
+      # cpu on this machine's CPU cores with the GPUs hidden (Gloo ranks one core each; needs build-onegpu's
+      # Gloo). COLO_PLANNER_ONLY limits the layouts (error_table.py --only); COLO_GPU_MEMORY_GIB the memory.
+      mem=${COLO_GPU_MEMORY_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')}
+      for preset in ${COLO_PLANNER_PRESETS:-gpu2 gpu1}; do
+        only=()
+        [ -n "${COLO_PLANNER_ONLY:-}" ] && only=(--only "$COLO_PLANNER_ONLY")
+        extra=(--gpu-memory-gib "$mem")
+        hide=()
+        case $preset in cpu*) extra=(--world-sizes "${COLO_PLANNER_CPU_WORLDS:-2,4,8}"); hide=(env CUDA_VISIBLE_DEVICES=) ;; esac
+        [ "$preset" = gpu1 ] && hide=(env CUDA_VISIBLE_DEVICES=0)
+        timeout "${COLO_PLANNER_TIMEOUT:-500}" "${hide[@]}" python3 benchmarks/planner/error_table.py --preset "$preset" \
+          --build build-gpu --out-dir "$LOGS/planner_$preset" "${extra[@]}" "${only[@]}" >"$LOGS/planner_$preset.log" 2>&1
+        note "planner-error $preset rc=$? ($((SECONDS - start)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
+        grep -E "ranks, |median|target missed|failed" "$LOGS/planner_$preset.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+        cp "$LOGS/planner_$preset/table.md" "$OUT/planner_${preset}_table.md" 2>/dev/null
+        cp "$LOGS/planner_$preset/results.json" "$OUT/planner_${preset}_results.json" 2>/dev/null
+      done
       ;;
     *) note "unknown stage $stage" ;;
   esac

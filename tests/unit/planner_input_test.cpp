@@ -3,6 +3,7 @@
 #include <colo/files/files.h>
 #include <colo/planner/file_error.h>
 #include <colo/planner/planner.h>
+#include <colo/planner/profiler.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,3 +231,20 @@ TEST_F(PlannerCli, TrainVitLayoutAutoTakesThePlannersChoice) {
 }
 
 }  // namespace
+
+// The profiler's back-to-back count: 0 picks the device's default, a negative count is refused
+// naming the option (and its command-line flag) before anything is measured.
+TEST(PlannerInput, ANegativeBackToBackCountIsRefusedBeforeMeasuring) {
+  auto tiny = colo::nn::ViTConfig().image_size(8).patch_size(4).embed_dim(8).depth(1).num_heads(2).num_classes(3);
+  auto options = colo::planner::ProfileOptions(tiny).precision("fp32").microbatches({1}).repeats(1).warmup(0)
+                     .optimizer_sizes({16, 32});
+  try {
+    colo::planner::measure_profile(options.back_to_back(-1));
+    FAIL() << "a negative back_to_back was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--back-to-back"), std::string::npos) << e.what();
+  }
+  const auto profile = colo::planner::measure_profile(options.back_to_back(2));
+  ASSERT_FALSE(profile.layers.empty());
+  for (const auto& layer : profile.layers) EXPECT_GT(layer.points.at(0).forward, 0.0) << layer.layer;
+}

@@ -49,7 +49,7 @@ int run_profile(const std::vector<std::string>& args) {
   std::string model_name, precision, microbatches, tp, device_name, out_path, optimizer_sizes;
   int64_t image = 0, patch = 0, hidden = 0, depth = 0, heads = 0, classes = 0, largest = 16 << 20;
   double mlp = 0, memory = 0;
-  int repeats = 5, warmup = 2;
+  int repeats = 5, warmup = 2, back_to_back = 0;
   po::options_description desc(
       "colo-plan profile: measures what the planner's prediction uses, on this machine.\n"
       "  colo-plan profile --model small --precision fp32 --microbatches 1,2,4,8 --tp 1,2 --out profile.json\n"
@@ -71,6 +71,8 @@ int run_profile(const std::vector<std::string>& args) {
       ("device", po::value(&device_name), "cpu | cuda (default: cuda where there is a GPU)")
       ("repeats", po::value(&repeats)->default_value(5), "timed repetitions (their median counts)")
       ("warmup", po::value(&warmup)->default_value(2), "untimed repetitions first")
+      ("back-to-back", po::value(&back_to_back)->default_value(0),
+       "calls of a layer timed without a synchronisation between them (0: 4 on a GPU, 1 on the CPU)")
       ("optimizer-sizes", po::value(&optimizer_sizes), "elements of the Adam measurements (default: 1M,4M,16M)")
       ("largest-bytes", po::value(&largest)->default_value(16 << 20), "--collectives: the largest message")
       ("gpu-memory-gib", po::value(&memory), "--collectives: memory per rank to record (default: measured)")
@@ -138,7 +140,8 @@ int run_profile(const std::vector<std::string>& args) {
                      .sequence_parallel(vm.count("no-sequence-parallel") == 0)
                      .device(cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU))
                      .repeats(repeats)
-                     .warmup(warmup);
+                     .warmup(warmup)
+                     .back_to_back(back_to_back);
   if (!optimizer_sizes.empty()) options.optimizer_sizes(numbers<int64_t>("optimizer-sizes", optimizer_sizes));
   fmt::print("colo-plan profile: {} on {}, {}\n", model.name, options.device().str(), options.precision());
   std::fflush(stdout);

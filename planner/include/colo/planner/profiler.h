@@ -30,6 +30,13 @@ struct ProfileOptions {
   TORCH_ARG(c10::Device, device) = c10::Device(c10::kCPU);
   TORCH_ARG(int, warmup) = 2;
   TORCH_ARG(int, repeats) = 5;  // the median of these
+  // Calls of a layer timed back to back, without a synchronisation between them (0: 4 on a GPU,
+  // 1 on the CPU). Inside a step the CPU launches one layer while the GPU runs the one before,
+  // so a small micro-batch's layer costs max(launch, kernels), not their sum plus a
+  // synchronisation: timed alone, ViT-B's block at 16 samples measured 1.6 ms where a step
+  // spends 1.2 ms per block (an H200, 2026-11-26; the planner predicted 16 micro-batches of 16
+  // 27 % slow).
+  TORCH_ARG(int, back_to_back) = 0;
   // Elements of the Adam measurements (at least two sizes: a line is fitted through them).
   TORCH_ARG(std::vector<int64_t>, optimizer_sizes) = std::vector<int64_t>{1 << 20, 1 << 22, 1 << 24};
 };
