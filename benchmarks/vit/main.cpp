@@ -90,6 +90,11 @@ struct Options {
   std::string image_folder;
   int64_t workers = 0;  // loader threads; 0: the cores of this rank less one
   bool activation_checkpointing = false;
+  // Saves during the timed steps (Booster::save_state into save_dir every save_every steps; 0:
+  // none): the stall each costs the loop, synchronous or asynchronous (SaveOptions::async).
+  int64_t save_every = 0;
+  std::string save_dir;
+  bool save_async = false;
 };
 
 std::string shell_quote(const std::string& arg) {
@@ -165,6 +170,12 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
        "with --image-folder: loader threads per rank; 0: this rank's share of the cores less one")
       ("gemm-sm-carveout", po::value(&o.gemm_sm_carveout)->default_value(0),
        "diagnostic: SMs that cuBLAS leaves free during backward (for the NCCL kernels beside it; LibTorch >= 2.6)")
+      ("save-every", po::value(&o.save_every)->default_value(0),
+       "save the whole training state (Booster::save_state) into --save-dir every N timed steps and report the "
+       "stall each save costs the loop; 0: no saves")
+      ("save-dir", po::value(&o.save_dir), "with --save-every: the directory (each save replaces the last)")
+      ("save-async", po::bool_switch(&o.save_async),
+       "with --save-every: asynchronous saves (a host copy at the step, written in the background)")
       ("commit", po::value(&o.commit)->default_value(commit_of_this_tree()),
        "commit recorded in the JSON (default: $COLO_COMMIT, else the source tree's HEAD at configure time; a copy "
        "of the tree on another machine may carry stale git metadata)");
@@ -190,6 +201,11 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
                                    o.batch_size));
   }
   if (o.steps <= 0) problems.push_back(fmt::format("--steps must be positive, got {}", o.steps));
+  if (o.save_every < 0) problems.push_back(fmt::format("--save-every must be >= 0, got {}", o.save_every));
+  if (o.save_every > 0 && o.save_dir.empty()) problems.push_back("--save-every needs --save-dir DIR");
+  if (o.save_every == 0 && (o.save_async || !o.save_dir.empty())) {
+    problems.push_back("--save-dir and --save-async go with --save-every N");
+  }
   if (o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps must be >= 0, got {}", o.warmup_steps));
   if (o.peak_tflops < 0) problems.push_back(fmt::format("--peak-tflops must be >= 0, got {}", o.peak_tflops));
   if (o.gemm_sm_carveout < 0) {
@@ -335,7 +351,8 @@ int run(const Options& o) {
         .global_batch_size(global_batch)
         .accumulation_steps(o.grad_accum)
         .activation_checkpointing(o.activation_checkpointing)
-        .device_is_gpu(device.is_cuda());
+        .device_is_gpu(device.is_cuda())
+        .async_checkpoint(o.save_every > 0 && o.save_async);
     if (const auto capacity = zero::device_capacity_bytes(device)) inputs.device_memory_bytes(*capacity);
     plan = Booster::plan_memory(o.plugin, o.plugin_options, inputs);
   }
@@ -437,11 +454,23 @@ int run(const Options& o) {
   StepTimer timer(device);
   const data::DataLoaderStats loader_before = loader ? loader->stats() : data::DataLoaderStats();
   const auto begin = std::chrono::steady_clock::now();
+  // A save's stall: from the step's end (its work done) to the loop's going on. The last
+  // asynchronous save's remaining write is waited for inside the timed span, as a run's end would.
+  std::vector<double> save_stall_s;
+  auto save_if_due = [&](int64_t step) {
+    if (o.save_every <= 0 || step % o.save_every != 0) return;
+    synchronize(device);
+    const auto stall_begin = std::chrono::steady_clock::now();
+    booster.save_state(b, TrainingProgress{0, step, {}}, o.save_dir, SaveOptions().async(o.save_async));
+    save_stall_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - stall_begin).count());
+  };
   timer.start();
   for (int64_t i = 0; i < o.steps; ++i) {
     train_step();
+    save_if_due(i + 1);
     timer.lap();
   }
+  booster.wait_for_save();
   synchronize(device);
   const double local_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   const auto step_ms = timer.step_times_ms();
@@ -579,6 +608,19 @@ int run(const Options& o) {
         {"data", loader ? "image_folder" : "synthetic"},
         {"loader", loader_json},
         {"final_loss", std::isnan(final_loss) ? nlohmann::json(nullptr) : nlohmann::json(final_loss)},
+        {"saves",
+         o.save_every > 0
+             ? nlohmann::json{{"every", o.save_every},
+                              {"async", o.save_async},
+                              {"count", save_stall_s.size()},
+                              {"stall_s", save_stall_s},
+                              {"stall_s_mean", save_stall_s.empty() ? 0.0
+                                                                    : std::accumulate(save_stall_s.begin(),
+                                                                                      save_stall_s.end(), 0.0) /
+                                                                          static_cast<double>(save_stall_s.size())},
+                              {"stall_definition",
+                               "rank 0's seconds in Booster::save_state after the step's device work, per save"}}
+             : nlohmann::json(nullptr)},
     };
     fmt::print("colo_vit_bench: plugin {} | {} ViT (D={}, L={}, {}px) {} | world {} | global batch {}\n",
                plugin->name(), record["model"]["name"].get<std::string>(), config.embed_dim(), config.depth(),
@@ -587,6 +629,12 @@ int run(const Options& o) {
                "step {:.1f} ms (p50 {:.1f}) | loss {:.4f}\n",
                images_per_s, tflops_per_gpu, 100.0 * mfu, peak_tflops, peak_mem, mean_ms, percentile(step_ms, 0.5),
                final_loss);
+    if (o.save_every > 0) {
+      fmt::print("  {} {} saves every {} steps: stall per save {:.3f} s mean (the timed span includes them and the "
+                 "last write)\n",
+                 save_stall_s.size(), o.save_async ? "asynchronous" : "synchronous", o.save_every,
+                 record["saves"]["stall_s_mean"].get<double>());
+    }
     if (loader) {
       fmt::print("  data: {} ({} images), {} loader threads: {:.0f} images per CPU-second of the loader, the steps "
                  "waited {:.2f} s for batches\n",

@@ -8,14 +8,20 @@
 #include <colo/data/data_loader.h>
 #include <colo/dist/logger.h>
 #include <colo/dist/process_group.h>
+#include <colo/env/variables.h>
 #include <colo/optim/lr_scheduler.h>
 
 #include <colo/files/files.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <stdexcept>
+
+#include "async_save_plan.h"
+#include "background_writer.h"
+#include "deferred_writes.h"
 
 namespace colo {
 
@@ -28,6 +34,15 @@ constexpr const char* kTrainingStateFile = "training_state.json";
 
 std::string rng_file(const std::string& dir, int rank) {
   return files::join(dir, fmt::format("rng_rank{}.safetensors", rank));
+}
+
+nlohmann::json progress_json(const TrainingProgress& progress, int world_size, const std::string& plugin) {
+  return {{"epoch", progress.epoch},
+          {"global_step", progress.global_step},
+          {"data_epoch", progress.data.epoch},
+          {"data_next_batch", progress.data.next_batch},
+          {"world_size", world_size},
+          {"plugin", plugin}};
 }
 
 std::shared_ptr<Plugin> require_plugin(std::shared_ptr<Plugin> plugin) {
@@ -45,11 +60,13 @@ MemoryPlan Booster::plan_memory(const std::string& plugin, const PluginOptions& 
       throw std::invalid_argument(fmt::format("MemoryPlanInputs::device_memory_bytes {} {}", bytes, problem));
     }
   }
-  return PluginRegistry::global().plan_memory(plugin, options, inputs);
+  auto plan = PluginRegistry::global().plan_memory(plugin, options, inputs);
+  if (inputs.async_checkpoint()) memory_planning::add_async_save_copy(plan, options, inputs);
+  return plan;
 }
 
 Booster::Booster(std::shared_ptr<Plugin> plugin)
-    : plugin_(require_plugin(std::move(plugin))) {}
+    : plugin_(require_plugin(std::move(plugin))), writer_(std::make_shared<detail::BackgroundWriter>()) {}
 
 Boosted Booster::boost(std::shared_ptr<nn::LayerStack> model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                        Criterion criterion, std::shared_ptr<data::DataLoader> dataloader,
@@ -102,37 +119,87 @@ void Booster::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string
   plugin_->checkpoint_io().load_lr_scheduler(scheduler, dir);
 }
 
-void Booster::save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir) {
+void Booster::save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
+                         const SaveOptions& options, std::function<void()> when_complete) {
+  // The next save waits for the previous one (and throws its error): one host copy at a time.
+  wait_for_save();
   const auto marker = files::join(dir, kTrainingStateFile);
   const auto& world = plugin_->context().world;
+  const int rank = world_rank(*plugin_);
   // Saving over an earlier state: its marker goes first, durably, and no rank writes before it
   // is gone. A save that stops halfway then leaves a directory load_state refuses, never an old
-  // marker vouching for a mix of old and new files.
-  if (world_rank(*plugin_) == 0) checkpoint::remove_file_durably(marker);
+  // marker vouching for a mix of old and new files. An asynchronous save's ranks say through their
+  // RNG files that they are done: an old one goes too.
+  if (rank == 0) checkpoint::remove_file_durably(marker);
+  if (options.async()) checkpoint::remove_file_durably(rng_file(dir, rank));
   if (world && world_size(*plugin_) > 1) world->barrier().wait();
+  if (options.async()) return write_state_async(boosted, progress, dir, options, std::move(when_complete));
 
   // Each rank's random state goes to its own file: dropout and augmentation draw from it.
   files::create_directories(dir);
   checkpoint::NamedTensors rng{{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
   if (plugin_->context().device.is_cuda()) rng.emplace_back("cuda", compat::cuda_rng_state(plugin_->context().device));
-  checkpoint::write_safetensors(rng_file(dir, world_rank(*plugin_)), rng);
+  checkpoint::write_safetensors(rng_file(dir, rank), rng);
 
-  save_model(*boosted.model, dir);
-  save_optimizer(*boosted.optimizer, dir);
+  save_model(*boosted.model, dir, options);
+  save_optimizer(*boosted.optimizer, dir, options);
   if (boosted.lr_scheduler) save_lr_scheduler(*boosted.lr_scheduler, dir);
-  if (world_rank(*plugin_) == 0) {
-    nlohmann::json json = {{"epoch", progress.epoch},
-                           {"global_step", progress.global_step},
-                           {"data_epoch", progress.data.epoch},
-                           {"data_next_batch", progress.data.next_batch},
-                           {"world_size", world_size(*plugin_)},
-                           {"plugin", plugin_->name()}};
+  if (rank == 0) {
     // Written last: its presence marks a complete training state. Every rank's files are in
     // by now: each rank wrote its RNG file before save_model, which ends in a barrier.
-    checkpoint::atomic_write_file(marker, json.dump(2));
+    checkpoint::atomic_write_file(marker, progress_json(progress, world_size(*plugin_), plugin_->name()).dump(2));
   }
   if (world && world_size(*plugin_) > 1) world->barrier().wait();
+  if (when_complete) when_complete();
 }
+
+void Booster::write_state_async(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
+                                const SaveOptions& options, std::function<void()> when_complete) {
+  const int rank = world_rank(*plugin_);
+  const int ranks = world_size(*plugin_);
+  auto writes = std::make_shared<detail::DeferredWrites>();
+  writes->pinned = plugin_->context().device.is_cuda();
+  // The save_* calls gather (collectives, on this thread) and queue their writes with host copies.
+  auto& io = plugin_->checkpoint_io();
+  io.defer_writes_to(writes.get());
+  try {
+    save_model(*boosted.model, dir, options);
+    save_optimizer(*boosted.optimizer, dir, options);
+    if (boosted.lr_scheduler) save_lr_scheduler(*boosted.lr_scheduler, dir);
+  } catch (...) {
+    io.defer_writes_to(nullptr);
+    throw;
+  }
+  io.defer_writes_to(nullptr);
+
+  // get_state returns a copy. This rank's RNG file goes last: it says that the rank is done.
+  checkpoint::NamedTensors rng{{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (plugin_->context().device.is_cuda()) rng.emplace_back("cuda", compat::cuda_rng_state(plugin_->context().device));
+  writes->local.insert(writes->local.begin(), [dir] { files::create_directories(dir); });
+  writes->local.push_back([path = rng_file(dir, rank), rng] { checkpoint::write_safetensors(path, rng); });
+
+  std::vector<std::string> every_rank_done;
+  if (rank == 0) {
+    for (int r = 0; r < ranks; ++r) every_rank_done.push_back(rng_file(dir, r));
+    const auto text = progress_json(progress, ranks, plugin_->name()).dump(2);
+    writes->after_every_rank.push_back([marker = files::join(dir, kTrainingStateFile), text] {
+      checkpoint::atomic_write_file(marker, text);
+    });
+  }
+  const std::chrono::milliseconds timeout(env::timeout_ms().value_or(env::kDefaultTimeoutMs));
+  writer_->start([writes, every_rank_done, timeout, hook = options.before_background_write(),
+                  when_complete = std::move(when_complete)](const std::atomic<bool>& cancelled) {
+    if (hook) hook();
+    detail::run_deferred_writes(*writes, every_rank_done, timeout, cancelled);
+    if (when_complete) when_complete();
+  });
+}
+
+void Booster::check_save() { writer_->check(); }
+void Booster::wait_for_save() { writer_->wait(); }
+bool Booster::save_finished() const { return writer_->finished(); }
+bool Booster::save_failed() const { return writer_->failed(); }
+void Booster::abandon_save() { writer_->abandon(); }
 
 TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& dir) {
   const auto state_path = files::join(dir, kTrainingStateFile);

@@ -14,14 +14,11 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "deferred_writes.h"
+
 namespace colo {
 
 namespace {
-
-std::vector<std::pair<std::string, torch::Tensor>> to_cpu(std::vector<std::pair<std::string, torch::Tensor>> state) {
-  for (auto& entry : state) entry.second = entry.second.detach().to(torch::kCPU).contiguous();
-  return state;
-}
 
 nlohmann::json read_json(const std::string& path) {
   if (!files::exists(path)) throw checkpoint::CheckpointError(fmt::format("{}: file not found", path));
@@ -62,6 +59,35 @@ void CheckpointIO::write_number_map(const std::string& path, const std::map<std:
   checkpoint::atomic_write_file(path, json.dump(2));
 }
 
+void CheckpointIO::write_or_defer(std::function<void()> write) {
+  if (deferred_) {
+    deferred_->local.push_back(std::move(write));
+  } else {
+    write();
+  }
+}
+
+void CheckpointIO::write_after_every_rank(std::function<void()> write) {
+  if (deferred_) {
+    deferred_->after_every_rank.push_back(std::move(write));
+  } else {
+    write();
+  }
+}
+
+torch::Tensor CheckpointIO::host_copy(const torch::Tensor& tensor) const {
+  const auto source = tensor.detach();
+  if (!deferred_) return source.to(torch::kCPU).contiguous();
+  auto copy = torch::empty(source.sizes(), source.options().device(torch::kCPU).pinned_memory(deferred_->pinned));
+  copy.copy_(source);  // blocking: done when this returns, whatever the device
+  return copy;
+}
+
+CheckpointIO::NamedTensors CheckpointIO::host_copies(NamedTensors state) const {
+  for (auto& entry : state) entry.second = host_copy(entry.second);
+  return state;
+}
+
 bool CheckpointIO::is_writer() const { return !world_ || world_->rank() == 0; }
 
 void CheckpointIO::barrier() const {
@@ -71,7 +97,9 @@ void CheckpointIO::barrier() const {
 void CheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
   auto state = model.full_state();  // collective for sharded models: every rank calls it
   if (is_writer()) {
-    checkpoint::save_safetensors_set(dir, "model", to_cpu(std::move(state)), max_shard_bytes(options), {{"format", "colo"}});
+    write_or_defer([dir, state = host_copies(std::move(state)), bytes = max_shard_bytes(options)] {
+      checkpoint::save_safetensors_set(dir, "model", state, bytes, {{"format", "colo"}});
+    });
   }
   barrier();
 }
@@ -83,9 +111,11 @@ void CheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
 void CheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
   auto state = optimizer.full_state();
   if (is_writer()) {
-    checkpoint::save_safetensors_set(dir, "optimizer", to_cpu(std::move(state.tensors)), max_shard_bytes(options),
-                                     {{"format", "colo"}});
-    write_number_map(files::join(dir, "optimizer.json"), state.scalars);
+    write_or_defer([dir, tensors = host_copies(std::move(state.tensors)), scalars = state.scalars,
+                    bytes = max_shard_bytes(options)] {
+      checkpoint::save_safetensors_set(dir, "optimizer", tensors, bytes, {{"format", "colo"}});
+      write_number_map(files::join(dir, "optimizer.json"), scalars);
+    });
   }
   barrier();
 }
@@ -99,8 +129,10 @@ void CheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string
 
 void CheckpointIO::save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
   if (is_writer()) {
-    files::create_directories(dir);
-    write_number_map(files::join(dir, "lr_scheduler.json"), scheduler.state_dict());
+    write_or_defer([dir, values = scheduler.state_dict()] {
+      files::create_directories(dir);
+      write_number_map(files::join(dir, "lr_scheduler.json"), values);
+    });
   }
   barrier();
 }

@@ -1,5 +1,8 @@
 list(APPEND COLO_BOOSTER_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/async_save_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/background_writer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/booster.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/deferred_writes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_io.cpp
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/colossalai_option_names.cpp
@@ -25,6 +28,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   # The Trainer and its hooks, with the helpers only they use.
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_record.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/progress_line.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_metric_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer_action_hooks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics_log.cpp

@@ -82,9 +82,20 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
                        }});
   }
   if (part_.writer) {
-    files::create_directories(dir);
-    const auto file = checkpoint::safetensors_part_name(base, part_.index, part_.count);
-    checkpoint::write_safetensors(files::join(dir, file), pending, {{"format", "colo"}});
+    const auto path = files::join(dir, checkpoint::safetensors_part_name(base, part_.index, part_.count));
+    if (writes_deferred()) {
+      // The gathers are collectives: they happen now, on the training thread; only the file waits.
+      checkpoint::NamedTensors whole;
+      for (const auto& tensor : pending) whole.emplace_back(tensor.name, host_copy(tensor.values()));
+      write_or_defer([dir, path, whole = std::move(whole)] {
+        files::create_directories(dir);
+        checkpoint::write_safetensors(path, whole, {{"format", "colo"}});
+      });
+    } else {
+      files::create_directories(dir);
+      checkpoint::write_safetensors(path, pending, {{"format", "colo"}});
+    }
+    // Sizes are known before the values: an asynchronous save announces its part at once.
     nlohmann::json written = nlohmann::json::object();
     for (const auto& tensor : pending) {
       int64_t numel = 1;
@@ -113,7 +124,9 @@ void StagedCheckpointIO::save_parts(const std::string& dir, const std::string& b
         total += size.get<int64_t>();
       }
     }
-    checkpoint::write_safetensors_index(dir, base, weight_map, total);
+    write_after_every_rank([dir, base, weight_map, total] {
+      checkpoint::write_safetensors_index(dir, base, weight_map, total);
+    });
   }
 }
 
@@ -135,7 +148,7 @@ void StagedCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
   save_parts(dir, "optimizer", state.tensors, param_of_optimizer_entry);
   if (world_->rank() == 0) {
     // Learning rates and the loss scaler are the same on every rank.
-    write_number_map(files::join(dir, "optimizer.json"), state.scalars);
+    write_or_defer([dir, scalars = state.scalars] { write_number_map(files::join(dir, "optimizer.json"), scalars); });
   }
   barrier();
 }

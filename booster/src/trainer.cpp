@@ -1,15 +1,20 @@
 #include <colo/booster/booster.h>
 #include <colo/booster/trainer.h>
+#include <colo/booster/trainer_hooks.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/env/fault_injection.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+
+#include "progress_line.h"
 
 namespace colo {
 namespace {
@@ -19,14 +24,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
-
-std::string format_duration(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
-  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
-  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
-
 
 Trainer::Trainer(Booster& booster, Boosted& boosted, TrainerOptions options)
     : booster_(booster), boosted_(boosted), options_(std::move(options)) {
@@ -106,30 +103,15 @@ StepResult Trainer::run_step(data::DataLoader& loader) {
 
 void Trainer::print_record(const Record& r) const {
   if (!options_.progress() || !master()) return;
-  const auto epoch = static_cast<int64_t>(r.number("epoch"));
-  if (r.text_of("event") == "eval") {
-    std::string line = fmt::format("epoch {}/{} ", epoch, epochs_);
-    if (r.has("top1")) line += fmt::format(" test top-1 {:.2f}% ", 100.0 * r.number("top1"));
-    if (r.has("loss")) line += fmt::format(" loss {:.4f} ", r.number("loss"));
-    print(line + fmt::format(" ({:.1f} s)", r.number("seconds")));
-    return;
-  }
-  std::string line = fmt::format("epoch {}/{}  step {}/{}", epoch, epochs_, global_step_, stop_step_);
-  if (r.has("loss")) line += fmt::format("  loss {:.4f}", r.number("loss"));
-  if (r.has("top1")) line += fmt::format("  top-1 {:.2f}%", 100.0 * r.number("top1"));
-  if (r.has("lr")) line += fmt::format("  lr {:.3e}", r.number("lr"));
-  if (r.has("images_per_s")) line += fmt::format("  {:.0f} img/s", r.number("images_per_s"));
-  const double eta =
-      train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_this_run_)) *
-      static_cast<double>(stop_step_ - global_step_);
-  line += "  ETA " + format_duration(eta);
-  if (options_.show_loader_speed() && r.has("data_wait_s")) {
-    // "-" where the loader's threads did no work since the last line (the record then has no speed).
-    const std::string speed =
-        r.has("loader_images_per_cpu_s") ? fmt::format("{:.0f}", r.number("loader_images_per_cpu_s")) : "-";
-    line += fmt::format("  data {} img/s/core, waited {:.1f} s", speed, r.number("data_wait_s"));
-  }
-  print(line);
+  detail::ProgressPosition at;
+  at.in_fit = train_loader_ != nullptr;
+  at.epochs = epochs_;
+  at.global_step = global_step_;
+  at.stop_step = stop_step_;
+  at.eta_seconds = train_seconds_ / static_cast<double>(std::max<int64_t>(1, steps_this_run_)) *
+                   static_cast<double>(stop_step_ - global_step_);
+  at.show_loader_speed = options_.show_loader_speed();
+  print(detail::progress_line(r, at));
 }
 
 void Trainer::log_step() {
@@ -146,8 +128,51 @@ void Trainer::log_step() {
   for (auto& hook : hooks_) hook->report(*this, record);
 }
 
-Record Trainer::evaluate(data::DataLoader& loader) {
+// The test loader split over the data-parallel ranks as the training loader is (boost does that
+// one): each test image is evaluated once, by the replica whose shard holds it.
+void Trainer::shard_test_loader(data::DataLoader& loader) const {
+  if (loader.options().drop_last()) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::evaluate: the test loader drops samples (DataLoaderOptions::drop_last): {} of its {} images would "
+        "not be evaluated; build it with drop_last(false) (the Trainer leaves the sampler's padding out itself)",
+        loader.sampler().dataset_size() -
+            loader.num_batches() * loader.options().batch_size() * loader.sampler().num_replicas(),
+        loader.sampler().dataset_size()));
+  }
+  const int64_t dp_rank = boosted_.mesh ? boosted_.mesh->coordinate(dist::MeshAxis::kDp) : 0;
+  if (loader.sampler().num_replicas() == dp_size_ && loader.sampler().rank() == dp_rank) return;
+  try {
+    loader.reshard(dp_size_, dp_rank);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format(
+        "Trainer::evaluate: the test loader cannot be split over the {} data-parallel ranks: {}", dp_size_, e.what()));
+  }
+}
+
+Record Trainer::evaluate(data::DataLoader& loader, std::vector<std::shared_ptr<TrainerHook>> hooks) {
+  for (const auto& hook : hooks) {
+    if (!hook) throw std::invalid_argument("Trainer::evaluate: a hook is null");
+  }
+  const bool in_fit = train_loader_ != nullptr;
+  // Given hooks replace fit()'s for this evaluation; outside fit() without any, the loss and the
+  // top-1 accuracy are measured (what the progress line shows).
+  if (hooks.empty()) {
+    hooks = in_fit ? hooks_
+                   : std::vector<std::shared_ptr<TrainerHook>>{std::make_shared<LossHook>(),
+                                                              std::make_shared<AccuracyHook>()};
+  }
+  std::swap(hooks_, hooks);
+  struct Restore {
+    std::vector<std::shared_ptr<TrainerHook>>& hooks;
+    std::vector<std::shared_ptr<TrainerHook>>& saved;
+    ~Restore() { std::swap(hooks, saved); }
+  } restore{hooks_, hooks};
+  return run_evaluation(loader, in_fit);
+}
+
+Record Trainer::run_evaluation(data::DataLoader& loader, bool in_fit) {
   const auto start = Clock::now();
+  shard_test_loader(loader);
   auto& model = *boosted_.model;
   const bool was_training = model.is_training();
   model.eval();
@@ -190,7 +215,7 @@ Record Trainer::evaluate(data::DataLoader& loader) {
 
   Record record;
   record.text("event", "eval");
-  record.integer("epoch", epoch_ + 1);
+  if (in_fit) record.integer("epoch", epoch_ + 1);
   record.integer("step", global_step_);
   record.integer("images", loader.sampler().dataset_size());
   for (auto& hook : hooks_) hook->collect(*this, record);
@@ -198,8 +223,10 @@ Record Trainer::evaluate(data::DataLoader& loader) {
   record.real("elapsed_s", elapsed_seconds());
   print_record(record);
   for (auto& hook : hooks_) hook->report(*this, record);
-  last_evaluated_step_ = global_step_;
-  last_evaluation_ = record;
+  if (in_fit) {
+    last_evaluated_step_ = global_step_;
+    last_evaluation_ = record;
+  }
   return record;
 }
 
@@ -208,6 +235,11 @@ void Trainer::request_stop(const std::string& reason) {
   stop_requested_ = true;
   stop_reason_ = reason;
   if (options_.progress()) print(fmt::format("stopping at step {}: {}", global_step_, reason));
+}
+
+void Trainer::continue_from_step(int64_t global_step) {
+  if (!in_before_fit_) throw std::logic_error("Trainer::continue_from_step: only a hook's before_fit may call it");
+  global_step_ = global_step;
 }
 
 FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoader* test_loader, int64_t test_interval,
@@ -254,12 +286,15 @@ FitResult Trainer::fit(data::DataLoader& loader, int64_t epochs, data::DataLoade
   // belongs to training, not to the evaluation's time.
   auto device_sync = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
 
+  in_before_fit_ = true;
   for (auto& hook : hooks_) hook->before_fit(*this);
+  in_before_fit_ = false;
   for (epoch_ = loader.epoch(); epoch_ < epochs && global_step_ < stop_step_ && !stop_requested_; ++epoch_) {
     if (loader.epoch() != epoch_) loader.set_epoch(epoch_);  // keeps a resumed position
     boosted_.model->train();
     for (auto& hook : hooks_) hook->before_epoch(*this);
     while (global_step_ < stop_step_ && !stop_requested_ && !epoch_finished(loader)) {
+      env::inject_fault_at_step(rank_, global_step_);  // COLO_FAULT (tests of restarts); nothing when unset
       for (auto& hook : hooks_) hook->before_step(*this);
       const auto step_start = Clock::now();
       StepResult step = run_step(loader);

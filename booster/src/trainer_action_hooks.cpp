@@ -14,7 +14,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
+#include <thread>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,7 +49,24 @@ CheckpointHook::CheckpointHook(std::string dir, CheckpointOptions options)
 CheckpointHook::CheckpointHook(std::shared_ptr<StateDirectory> directory, CheckpointOptions options)
     : dir_(directory ? directory->root() : ""), options_(std::move(options)), directory_(std::move(directory)) {}
 
-void CheckpointHook::before_fit(Trainer& trainer) { open(trainer); }
+void CheckpointHook::before_fit(Trainer& trainer) {
+  std::string latest;
+  if (options_.resume_latest() && !dir_.empty() && files::lexists(files::join(dir_, "latest"))) {
+    if (directory_) {
+      throw std::invalid_argument(
+          "CheckpointHook: resume_latest needs the directory's path, not an opened StateDirectory (it opens the "
+          "directory as resumed from its latest state)");
+    }
+    latest = StateDirectory::resolve(dir_);
+    options_.state_directory().resumed_from(latest);
+  }
+  open(trainer);
+  if (latest.empty()) return;
+  const TrainingProgress progress = trainer.booster().load_state(trainer.boosted(), latest);
+  trainer.continue_from_step(progress.global_step);
+  last_saved_step_ = progress.global_step;
+  trainer.print(fmt::format("resumed from {}: step {}", latest, progress.global_step));
+}
 
 void CheckpointHook::open(Trainer& trainer) {
   if (dir_.empty() || !staging_.empty()) return;
@@ -77,25 +97,84 @@ void CheckpointHook::end_epoch(Trainer& trainer) {
   if (options_.at_epoch_end()) save(trainer);
 }
 
+void CheckpointHook::after_step(Trainer& trainer, const StepResult& /*step*/) { settle_async_save(trainer, false); }
+
+void CheckpointHook::after_fit(Trainer& trainer) { settle_async_save(trainer, true); }
+
+// Collective: every rank learns at the same step whether any rank's writer failed (so that none
+// goes on alone into a collective, and rank 0 stops waiting for the failed rank's files), or
+// whether all have finished (and the checks stop until the next asynchronous save).
+void CheckpointHook::settle_async_save(Trainer& trainer, bool until_finished) {
+  auto& booster = trainer.booster();
+  const double ranks = trainer.world() ? static_cast<double>(trainer.world()->size()) : 1.0;
+  while (writing_step_ >= 0) {
+    const bool finished = booster.save_finished();  // first: a finished writer's error is already set
+    const bool failed = finished && booster.save_failed();
+    const auto counts = detail::reduce_over_ranks(trainer, {failed ? 1.0 : 0.0, finished ? 1.0 : 0.0});
+    if (counts[0] > 0) {
+      const int64_t step = writing_step_;
+      writing_step_ = -1;
+      std::string where;
+      if (failed) {
+        try {
+          booster.wait_for_save();
+        } catch (const std::exception& e) {
+          where = fmt::format("on this rank: {}", e.what());
+        }
+      } else {
+        booster.abandon_save();
+        where = fmt::format("on {} other rank{} (its error says why)", counts[0], counts[0] == 1.0 ? "" : "s");
+      }
+      throw std::runtime_error(fmt::format("{}: the asynchronous save of step {} failed {}; {}/latest still names "
+                                           "the last state saved before it",
+                                           dir_, step, where, dir_));
+    }
+    if (counts[1] == ranks) {
+      writing_step_ = -1;
+      booster.wait_for_save();
+      return;
+    }
+    if (!until_finished) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 void CheckpointHook::save(Trainer& trainer) {
   if (dir_.empty() || trainer.global_step() == last_saved_step_) return;
   open(trainer);
   const auto start = std::chrono::steady_clock::now();
   const auto& world = trainer.world();
   const bool several = world && world->size() > 1;
+  // An asynchronous save before this one still writes into staging: it ends (or throws) first.
+  settle_async_save(trainer, true);
   if (trainer.master()) directory_->prepare_staging();
   if (several) world->barrier().wait();  // staging is empty before anyone writes
   TrainingProgress progress;
   progress.epoch = trainer.train_loader().epoch();
   progress.global_step = trainer.global_step();
   progress.data = trainer.train_loader().state();
-  trainer.booster().save_state(trainer.boosted(), progress, staging_);
+  std::function<void()> publish;
   if (trainer.master()) {
-    for (const auto& [name, contents] : options_.extra_files()) {
-      checkpoint::atomic_write_file(files::join(staging_, name), contents);
-    }
-    const auto where = directory_->publish(trainer.global_step());
-    trainer.print(fmt::format("saved the training state of step {} to {} ({:.1f} s)", trainer.global_step(), where,
+    // Rank 0, once the state is complete (for an asynchronous save, on the writer's thread: it
+    // captures no Trainer, which may be gone by then).
+    publish = [directory = directory_, staging = staging_, extra = options_.extra_files(),
+               step = trainer.global_step(), start, async = options_.save().async()] {
+      for (const auto& [name, contents] : extra) checkpoint::atomic_write_file(files::join(staging, name), contents);
+      const auto where = directory->publish(step);
+      std::fputs(fmt::format("saved the training state of step {} to {} ({:.1f} s{})\n", step, where,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                             async ? ", in the background" : "")
+                     .c_str(),
+                 stdout);
+      std::fflush(stdout);
+    };
+  }
+  trainer.booster().save_state(trainer.boosted(), progress, staging_, options_.save(), std::move(publish));
+  if (options_.save().async()) {
+    writing_step_ = trainer.global_step();
+    trainer.print(fmt::format("copied the training state of step {} to host memory ({:.3f} s); writing it in the "
+                              "background",
+                              trainer.global_step(),
                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
   }
   if (several) world->barrier().wait();

@@ -29,7 +29,8 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
       .global_batch_size(o.batch_size)
       .accumulation_steps(o.grad_accum)
       .activation_checkpointing(o.activation_checkpointing)
-      .optimizer_states(o.optimizer == "adamw" ? 2 : 1);
+      .optimizer_states(o.optimizer == "adamw" ? 2 : 1)
+      .async_checkpoint(o.save_async);
   if (o.gpu_memory_gib > 0) {
     // parse_train_options range-checked it (memory_size_problem).
     inputs.device_is_gpu(true).device_memory_bytes(colo::memory_size_bytes(o.gpu_memory_gib, colo::kGibibytes));

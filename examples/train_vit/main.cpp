@@ -127,6 +127,27 @@ Datasets load_datasets(const TrainOptions& o, const std::optional<colo::data::No
           std::make_shared<colo::data::SyntheticDataset>(o.synthetic_samples / 5, shape, 10, o.seed + 1)};
 }
 
+// What --dry-run takes from the data set: its image shape and class count. The built-in sets' are
+// known without their files (a plan needs no download); an image folder's classes are its
+// sub-directories, read where the folder is there (a missing one is assumed, and said).
+struct DataShape {
+  colo::data::ImageShape image;
+  int64_t classes = 0;
+};
+
+DataShape dry_run_data_shape(TrainOptions& o, const std::optional<colo::data::Normalization>& normalization) {
+  if (o.dataset == "fashion-mnist") return {{1, 28, 28}, 10};
+  if (o.dataset == "cifar10") return {{3, 32, 32}, 10};
+  if (o.dataset == "imagefolder" && !colo::files::is_directory(colo::files::join(o.data_dir, "train"))) {
+    const int64_t size = o.image_size.value_or(224);
+    o.notes.push_back(fmt::format("note: {} is not there: the plan assumes {}x{} RGB images of 1000 classes",
+                                  colo::files::join(o.data_dir, "train"), size, size));
+    return {{3, size, size}, 1000};
+  }
+  const Datasets data = load_datasets(o, normalization);
+  return {data.train->image_shape(), data.train->num_classes()};
+}
+
 // After each epoch's evaluation: how many unreadable images an image folder replaced so far
 // (--skip-unreadable), before the state is saved. A hook of train_vit's own.
 class UnreadableImagesNote : public colo::TrainerHook {
@@ -211,7 +232,12 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // 0 opens and locks it for the run), missing weights, a missing data set or an impossible model
   // fail at once, on their own.
   std::optional<train_vit::ResumedState> resumed;
-  if (!o.resume_dir.empty()) resumed = train_vit::find_resumed_state(o.resume_dir);
+  if (o.resume_dir == train_vit::kResumeAuto) {
+    resumed = train_vit::find_own_state(o, env.world_size);
+    if (resumed) o.init.clear();  // the saved run started from it (checked); its weights replace --init's
+  } else if (!o.resume_dir.empty()) {
+    resumed = train_vit::find_resumed_state(o.resume_dir);
+  }
   std::shared_ptr<colo::StateDirectory> save_directory;
   if (!o.save_dir.empty() && env.rank == 0 && !o.dry_run) save_directory = train_vit::open_save_directory(o, resumed);
   std::optional<colo::nn::PretrainedWeights> pretrained;
@@ -227,13 +253,18 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
     resume_notes.insert(resume_notes.end(), changes.begin(), changes.end());
   }
   const auto& normalization = origin.normalization;
+  if (o.dry_run) {
+    const DataShape shape = dry_run_data_shape(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
+    colo::nn::ViTConfig config = train_vit::make_vit_config(o, shape.image, shape.classes);
+    if (!o.layout.empty()) train_vit::apply_planned_layout(o, config, env);
+    return train_vit::print_memory_plan(o, config, env);
+  }
   const Datasets data = load_datasets(o, o.dataset == "imagefolder" ? normalization : std::nullopt);
   colo::nn::ViTConfig config = train_vit::make_vit_config(o, data.train->image_shape(), data.train->num_classes());
   // Hugging Face's ViTs normalise with eps 1e-12, timm's with 1e-6.
   if (pretrained && pretrained->hugging_face) config.norm_eps(1e-12);
   const int64_t workers = loader_workers(o, env);
   if (!o.layout.empty()) train_vit::apply_planned_layout(o, config, env);
-  if (o.dry_run) return train_vit::print_memory_plan(o, config, env);
 
   std::shared_ptr<colo::Plugin> plugin;
   try {
@@ -347,7 +378,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // Opened before anything is printed: a file that cannot be written stops the run at once.
   std::shared_ptr<colo::MetricsLogHook> metrics;
   if (console.master() && !o.metrics_file.empty())
-    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, !o.resume_dir.empty());
+    metrics = std::make_shared<colo::MetricsLogHook>(o.metrics_file, resumed.has_value());
 
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, total_steps) : total_steps;
   console.print("train_vit: plugin {} ({}), {} rank{} ({}) on {}, {} thread{} per rank", plugin->name(), o.precision,
@@ -411,8 +442,11 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (metrics) hooks.push_back(metrics);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
-    const auto saving = colo::CheckpointOptions().extra_files(
-        {{train_vit::kRunRecordFile, train_vit::run_record(o, world_size, origin).dump(2) + "\n"}});
+    const auto saving = colo::CheckpointOptions()
+                            .every_steps(o.checkpoint_every)
+                            .extra_files({{train_vit::kRunRecordFile,
+                                           train_vit::run_record(o, world_size, origin).dump(2) + "\n"}})
+                            .save(colo::SaveOptions().async(o.save_async));
     // Rank 0 holds the directory it opened at start-up; the other ranks write into its staging.
     hooks.push_back(save_directory ? std::make_shared<colo::CheckpointHook>(save_directory, saving)
                                    : std::make_shared<colo::CheckpointHook>(o.save_dir, saving));

@@ -107,6 +107,39 @@ std::vector<std::string> check_resume(const TrainOptions& o, int world_size, con
   return notes;
 }
 
+std::optional<ResumedState> find_own_state(const TrainOptions& o, int world_size) {
+  // `latest` is published last, atomically: without it DIR holds no complete state (at most what
+  // an interrupted first save left, which opening the directory clears).
+  if (!colo::files::lexists(colo::files::join(o.save_dir, "latest"))) return std::nullopt;
+  ResumedState saved = find_resumed_state(o.save_dir);
+  // The saved run's settings against this command line's. The normalisation is left out: it
+  // follows from --init, which is compared.
+  RunOrigin now;
+  if (!o.init.empty()) now.init = colo::files::canonical_or_absolute(o.init);
+  nlohmann::json wanted = run_record(o, world_size, now);
+  wanted.erase("init_normalization");
+  std::vector<std::string> differences;
+  if (!saved.record.is_object()) {
+    differences.emplace_back(fmt::format("the state has no {} (another program saved it)", kRunRecordFile));
+  } else {
+    for (const auto& [key, value] : wanted.items()) {
+      if (!saved.record.contains(key) || saved.record[key] != value) {
+        differences.push_back(fmt::format("{} {} (saved: {})", key, value.dump(),
+                                          saved.record.contains(key) ? saved.record[key].dump() : "none"));
+      }
+    }
+  }
+  if (differences.empty()) return saved;
+  if (o.overwrite) return std::nullopt;
+  std::string list;
+  for (const auto& d : differences) list += "\n  " + d;
+  throw UsageError(fmt::format(
+      "--resume auto: --save {} holds the state of another run ({}), not this one's: its settings differ:{}\n"
+      "Continue that run on purpose with --resume {}, replace its states with --overwrite, or save into another "
+      "directory",
+      o.save_dir, saved.directory, list, o.save_dir));
+}
+
 std::shared_ptr<colo::StateDirectory> open_save_directory(const TrainOptions& o,
                                                           const std::optional<ResumedState>& resumed) {
   try {

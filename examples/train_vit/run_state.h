@@ -26,6 +26,13 @@ struct ResumedState {
 // Throws std::runtime_error when `resume_dir` holds no state, UsageError when its record is damaged.
 ResumedState find_resumed_state(const std::string& resume_dir);
 
+// --resume auto, before the rendezvous: the latest complete state in --save's directory when it is
+// this run's (its train_vit.json records the settings of this command line, `world_size` ranks
+// and --init's weights), nullopt when the directory holds no complete state (a fresh start), or
+// with --overwrite when the state is another run's (which this run then replaces). Throws
+// UsageError when the state is another run's, naming what differs and the ways out.
+std::optional<ResumedState> find_own_state(const TrainOptions& o, int world_size);
+
 // What the run's weights started from: --init, or for a resumed run what the saved run recorded
 // (--init and --resume do not go together: the saved weights replace any others).
 struct RunOrigin {

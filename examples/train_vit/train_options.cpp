@@ -221,10 +221,20 @@ po::options_description make_description(TrainOptions& o) {
       ("overwrite", po::bool_switch(&o.overwrite),
        "with --save: DIR may hold the states of another run that has ended; they are removed once this run has "
        "saved its first own state (a run that fails before leaves them), never while that run is still saving")
+      ("save-async", po::bool_switch(&o.save_async),
+       "with --save: copy the state to host memory at the step (pinned memory on GPUs) and write it in the "
+       "background while training goes on; the next save waits for it, a failed write stops the run at the next "
+       "step, and DIR/latest moves only once every rank's files are in. Costs host memory for one copy of the "
+       "state (--dry-run shows it)")
       ("resume", po::value(&o.resume_dir)->value_name("DIR"),
        "continue exactly from a state saved with --save (DIR, DIR/latest or one of its step-* directories); "
        "use the same data set, batch size and number of ranks; the weights (and an image folder's normalisation) "
-       "are the saved run's, so --init does not go with it")
+       "are the saved run's, so --init does not go with it. 'auto': continue from --save's DIR when it holds a "
+       "complete state of this run (the same settings), else start fresh, so that a first start and every restart "
+       "(colo-run --max-restarts) run one command line; --init then serves the fresh start only")
+      ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every)->value_name("STEPS"),
+       "with --save: also save every STEPS optimizer steps (a failure then costs at most STEPS steps); 0: at epoch "
+       "ends and --max-steps only")
       ("metrics", po::value(&o.metrics_file)->value_name("FILE"),
        "JSON lines on rank 0: one per logged step ({\"event\":\"train\",...}) and one per evaluation "
        "({\"event\":\"eval\",...}); a resumed run appends, any other truncates the file first")
@@ -428,7 +438,16 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   if (vm.count("resume") && o.resume_dir.empty()) problems.emplace_back("--resume: the directory name is empty");
   if (vm.count("metrics") && o.metrics_file.empty()) problems.emplace_back("--metrics: the file name is empty");
   if (o.overwrite && o.save_dir.empty()) problems.emplace_back("--overwrite says what --save may replace: give --save DIR");
-  if (!o.init.empty() && !o.resume_dir.empty()) {
+  if (o.save_async && o.save_dir.empty()) problems.emplace_back("--save-async says how --save writes: give --save DIR");
+  if (o.resume_dir == kResumeAuto && o.save_dir.empty()) {
+    problems.emplace_back("--resume auto continues the state this run saves: give --save DIR (and --checkpoint-every)");
+  }
+  if (o.checkpoint_every < 0) {
+    problems.push_back(fmt::format("--checkpoint-every {}: must be >= 0 (0: save at epoch ends only)", o.checkpoint_every));
+  } else if (o.checkpoint_every > 0 && o.save_dir.empty()) {
+    problems.emplace_back("--checkpoint-every says how often --save saves: give --save DIR");
+  }
+  if (!o.init.empty() && !o.resume_dir.empty() && o.resume_dir != kResumeAuto) {
     problems.push_back(fmt::format(
         "--init {} with --resume {}: a resumed run takes its weights from the saved state (and an image folder's "
         "normalisation from the saved run's --init), so --init would be ignored; drop --init",

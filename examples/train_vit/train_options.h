@@ -21,6 +21,9 @@ class UsageError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// --resume auto: continue --save's directory when it holds this run's state, else start fresh.
+inline constexpr const char* kResumeAuto = "auto";
+
 // Everything train_vit can be told. Defaults are the main job: Fashion-MNIST on a few CPU
 // cores, >= 85% test top-1 in minutes (see README.md for the measurements behind them).
 struct TrainOptions {
@@ -95,7 +98,14 @@ struct TrainOptions {
   // --save into a directory that holds another (ended) run's states: they are removed once this
   // run has published its own first state (not before: a run that fails first leaves them).
   bool overwrite = false;
+  // --save in the background (colo::SaveOptions::async): the state is copied to host memory at the
+  // step and written while training goes on.
+  bool save_async = false;
+  // A directory, or kResumeAuto: --save's directory when it holds this run's state, else a fresh
+  // start (run_state.h, find_own_state).
   std::string resume_dir;
+  // --checkpoint-every: with --save, also save every this many optimizer steps (0: epoch ends only).
+  int64_t checkpoint_every = 0;
   std::string metrics_file;
   int64_t log_every = 50;
   int64_t max_steps = 0;  // 0: no limit

@@ -12,15 +12,6 @@
 namespace colo::plugins {
 namespace {
 
-// Every rank makes every entry in order (the gathers are collectives); the writer writes them.
-void save_pending(bool writer, const std::string& dir, const std::string& base,
-                  const std::vector<checkpoint::PendingTensor>& pending, int64_t max_shard_bytes) {
-  if (writer) {
-    checkpoint::save_safetensors_set(dir, base, pending, max_shard_bytes, {{"format", "colo"}});
-  } else {
-    for (const auto& entry : pending) entry.values();
-  }
-}
 
 CheckpointSetReader set_reader(const std::string& dir, const std::string& base) {
   CheckpointSetReader reader;
@@ -34,10 +25,29 @@ CheckpointSetReader set_reader(const std::string& dir, const std::string& base) 
 
 }  // namespace
 
+// Every rank makes every entry in order (the gathers are collectives); the writer writes them,
+// chunk by chunk as they are gathered, or for a deferred (asynchronous) save from host copies of
+// them all, taken now.
+void GeminiCheckpointIO::save_pending(const std::string& dir, const std::string& base,
+                                      const std::vector<checkpoint::PendingTensor>& pending,
+                                      int64_t max_shard_bytes) {
+  if (!is_writer()) {
+    for (const auto& entry : pending) entry.values();
+  } else if (writes_deferred()) {
+    checkpoint::NamedTensors whole;
+    for (const auto& entry : pending) whole.emplace_back(entry.name, host_copy(entry.values()));
+    write_or_defer([dir, base, whole = std::move(whole), max_shard_bytes] {
+      checkpoint::save_safetensors_set(dir, base, whole, max_shard_bytes, {{"format", "colo"}});
+    });
+  } else {
+    checkpoint::save_safetensors_set(dir, base, pending, max_shard_bytes, {{"format", "colo"}});
+  }
+}
+
 void GeminiCheckpointIO::save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options) {
   auto* gemini = dynamic_cast<GeminiModel*>(&model);
   if (!gemini) return CheckpointIO::save_model(model, dir, options);
-  save_pending(is_writer(), dir, "model", gemini->pending_full_state(), max_shard_bytes(options));
+  save_pending(dir, "model", gemini->pending_full_state(), max_shard_bytes(options));
   barrier();
 }
 
@@ -51,8 +61,12 @@ void GeminiCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
                                         const SaveOptions& options) {
   auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
   if (!gemini) return CheckpointIO::save_optimizer(optimizer, dir, options);
-  save_pending(is_writer(), dir, "optimizer", gemini->pending_full_state(), max_shard_bytes(options));
-  if (is_writer()) write_number_map(files::join(dir, "optimizer.json"), gemini->full_state_scalars());
+  save_pending(dir, "optimizer", gemini->pending_full_state(), max_shard_bytes(options));
+  if (is_writer()) {
+    write_or_defer([dir, scalars = gemini->full_state_scalars()] {
+      write_number_map(files::join(dir, "optimizer.json"), scalars);
+    });
+  }
   barrier();
 }
 

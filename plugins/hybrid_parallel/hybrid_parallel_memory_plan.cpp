@@ -20,12 +20,32 @@
 namespace colo::plugins {
 namespace {
 
-// "0,4,8" for up to a few ranks, "0,4,...,28 (8 ranks)" beyond.
+// Ascending ranks as runs, with their count: "0-3,16-19 (8 ranks)", "0,4,8 (3 ranks)", "0-7 (8
+// ranks)"; one rank alone: "5". Beyond six runs the middle ones are elided ("0,4,8,...,60 (16 ranks)").
 std::string rank_list(const std::vector<int>& ranks) {
+  std::vector<std::pair<int, int>> runs;
+  for (int r : ranks) {
+    if (!runs.empty() && runs.back().second + 1 == r) {
+      runs.back().second = r;
+    } else {
+      runs.emplace_back(r, r);
+    }
+  }
+  auto run_text = [](const std::pair<int, int>& run) {
+    if (run.first == run.second) return std::to_string(run.first);
+    if (run.second == run.first + 1) return fmt::format("{},{}", run.first, run.second);
+    return fmt::format("{}-{}", run.first, run.second);
+  };
   std::string text;
-  const std::size_t shown = ranks.size() <= 6 ? ranks.size() : 3;
-  for (std::size_t i = 0; i < shown; ++i) text += fmt::format("{}{}", i ? "," : "", ranks[i]);
-  if (shown < ranks.size()) text += fmt::format(",...,{} ({} ranks)", ranks.back(), ranks.size());
+  const bool elided = runs.size() > 6;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (elided && i >= 3 && i + 1 < runs.size()) {
+      if (i == 3) text += ",...";
+      continue;
+    }
+    text += (i ? "," : "") + run_text(runs[i]);
+  }
+  if (ranks.size() > 1) text += fmt::format(" ({} ranks)", ranks.size());
   return text;
 }
 

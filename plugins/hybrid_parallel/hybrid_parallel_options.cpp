@@ -43,6 +43,9 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.pp_size(static_cast<int>(in.get_int("pp_size", 1, "pipeline stages; the data-parallel size is what the world leaves")));
   o.num_microbatches(in.get_int("num_microbatches", 0, "microbatches per step (or give microbatch_size)"));
   o.microbatch_size(in.get_int("microbatch_size", 0, "samples per microbatch (or give num_microbatches)"));
+  o.eval_microbatch_size(in.get_int("eval_microbatch_size", 0,
+                                    "samples per microbatch of a forward-only pass (evaluation); 0: the batch in "
+                                    "2 x pp_size microbatches"));
   const auto style = in.get_choice("pp_style", "1f1b", {"gpipe", "1f1b", "interleaved", "zero_bubble"},
                                    "pipeline schedule");
   o.pp_style(pipeline::parse_schedule_style(style));
@@ -113,6 +116,10 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));
   if (o.num_microbatches() < 0) in.fail(fmt::format("num_microbatches must be positive, got {}", o.num_microbatches()));
   if (o.microbatch_size() < 0) in.fail(fmt::format("microbatch_size must be positive, got {}", o.microbatch_size()));
+  if (o.eval_microbatch_size() < 0) {
+    in.fail(fmt::format("eval_microbatch_size must be positive (or 0: the batch in 2 x pp_size microbatches), got {}",
+                        o.eval_microbatch_size()));
+  }
   if (o.num_microbatches() > 0 && o.microbatch_size() > 0) {
     in.fail("give num_microbatches or microbatch_size, not both");
   }

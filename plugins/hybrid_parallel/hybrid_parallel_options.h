@@ -25,6 +25,9 @@ struct HybridParallelOptions {
   // Microbatches per step: a count, or a size (one of the two when pp_size > 1; 0 = unset).
   TORCH_ARG(int64_t, num_microbatches) = 0;
   TORCH_ARG(int64_t, microbatch_size) = 0;
+  // Samples per microbatch of a forward-only pass (evaluation); 0: the batch in 2 x pp_size
+  // microbatches (eval_microbatches says why).
+  TORCH_ARG(int64_t, eval_microbatch_size) = 0;
   TORCH_ARG(pipeline::ScheduleStyle, pp_style) = pipeline::ScheduleStyle::kOneFOneB;
   TORCH_ARG(int, num_model_chunks) = 1;
   TORCH_ARG(pipeline::PartitionMethod, partition) = pipeline::PartitionMethod::kUniform;

@@ -214,8 +214,34 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
+// A forward-only pass keeps no activations for a backward: a stage holds one layer's activations
+// of the microbatch it runs, less than a training step holds at any microbatch size, and the
+// non-pipelined plugins forward a whole evaluation batch at once, so the loader's batch size is
+// already the memory bound the user chose. The training microbatch size (often 1 to fit the
+// backward) would pay the per-microbatch cost (kernel launches, a send and receive per stage)
+// once per sample. By default the batch goes in 2 x pp microbatches: enough to keep every stage
+// busy once the first reaches the last (idle share (pp-1)/(3pp-1), under a third), few enough that
+// each is large. Interleaving takes microbatches in groups of pp: the count is kept a multiple.
+int HybridParallelPlugin::eval_microbatches(const HybridParallelOptions& options, int64_t batch) {
+  const int64_t pp = options.pp_size();
+  int64_t count = options.eval_microbatch_size() > 0
+                      ? (batch + options.eval_microbatch_size() - 1) / options.eval_microbatch_size()
+                      : (pp > 1 ? 2 * pp : 1);
+  count = std::min(count, batch);
+  if (options.pp_style() == pipeline::ScheduleStyle::kInterleaved && count % pp != 0) {
+    const int64_t up = (count + pp - 1) / pp * pp;
+    if (up <= batch) {
+      count = up;
+    } else if (batch >= pp) {
+      count = batch / pp * pp;
+    }  // else fewer samples than stages: the schedule's own error says so
+  }
+  return static_cast<int>(count);
+}
+
 int HybridParallelPlugin::microbatches_for(const HybridParallelOptions& options, int64_t batch, bool forward_only) {
   if (batch < 1) throw std::invalid_argument("hybrid_parallel execute_pipeline: the batch is empty");
+  if (forward_only) return eval_microbatches(options, batch);
   if (options.num_microbatches() > 0) {
     const int64_t m = options.num_microbatches();
     if (!forward_only && batch % m != 0) {
@@ -259,9 +285,10 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   }
   const int64_t batch = inputs.size(0);
   const int m = microbatches_for(options_, batch, forward_only);
-  const int64_t size = (batch + m - 1) / m;
-  const auto micro_inputs = pipelined->policy().cast_to_compute(inputs).split(size);
-  const auto micro_targets = targets.defined() ? targets.split(size) : std::vector<torch::Tensor>{};
+  // Training microbatches are equal (the batch divides); forward-only ones differ by one at most.
+  const auto compute_inputs = pipelined->policy().cast_to_compute(inputs);
+  const auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
+  const auto micro_targets = targets.defined() ? targets.tensor_split(static_cast<int64_t>(m)) : std::vector<torch::Tensor>{};
   const int count = static_cast<int>(micro_inputs.size());
 
   pipeline::ScheduleRunner* runner = nullptr;

@@ -56,6 +56,7 @@ class HybridParallelPlugin : public Plugin {
   // std::invalid_argument when the batch does not split into them (training needs equal
   // microbatches). execute_pipeline and plan_memory both split through here.
   static int microbatches_for(const HybridParallelOptions& options, int64_t batch, bool forward_only);
+  static int eval_microbatches(const HybridParallelOptions& options, int64_t batch);
 
  private:
 

@@ -15,9 +15,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -374,6 +376,121 @@ TEST(Trainer, CheckpointHookRefusesAnotherRunsStateAtStartUpAndLeavesIt) {
   world()->barrier().wait();
   EXPECT_FALSE(files::exists(foreign));
   EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+  remove_shared_directory(dir);
+}
+
+// Asynchronous saves through the hook publish the same states as synchronous ones, each once
+// every rank's files are in; fit() returns only once the last is published.
+TEST(Trainer, CheckpointHookSavesAsynchronouslyTheStatesASynchronousRunSaves) {
+  const auto sync_dir = shared_directory("trainer_checkpoint_sync");
+  const auto async_dir = shared_directory("trainer_checkpoint_async");
+  for (const bool async : {false, true}) {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(5).progress(false));
+    const auto save = SaveOptions().async(async).before_background_write(
+        [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+    trainer.fit(*run.boosted.dataloader, 3, nullptr, 1,
+                {std::make_shared<LRSchedulerHook>(),
+                 std::make_shared<CheckpointHook>(async ? async_dir : sync_dir, CheckpointOptions()
+                                                                                    .every_steps(2)
+                                                                                    .at_epoch_end(false)
+                                                                                    .extra_files({{"note.txt", "hi\n"}})
+                                                                                    .save(save))});
+  }
+  world()->barrier().wait();
+  const auto sync_state = StateDirectory::resolve(sync_dir);
+  const auto async_state = StateDirectory::resolve(async_dir);
+  EXPECT_NE(async_state.find("step-00000004"), std::string::npos) << async_state;
+  if (world()->rank() == 0) {
+    const auto names = files::list_directory(sync_state);
+    EXPECT_EQ(files::list_directory(async_state), names);
+    for (const auto& name : names) {
+      std::ifstream got(files::join(async_state, name), std::ios::binary);
+      std::ifstream want(files::join(sync_state, name), std::ios::binary);
+      EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(got), {}) ==
+                  std::string(std::istreambuf_iterator<char>(want), {}))
+          << name;
+    }
+  }
+  auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+  EXPECT_EQ(run.booster->load_state(run.boosted, async_state).global_step, 4);
+  remove_shared_directory(sync_dir);
+  remove_shared_directory(async_dir);
+}
+
+// Holds the step after `step` on this rank until its asynchronous save has finished writing, so
+// that the next step's check sees a failure deterministically.
+class HoldUntilTheSaveIsWritten : public TrainerHook {
+ public:
+  HoldUntilTheSaveIsWritten(int64_t step, bool hold) : step_(step), hold_(hold) {}
+  void before_step(Trainer& trainer) override {
+    if (!hold_ || trainer.global_step() != step_) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!trainer.booster().save_finished() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  int64_t step_;
+  bool hold_;
+};
+
+// One rank's writer fails (here: the last rank's, at the second save): every rank stops at the
+// next step with an error that says so, and latest still names the state before.
+TEST(Trainer, AnAsynchronousSaveThatFailsEndsTheRunOnEveryRankAtTheNextStep) {
+  const auto dir = shared_directory("trainer_checkpoint_async_failure");
+  const bool failing_rank = world()->rank() == world()->size() - 1;
+  auto saves = std::make_shared<std::atomic<int>>(0);
+  {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(10).progress(false));
+    const auto save = SaveOptions().async(true).before_background_write([saves, failing_rank] {
+      if (++*saves == 2 && failing_rank) throw std::runtime_error("injected: the disk is full");
+    });
+    try {
+      trainer.fit(*run.boosted.dataloader, 3, nullptr, 1,
+                  {std::make_shared<HoldUntilTheSaveIsWritten>(4, failing_rank),
+                   std::make_shared<CheckpointHook>(
+                       dir, CheckpointOptions().every_steps(2).at_epoch_end(false).save(save))});
+      ADD_FAILURE() << "the run went on past a failed save";
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("the asynchronous save of step 4 failed"), std::string::npos) << message;
+      EXPECT_NE(message.find(failing_rank ? "on this rank: injected: the disk is full" : "on 1 other rank"),
+                std::string::npos)
+          << message;
+    }
+    EXPECT_EQ(trainer.global_step(), 5);
+  }
+  world()->barrier().wait();
+  EXPECT_NE(StateDirectory::resolve(dir).find("step-00000002"), std::string::npos);
+
+// CheckpointHook with resume_latest: the first run starts fresh (its directory holds nothing yet)
+// and stops after step 3, having saved at 2; the second, the same program, continues from step 2
+// and ends with the weights of a run that was never interrupted.
+TEST(Trainer, CheckpointHookWithResumeLatestContinuesItsRunToTheUninterruptedWeights) {
+  const auto dir = shared_directory("trainer_resume_latest");
+  const auto fit_until = [&](const std::string& into, int64_t max_steps, bool resume) {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    Trainer trainer(*run.booster, run.boosted, TrainerOptions().max_steps(max_steps).progress(false));
+    const FitResult result = trainer.fit(
+        *run.boosted.dataloader, 3, nullptr, 1,
+        {std::make_shared<LRSchedulerHook>(),
+         std::make_shared<CheckpointHook>(
+             into, CheckpointOptions().every_steps(2).at_epoch_end(false).resume_latest(resume))});
+    return std::make_pair(result, named_state(run.boosted.model->full_state()));
+  };
+  const auto first = fit_until(dir, 3, true);
+  EXPECT_EQ(first.first.steps, 3);  // fresh: nothing to resume
+  const auto resumed = fit_until(dir, 5, true);
+  EXPECT_EQ(resumed.first.steps, 3) << "steps 3, 4 and 5 after the state of step 2";
+  EXPECT_EQ(resumed.first.global_step, 5);
+  const auto uninterrupted = fit_until(files::join(dir, "uninterrupted"), 5, false);
+  ASSERT_EQ(resumed.second.size(), uninterrupted.second.size());
+  for (const auto& [name, tensor] : uninterrupted.second) {
+    EXPECT_TRUE(torch::equal(resumed.second.at(name), tensor)) << name << " differs from the uninterrupted run's";
+  }
   remove_shared_directory(dir);
 }
 

@@ -11,7 +11,7 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
-# planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu").
+# planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall.
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
 #   bash ../shared/gpu/fetch-deps.sh .gpu-deps libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev
 # The fp8-peers stage needs torchao's wheel there too (the GPU machine has no network):
@@ -933,6 +933,47 @@ PY
         --out "$LOGS/layouts" "${fp8[@]}" >"$LOGS/onegpu_layouts.log" 2>&1
       note "one-gpu layouts rc=$? ($((SECONDS - start)) s): $(tail -1 "$LOGS/onegpu_layouts.log")"
       grep -E '^\||rc=' "$LOGS/onegpu_layouts.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    restart-nccl)
+      # Issues 36 and 45: train_vit under colo-run --max-restarts on both GPUs (NCCL), a crash (rank 1
+      # after step 12) and a hang (rank 0 after step 25, caught by the collective timeout) injected
+      # through COLO_FAULT, --resume auto from --checkpoint-every 5: the final weights against an
+      # uninterrupted run's (byte for byte), for pp 2 and dp 2; ViT-S-sized, synthetic data.
+      rs_model=(--dataset synthetic --synthetic-samples 2048 --image-size 64 --model custom --patch-size 8 --embed-dim 384
+        --depth 6 --heads 6 --batch-size 64 --log-every 5 --eval-batch-size 256 --epochs 2 --max-steps 40
+        --checkpoint-every 5 --resume auto)
+      for layout in "pp2:hybrid_parallel:--plugin-opt=pp_size=2" "dp2:torch_ddp:"; do
+        IFS=: read -r name plugin opt <<<"$layout"
+        opts=()
+        [ -n "$opt" ] && opts=("$opt")
+        rm -rf "/tmp/rs_${name}_clean" "/tmp/rs_${name}_faulty"
+        timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/train_vit --plugin "$plugin" "${opts[@]}" \
+          "${rs_model[@]}" --save "/tmp/rs_${name}_clean" >"$LOGS/restart_${name}_clean.log" 2>&1
+        clean_rc=$?
+        t0=$SECONDS
+        COLO_TIMEOUT_MS=15000 COLO_FAULT="rank=1,step=12,kind=crash;rank=0,step=25,kind=hang,restart=1" \
+          timeout 240 build-gpu/bin/colo-run --nproc-per-node 2 --max-restarts 3 build-gpu/bin/train_vit --plugin "$plugin" \
+          "${opts[@]}" "${rs_model[@]}" --save "/tmp/rs_${name}_faulty" >"$LOGS/restart_${name}_faulty.log" 2>&1
+        faulty_rc=$?
+        same=no
+        cmp -s "/tmp/rs_${name}_clean/step-00000040/model.safetensors" "/tmp/rs_${name}_faulty/step-00000040/model.safetensors" && same=yes
+        note "restart-nccl $name: clean rc=$clean_rc, faulty rc=$faulty_rc in $((SECONDS - t0)) s, restarts: $(grep -c 'colo-run: restart' "$LOGS/restart_${name}_faulty.log"), final weights identical: $same"
+        grep -E "COLO_FAULT|colo-run: restart|was killed|was stopped|timed out|resumed from" "$LOGS/restart_${name}_faulty.log" | head -12 >>"$LOGS/summary.txt"
+      done
+      ;;
+    save-stall)
+      # Issue 36: what a save costs the training loop on one GPU, ViT-L/16 bf16 batch 64 under torch_ddp:
+      # no saves, a save every 100 steps, the same with --save-async (colo_vit_bench's saves.stall_s).
+      for run in "none:" "sync:--save-every 100 --save-dir /tmp/ckpt_sync" "async:--save-every 100 --save-dir /tmp/ckpt_async --save-async"; do
+        tag=${run%%:*}
+        read -ra extra <<<"${run#*:}"
+        rm -rf /tmp/ckpt_sync /tmp/ckpt_async
+        timeout 200 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp --model large \
+          --batch-size 64 --precision bf16 --warmup-steps 10 --steps "${COLO_SAVE_STEPS:-350}" --peak-tflops 1 "${extra[@]}" \
+          --json "$LOGS/save_$tag.json" >"$LOGS/save_$tag.log" 2>&1
+        note "save-stall $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/save_$tag.json" 2>/dev/null) $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d.get('saves') or {}; print('stall_s', s.get('stall_s'))" "$LOGS/save_$tag.json" 2>/dev/null)"
+        cp "$LOGS/save_$tag.json" "$OUT/" 2>/dev/null
+      done
       ;;
     planner-error)
       # Issues 43 and 45: the planner's predictions against colo_vit_bench (benchmarks/planner/error_table.py)

@@ -87,11 +87,17 @@ TEST(PipelinePartition, TheViTHeadStaysWithTheLastBlock) {
   expect_tiling(balanced, 14);
   EXPECT_EQ(sizes_of(balanced), (std::vector<int>{8, 6}));  // costs 71 and 75 (7 blocks + embedding | 5 + head)
   EXPECT_DOUBLE_EQ(largest_stage_cost(balanced, params), 75);
-  // Every stage needs a layer: 14 modules glued to 13 cannot fill 14 stages.
+  // Every stage needs a layer: 14 modules glued to 13 cannot fill 14 stages. The message counts
+  // the layers one way (14, as the caller gave them), never as 13 "layers".
   const auto message =
       error_of<std::invalid_argument>([] { partition_layers(14, 14, PartitionOptions().glue_last(1)); });
-  EXPECT_NE(message.find("there are 13 layers to place (the last 1 glued to the one before them)"), std::string::npos)
+  EXPECT_NE(message.find("cannot partition 14 layers into 14 pipeline stages (uniform): every stage needs at least one "
+                         "layer, and the 14 layers fill at most 13 stages (the last 2 stay on one stage)"),
+            std::string::npos)
       << message;
+  EXPECT_EQ(message.find("13 layers"), std::string::npos) << message;
+  // At the boundary: 13 stages fit, 14 do not.
+  EXPECT_EQ(partition_layers(14, 13, PartitionOptions().glue_last(1)).size(), 13u);
 }
 
 TEST(PipelinePartition, BalancedMinimisesTheLargestStageThenEvensTheRest) {
@@ -141,8 +147,8 @@ TEST(PipelinePartition, ErrorsSayWhatToChange) {
   const auto message_of = [](int layers, int stages, const PartitionOptions& options) {
     return error_of<std::invalid_argument>([&] { partition_layers(layers, stages, options); });
   };
-  EXPECT_NE(message_of(3, 4, {}).find("every stage needs at least one layer, and there are 3 layers to place; lower pp "
-                                      "or chunks"),
+  EXPECT_NE(message_of(3, 4, {}).find("every stage needs at least one layer, and the 3 layers fill at most 3 stages; "
+                                      "lower pp or chunks"),
             std::string::npos);
   EXPECT_NE(message_of(4, 0, {}).find("at least 1"), std::string::npos);
   EXPECT_NE(message_of(4, 2, PartitionOptions().glue_last(4)).find("glue_last must be in [0, 4)"), std::string::npos);

@@ -101,7 +101,7 @@ TEST_F(FineTuneLoad, ReadsShardedDirectoriesAndTheirNormalisation) {
 
 TEST_F(FineTuneLoad, AnotherArchitectureIsAShortErrorThatSaysWhatTheCheckpointHolds) {
   const auto weights = colo::nn::read_pretrained(kOracle + ".safetensors");
-  auto small = colo::nn::make_vision_transformer(colo::nn::ViTConfig::preset("small").num_classes(5));
+  auto small = colo::nn::make_vision_transformer(colo::nn::ViTConfig::preset("small").num_classes(5).in_channels(1));
   try {
     colo::nn::load_pretrained(*small, weights);
     ADD_FAILURE() << "a tiny checkpoint loaded into a small ViT";
@@ -112,7 +112,31 @@ TEST_F(FineTuneLoad, AnotherArchitectureIsAShortErrorThatSaysWhatTheCheckpointHo
     for (const char* part : {"shape mismatch (", "blocks.{0..11}.attn.qkv.weight (12 blocks): checkpoint [576, 192] vs "
                                                  "model [1152, 384]",
                              "... and", "the checkpoint holds a ViT of patch 16, width 192, depth 12",
-                             "the model is a ViT of patch 16, width 384, depth 12"}) {
+                             "the model is a ViT of patch 16, width 384, depth 12",
+                             // The file's own head and channels, not the model's head that replaced it.
+                             "224x224 images), 3 input channels, 1000 classes\n", "1 input channel, 5 classes"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << " not in:\n" << message;
+    }
+  }
+}
+
+// A checkpoint whose head the model replaces (same width, other classes) and whose position
+// embeddings it resamples, failing on another patch size and channel count: the error describes
+// the file as it is (1000 classes, 197 tokens, 3 channels), where it described the replaced head's
+// classes and the resampled grid.
+TEST_F(FineTuneLoad, AMismatchDescribesTheFilesOwnHeadTokensAndChannels) {
+  const auto weights = colo::nn::read_pretrained(kOracle + ".safetensors");
+  auto model = colo::nn::make_vision_transformer(
+      colo::nn::ViTConfig::preset("tiny").patch_size(8).num_classes(5).in_channels(1));
+  try {
+    colo::nn::load_pretrained(*model, weights);
+    ADD_FAILURE() << "a patch-16 RGB checkpoint loaded into a patch-8 grayscale ViT";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    for (const char* part : {"the checkpoint holds a ViT of patch 16, width 192, depth 12, MLP 768, 197 tokens (14x14 "
+                             "patches: 224x224 images), 3 input channels, 1000 classes\n",
+                             "the model is a ViT of patch 8, width 192, depth 12, MLP 768, 785 tokens (28x28 patches: "
+                             "224x224 images), 1 input channel, 5 classes"}) {
       EXPECT_NE(message.find(part), std::string::npos) << part << " not in:\n" << message;
     }
   }

@@ -524,6 +524,41 @@ TEST_F(TrainVitCli, ScheduleOptionsAreChecked) {
   EXPECT_NE(drop.err.find("--attn-drop-rate -0.1: must be in [0, 1)"), std::string::npos) << drop.err;
 }
 
+// --save-async: the states it publishes resume as --save's do (the final weights of a run stopped
+// at --max-steps and resumed, both saving in the background, are an uninterrupted synchronous
+// run's, byte for byte); without --save it is refused; --dry-run plans its host copy.
+TEST_F(TrainVitCli, SaveAsyncResumesExactlyLikeSave) {
+  const std::vector<std::string> job = {"--epochs", "2", "--drop-path", "0.2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tiny(args);
+  };
+  const Result whole = run(with({"--save", files::join(dir_, "whole_state")}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const Result first = run(with({"--max-steps", "4", "--save", files::join(dir_, "state"), "--save-async"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("in the background"), std::string::npos) << first.out;
+  EXPECT_NE(files::canonical_or_absolute(files::join(dir_, "state", "latest")).find("step-00000004"), std::string::npos);
+  const Result second =
+      run(with({"--resume", files::join(dir_, "state"), "--save", files::join(dir_, "state"), "--save-async"}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "lr_scheduler.json", "training_state.json"}) {
+    const auto want = read_file(files::join(dir_, "whole_state", "latest", file));
+    EXPECT_FALSE(want.empty()) << file;
+    EXPECT_TRUE(want == read_file(files::join(dir_, "state", "latest", file))) << file << " differs";
+  }
+  EXPECT_EQ(last_line(second.out), last_line(whole.out));
+
+  const Result alone = run(tiny({"--save-async"}));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--save-async says how --save writes: give --save DIR"), std::string::npos) << alone.err;
+  const Result plan = run(tiny({"--dry-run", "--save", files::join(dir_, "planned"), "--save-async"}));
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("asynchronous save's host copy"), std::string::npos) << plan.out;
+  EXPECT_EQ(run(tiny({"--dry-run"})).out.find("asynchronous save's host copy"), std::string::npos);
+}
+
 TEST_F(TrainVitCli, ResumeWithOtherDataSettingsIsRejected) {
   ASSERT_EQ(run(tiny({"--max-steps", "2", "--save", files::join(dir_, "state")})).exit_code, 0);
   const Result r = run(tiny({"--resume", files::join(dir_, "state"), "--grad-accum", "2"}));
@@ -1066,3 +1101,24 @@ TEST_F(TrainVitConfig, AKeyGivenTwiceIsRefusedNamingItAndWhere) {
                             "--dataset", "synthetic", "--synthetic-samples", "10", "--dry-run"});
   EXPECT_EQ(apart.exit_code, 0) << apart.out << apart.err;
 }
+
+namespace {
+
+// --dry-run plans from shapes and reads no data set: the built-in sets' shapes are known without
+// their files, and a missing image folder is assumed (and said). It failed on the data directory.
+TEST_F(TrainVitCli, DryRunReadsNoDataSet) {
+  const std::string missing = files::join(dir_, "no_such_data");
+  for (const char* dataset : {"fashion-mnist", "cifar10", "imagefolder"}) {
+    const Result r = run({"--dataset", dataset, "--data-dir", missing, "--model", "mini", "--image-size", "32",
+                          "--dry-run", "--world-size", "2"});
+    EXPECT_EQ(r.exit_code, 0) << dataset << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("memory plan: torch_ddp"), std::string::npos) << dataset << "\n" << r.out;
+  }
+  const Result folder = run({"--dataset", "imagefolder", "--data-dir", missing, "--model", "mini", "--image-size",
+                             "32", "--dry-run"});
+  EXPECT_NE(folder.out.find("no_such_data/train is not there: the plan assumes 32x32 RGB images of 1000 classes"),
+            std::string::npos)
+      << folder.out;
+}
+
+}  // namespace

@@ -11,6 +11,7 @@
 #include <colo/dist/environment.h>
 #include <colo/dist/errors.h>
 #include <colo/dist/process_group.h>
+#include <colo/env/fault_injection.h>
 #include <colo/env/variables.h>
 
 #include <fmt/format.h>
@@ -475,6 +476,7 @@ bool every_rank_on_this_machine(const Environment& env) {
 std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGroup::Options& options) {
   constexpr const char* kWorldPrefix = "colo/world";
   const Backend backend = options.backend ? *options.backend : default_backend();
+  env::inject_fault_before_start(env.rank);  // COLO_FAULT's nostart (tests of restarts)
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->loopback_only = every_rank_on_this_machine(env);

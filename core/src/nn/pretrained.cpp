@@ -107,7 +107,9 @@ std::string summarise(const char* title, const std::vector<std::pair<std::string
 
 // load_timm_state without the finiteness check, which each public entry point makes once, on the
 // names its caller knows (a Hugging Face file's own names, not the converted ones).
-void copy_timm_state(LayerStack& model, const NamedTensors& full_state) {
+// `as_read` (default: full_state) is the file's own state, which the error describes: load_pretrained
+// passes the state with the model's head put in, whose class count is not the file's.
+void copy_timm_state(LayerStack& model, const NamedTensors& full_state, const NamedTensors* as_read = nullptr) {
   // A model sharded by tensor parallelism takes its piece of each split tensor (a tensor that
   // does not split the way the spec says stays whole, and is reported as mis-shaped below).
   const auto specs = model.canonical_shard_specs();
@@ -153,7 +155,7 @@ void copy_timm_state(LayerStack& model, const NamedTensors& full_state) {
     message += summarise("in the checkpoint but not in the model", unexpected);
     message += summarise("shape mismatch", mismatched);
     message += summarise("listed more than once in the checkpoint", duplicated);
-    const std::string checkpoint = describe_vit_state(full_state);
+    const std::string checkpoint = describe_vit_state(as_read ? *as_read : full_state);
     const std::string wanted = describe_vit_state(NamedTensors(targets.begin(), targets.end()));
     if (!checkpoint.empty() && !wanted.empty() && checkpoint != wanted) {
       message += fmt::format("\n  the checkpoint holds a {}\n  the model is a {}", checkpoint, wanted);
@@ -317,6 +319,7 @@ std::string describe_vit_state(const NamedTensors& state) {
   } else {
     text += fmt::format(", {} tokens", tokens);
   }
+  text += fmt::format(", {} input channel{}", patch->size(1), patch->size(1) == 1 ? "" : "s");
   if (const torch::Tensor* head = find_tensor(state, "head.weight")) text += fmt::format(", {} classes", head->size(0));
   return text;
 }
@@ -382,7 +385,7 @@ FineTuneReport load_pretrained(LayerStack& model, const PretrainedWeights& weigh
     }
   }
   try {
-    copy_timm_state(model, state);
+    copy_timm_state(model, state, &weights.state);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("{} ({} names): {}", weights.source,
                                             weights.hugging_face ? "Hugging Face ViT" : "timm", e.what()));

@@ -115,12 +115,13 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
                      std::max(num_layers, 1), glue));
   }
   const int units = num_layers - glue;  // what is placed, the glued layers counting as one
-  const std::string glued = glue > 0 ? fmt::format(" (the last {} glued to the one before them)", glue) : "";
+  // Layers are counted one way in every message (num_layers, the stack's); the glued ones are
+  // said to stay together, which is why they fill fewer stages than there are layers.
+  const std::string glued = glue > 0 ? fmt::format(" (the last {} stay on one stage)", glue + 1) : "";
   if (units < num_stages) {
-    fail(
-        fmt::format("every stage needs at least one layer, and there are {} layers to place{}; lower pp or chunks, "
-                    "or use a model with more layers",
-                    units, glued));
+    fail(fmt::format("every stage needs at least one layer, and the {} layers fill at most {} stage{}{}; lower pp or "
+                     "chunks, or use a model with more layers",
+                     num_layers, units, units == 1 ? "" : "s", glued));
   }
   const bool balanced = options.method() == PartitionMethod::kBalanced;
   const bool explicit_sizes = options.method() == PartitionMethod::kExplicit;
@@ -166,7 +167,10 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
         sum += sizes[s];
       }
       if (sum != units) {
-        fail(fmt::format("layers_per_stage sums to {}, but there are {} layers to place{}", sum, units, glued));
+        fail(glue > 0 ? fmt::format("layers_per_stage sums to {}, but the {} layers count as {}{}: give counts "
+                                    "summing to {}",
+                                    sum, num_layers, units, glued, units)
+                      : fmt::format("layers_per_stage sums to {}, but there are {} layers", sum, num_layers));
       }
       break;
     }

@@ -34,6 +34,10 @@ po::options_description launcher_options() {
       ("new-token", "print a fresh job token (for COLO_JOB_TOKEN) and exit")
       ("grace-period", po::value<double>()->value_name("SECONDS"),
        "when stopping the ranks, wait this long after SIGTERM before SIGKILL (default 5)")
+      ("max-restarts", po::value<int>()->value_name("N"),
+       "when a rank fails (non-zero exit, signal, a collective's timeout), stop every rank and start "
+       "the whole job again, up to N times (default 0), with a fresh rendezvous and job token each "
+       "time; the ranks see the attempt as COLO_RESTART_COUNT (0 first). One node only for now")
       ("no-prefix", "pass the ranks' output through without the '[rank R] ' prefix")
       ("check", "instead of a program, start N copies of colo-run that verify their environment");
   // clang-format on
@@ -96,6 +100,7 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
   if (vm.count("master-addr")) config.master_addr = vm["master-addr"].as<std::string>();
   if (vm.count("rdzv-file")) config.rdzv_file = vm["rdzv-file"].as<std::string>();
   if (vm.count("grace-period")) config.grace_period_s = vm["grace-period"].as<double>();
+  if (vm.count("max-restarts")) config.max_restarts = vm["max-restarts"].as<int>();
   config.prefix_output = vm.count("no-prefix") == 0;
   config.self_check = vm.count("check") != 0;
 
@@ -143,6 +148,13 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
     // every interface of the machine (LibTorch 1.13's binds no single address).
     config.rdzv_file = "auto";
   }
+  if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts) {
+    problems.push_back(fmt::format("--max-restarts must be in 0..{} (got {})", kMaxRestarts, config.max_restarts));
+  } else if (config.max_restarts > 0 && config.nnodes > 1) {
+    problems.push_back(
+        "--max-restarts with --nnodes > 1 is not implemented yet (the nodes would have to agree on each restart "
+        "through the store); restart a multi-node job from outside, or run it on one node");
+  }
   if (!std::isfinite(config.grace_period_s) || config.grace_period_s < 0) {
     problems.push_back(fmt::format("--grace-period must be a number of seconds >= 0 (got {})",
                                    config.grace_period_s));
@@ -175,6 +187,11 @@ std::string usage() {
           "A rank held stopped by a signal (SIGSTOP) for the job's timeout (COLO_TIMEOUT_MS,\n"
           "milliseconds, checked before the ranks start; 5 minutes when unset), or while another\n"
           "rank fails, is named as the cause and the job is stopped (exit 147, 128 + SIGSTOP).\n"
+          "With --max-restarts N a failed job (a rank's failure or timeout, not colo-run's own\n"
+          "interruption) is started again, up to N times: each restart gets a fresh store file or\n"
+          "port and a job token derived for that attempt, so that no rank left from an earlier\n"
+          "attempt can join; COLO_RESTART_COUNT says which attempt a rank is in. When the restarts\n"
+          "are spent, colo-run says so and exits with the last failure's status.\n"
           "Warns when the ranks outnumber the cores (or the GPUs) available. Options end at "
           "PROGRAM.\n\n"
           "Who may join: on one node the ranks meet through a store file in a fresh directory\n"

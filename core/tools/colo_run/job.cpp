@@ -45,6 +45,9 @@ struct Cause {
   std::string message;
   int exit_code = 1;
   std::string aftermath;  // what colo-run did about it, for the final report
+  // A rank failed (exit, signal, held stopped past the timeout): what --max-restarts restarts.
+  // colo-run's own interruption, a closed output or a program that cannot start are not.
+  bool rank_failed = false;
 };
 
 // After the last rank exits and its process group is killed, how long to wait for descendants
@@ -60,7 +63,7 @@ class Job {
  public:
   explicit Job(const LaunchConfig& config) : config_(config) {}
 
-  int run() {
+  JobOutcome run() {
     setup_signals();
     spawn_all();
     supervise();
@@ -69,9 +72,9 @@ class Job {
     if (!cause_ && output_.reader_gone_while_forwarding()) cause_ = output_gone_cause("");
     if (cause_) {
       print_to(STDERR_FILENO, "colo-run: {}{}\n", cause_->message, cause_->aftermath);
-      return cause_->exit_code;
+      return JobOutcome{cause_->exit_code, cause_->rank_failed, cause_->message};
     }
-    return 0;
+    return JobOutcome{};
   }
 
  private:
@@ -293,7 +296,7 @@ class Job {
     commit(Cause{fmt::format("rank {} (pid {}) was stopped by signal {} ({}) {:.1f} s ago and not continued{}",
                              stopped.global_rank, stopped.pid, stopped.stop_signal, signal_name(stopped.stop_signal),
                              seconds, then),
-                 128 + stopped.stop_signal, "; stopped the other ranks"});
+                 128 + stopped.stop_signal, "; stopped the other ranks", true});
   }
 
   void on_rank_exit(Rank& rank, int status) {
@@ -334,7 +337,7 @@ class Job {
       return;
     }
     Cause cause{fmt::format("rank {} (pid {}) {}", rank.global_rank, rank.pid, what), code,
-                config_.nproc_per_node > 1 ? "; stopped the other ranks" : ""};
+                config_.nproc_per_node > 1 ? "; stopped the other ranks" : "", true};
     if (traced_) {
       const std::string to =
           traced_->first_lost == kUnknownPeer ? "a peer" : fmt::format("rank {}", traced_->first_lost);
@@ -458,6 +461,6 @@ class Job {
 
 }  // namespace
 
-int supervise(const LaunchConfig& config) { return Job(config).run(); }
+JobOutcome supervise(const LaunchConfig& config) { return Job(config).run(); }
 
 }  // namespace colo::launcher

@@ -7,12 +7,20 @@
 namespace colo::launcher {
 
 // Resolves the port, the rendezvous file ("auto": a fresh temporary directory), the job token and
-// the ranks' report directory, runs the job and removes the rendezvous file; returns colo-run's
-// exit status (see run() in launcher.h). In job_setup.cpp.
+// the ranks' report directory, runs the job and removes the rendezvous file; with --max-restarts
+// starts a failed job again, each attempt with a rendezvous and a token of its own. Returns
+// colo-run's exit status (see run() in launcher.h). In job_setup.cpp.
 int run_job(LaunchConfig config);
 
+// How one attempt at the job ended.
+struct JobOutcome {
+  int exit_code = 0;         // colo-run's exit status for it (see run() in launcher.h)
+  bool rank_failed = false;  // a rank failed: --max-restarts may start the job again
+  std::string cause;         // what failed, as colo-run reported it; empty on success
+};
+
 // Runs the job `config` describes, resolved (job.cpp): starts the ranks, forwards their output,
-// stops them all when one fails; returns the exit status.
-int supervise(const LaunchConfig& config);
+// stops them all when one fails; says how it ended.
+JobOutcome supervise(const LaunchConfig& config);
 
 }  // namespace colo::launcher

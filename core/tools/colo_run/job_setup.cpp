@@ -1,9 +1,10 @@
-// run_job: what a job needs before its ranks start (job.h).
+// run_job: what a job needs before its ranks start (job.h), and its restarts (--max-restarts).
 #include <colo/env/variables.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <optional>
 
 #include "job.h"
@@ -12,6 +13,39 @@
 #include "output.h"
 
 namespace colo::launcher {
+namespace {
+
+// The status colo's programs (and colo-run) exit with for a bad command line or environment.
+constexpr int kUsageErrorStatus = 2;
+
+// One attempt: its own store file (in a fresh directory, with "auto"), its own port where
+// colo-run picked it, its own report directory and its own token, so that a process left from an
+// earlier attempt (one that escaped colo-run's stop) cannot join this one's rendezvous.
+JobOutcome run_attempt(LaunchConfig config, const LaunchConfig& given) {
+  if (config.restart_count > 0) {
+    config.job_token = restart_job_token(config.job_token, config.restart_count);
+    if (given.master_port == 0) config.master_port = pick_free_port(config.master_addr);
+  }
+  std::optional<files::TemporaryDirectory> rdzv_dir;
+  if (given.rdzv_file == "auto") {
+    // A fresh directory makes the path unique and guarantees the file does not exist yet; made
+    // by mkdtemp, it is this user's alone (mode 0700).
+    rdzv_dir.emplace("colo-rdzv-");
+    config.rdzv_file = rdzv_dir->file("store");
+  } else if (!config.rdzv_file.empty() && files::lexists(config.rdzv_file)) {
+    // Only possible on a restart (checked before the first): what an earlier attempt left.
+    ::unlink(config.rdzv_file.c_str());
+  }
+  // Where ranks leave notes for colo-run (lost peers); removed with the attempt.
+  files::TemporaryDirectory reports("colo-run-");
+  config.run_reports = reports.path();
+  JobOutcome outcome = supervise(config);
+  // The last FileStore user normally deletes the file; after a failure nobody did.
+  if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
+  return outcome;
+}
+
+}  // namespace
 
 int run_job(LaunchConfig config) {
   try {
@@ -21,15 +55,10 @@ int run_job(LaunchConfig config) {
     throw UsageError(e.what());
   }
   if (config.job_token.empty()) config.job_token = resolve_job_token(config);
+  const LaunchConfig given = config;  // before the port is picked: each restart picks its own
   if (config.master_port == 0) config.master_port = pick_free_port(config.master_addr);
 
-  std::optional<files::TemporaryDirectory> rdzv_dir;
-  if (config.rdzv_file == "auto") {
-    // A fresh directory makes the path unique and guarantees the file does not exist yet; made
-    // by mkdtemp, it is this user's alone (mode 0700).
-    rdzv_dir.emplace("colo-rdzv-");
-    config.rdzv_file = rdzv_dir->file("store");
-  } else if (!config.rdzv_file.empty()) {
+  if (config.rdzv_file != "auto" && !config.rdzv_file.empty()) {
     if (files::lexists(config.rdzv_file)) {
       throw UsageError(fmt::format(
           "--rdzv-file '{}' already exists: a FileStore would read an earlier job's keys from "
@@ -42,18 +71,36 @@ int run_job(LaunchConfig config) {
           fmt::format("--rdzv-file '{}': directory '{}' does not exist", config.rdzv_file, dir));
     }
   }
-  // Where ranks leave notes for colo-run (lost peers); removed with the job.
-  files::TemporaryDirectory reports("colo-run-");
-  config.run_reports = reports.path();
 
   // Said before the ranks start, so that it comes first and not amid their output.
   if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
     print_to(STDERR_FILENO, "{}\n", *warning);
   }
-  const int code = supervise(config);
-  // The last FileStore user normally deletes the file; after a failure nobody did.
-  if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
-  return code;
+  for (;;) {
+    const auto started = std::chrono::steady_clock::now();
+    const JobOutcome outcome = run_attempt(config, given);
+    if (outcome.exit_code == 0 || !outcome.rank_failed || config.max_restarts == 0) return outcome.exit_code;
+    if (outcome.exit_code == kUsageErrorStatus) {
+      print_to(STDERR_FILENO,
+               "colo-run: not restarting: a rank exited with status {}, a usage error (the same command would fail "
+               "again); fix what it said\n",
+               kUsageErrorStatus);
+      return outcome.exit_code;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (config.restart_count >= config.max_restarts) {
+      print_to(STDERR_FILENO,
+               "colo-run: the job failed and its restarts are spent (--max-restarts {}: {} attempts in all); the "
+               "last failure, after {:.1f} s: {}\n",
+               config.max_restarts, config.restart_count + 1, seconds, outcome.cause);
+      return outcome.exit_code;
+    }
+    ++config.restart_count;
+    print_to(STDERR_FILENO,
+             "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting every rank again after {:.1f} s, "
+             "because {}\n",
+             config.restart_count, config.max_restarts, config.restart_count, seconds, outcome.cause);
+  }
 }
 
 }  // namespace colo::launcher

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "hmac_sha256.h"
 #include "output.h"
 #include "posix.h"
 
@@ -47,6 +48,11 @@ std::string resolve_job_token(const LaunchConfig& config) {
              token);
   }
   return token;
+}
+
+std::string restart_job_token(const std::string& job_token, int restart_count) {
+  if (restart_count == 0) return job_token;
+  return dist::to_hex(dist::hmac_sha256(job_token, fmt::format("colo-run restart {}", restart_count)));
 }
 
 }  // namespace colo::launcher

@@ -18,4 +18,10 @@ std::string new_job_token();
 // UsageError that says where the token comes from.
 std::string resolve_job_token(const LaunchConfig& config);
 
+// The token of the job's attempt `restart_count` (--max-restarts): the job's own for the first
+// (0), else HMAC-SHA256(job token, "colo-run restart K") in hexadecimal. Each attempt's ranks sign
+// with their attempt's token, so a rank left over from an earlier attempt is not admitted into a
+// later one; any node can derive it from the job's token alone.
+std::string restart_job_token(const std::string& job_token, int restart_count);
+
 }  // namespace colo::launcher

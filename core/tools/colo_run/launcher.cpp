@@ -43,6 +43,7 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank) {
       {"MASTER_ADDR", config.master_addr},
       {"MASTER_PORT", std::to_string(config.master_port)},
       {"COLO_LAUNCHER", "colo-run"},
+      {"COLO_RESTART_COUNT", std::to_string(config.restart_count)},
   };
   if (!config.rdzv_file.empty()) env.emplace_back("COLO_RDZV_FILE", config.rdzv_file);
   if (!config.job_token.empty()) env.emplace_back("COLO_JOB_TOKEN", config.job_token);
@@ -56,7 +57,7 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
   static const std::set<std::string> owned = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
       "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE",   "COLO_JOB_TOKEN",
-      "COLO_RUN_REPORTS"};
+      "COLO_RUN_REPORTS", "COLO_RESTART_COUNT"};
   std::vector<std::string> entries;
   for (char** entry = environ_entries; *entry != nullptr; ++entry) {
     std::string item = *entry;

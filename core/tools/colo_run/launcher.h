@@ -43,12 +43,19 @@ struct LaunchConfig {
   // the job is stopped. Resolved by run().
   long long timeout_ms = 0;
   double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the ranks
+  // --max-restarts: how often a failed job is started again; restart_count: the attempt being
+  // started (0 first), exported as COLO_RESTART_COUNT.
+  int max_restarts = 0;
+  int restart_count = 0;
   bool prefix_output = true;
   bool self_check = false;  // --check: run the launcher's own self-check instead of a program
   bool show_help = false;
   bool new_token = false;   // --new-token: print a fresh job token and exit
   std::vector<std::string> command;  // the program and its arguments, passed through untouched
 };
+
+// The most --max-restarts takes: a job that fails this often needs a person, not a loop.
+inline constexpr int kMaxRestarts = 10000;
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
@@ -62,7 +69,7 @@ LaunchConfig parse_args(const std::vector<std::string>& args);
 std::string usage();
 
 // The variables colo-run sets for local rank `local_rank` (RANK, LOCAL_RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER and, where resolved,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER, COLO_RESTART_COUNT and, where resolved,
 // COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS). `config` must be resolved (master_port
 // set, rdzv_file not "auto"); throws std::invalid_argument otherwise.
 EnvVars make_rank_env(const LaunchConfig& config, int local_rank);

@@ -6,10 +6,14 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/training_state.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
 namespace colo {
+namespace detail {
+class BackgroundWriter;
+}
 
 // The facade a training program talks to. It boosts the user's objects through a plugin and
 // routes backward, gradient accumulation, pipeline steps and checkpoints to it:
@@ -53,11 +57,42 @@ class Booster {
   // A whole training state: model, optimizer (with loss scaler), scheduler, every rank's RNG
   // states and the progress (epoch, step, data position). load_state restores all of it and
   // returns the progress; training then continues exactly as if it had not stopped.
-  void save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir);
+  // Collective. `dir`'s training_state.json, written last, marks the state complete.
+  //
+  // With options.async(): waits for the previous asynchronous save (throwing its error), gathers
+  // what the ranks share and copies the state to host memory (pinned on CUDA) now, at the step
+  // boundary, and returns; a background thread per rank writes the files while training goes on
+  // (each rank's RNG file last), and rank 0's writes training_state.json once every rank's files
+  // are in. A crash before then leaves a state load_state refuses, never a mix.
+  // `when_complete` (may be empty) runs once this rank's part is written — on rank 0, once the
+  // whole state is complete: after the call for a synchronous save, on the writer's thread for an
+  // asynchronous one (CheckpointHook publishes the state there).
+  void save_state(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
+                  const SaveOptions& options = {}, std::function<void()> when_complete = nullptr);
   TrainingProgress load_state(const Boosted& boosted, const std::string& dir);
 
+  // An asynchronous save's error, thrown once by the first of these after it happened (the
+  // Trainer's CheckpointHook checks after every step and waits at the end of fit; the Booster's
+  // destructor waits too, and prints an error nobody asked for). check_save does not block.
+  void check_save();
+  void wait_for_save();
+  // No asynchronous save is being written: none was started, or it has finished (its error may
+  // wait to be thrown). Does not block.
+  bool save_finished() const;
+  // This rank's asynchronous save has failed (its error not yet thrown). Does not block.
+  bool save_failed() const;
+  // Stops this rank's writer waiting for the other ranks' files, waits for it and drops its error:
+  // for a rank that reports another rank's failure (CheckpointHook does, so that every rank stops
+  // at the same step).
+  void abandon_save();
+
  private:
+  void write_state_async(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
+                         const SaveOptions& options, std::function<void()> when_complete);
+
   std::shared_ptr<Plugin> plugin_;
+  // Declared after the plugin: destroyed (joined) first.
+  std::shared_ptr<detail::BackgroundWriter> writer_;
 };
 
 }  // namespace colo

@@ -6,6 +6,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,9 @@ class ProcessGroup;
 namespace colo::optim {
 class LRScheduler;
 }
+namespace colo::detail {
+struct DeferredWrites;
+}
 
 namespace colo {
 
@@ -24,6 +28,13 @@ struct SaveOptions {
   TORCH_ARG(bool, shard) = false;
   // A tensor larger than this gets a file of its own.
   TORCH_ARG(double, max_shard_mb) = 1024;
+  // Booster::save_state only: take a host copy of the state at this step boundary (pinned memory
+  // on CUDA) and write it from a background thread while training goes on. The next save, and
+  // Booster::wait_for_save, wait for it; its error is thrown by the next check_save, save or wait.
+  TORCH_ARG(bool, async) = false;
+  // Tests only: run by the background writer before it writes (to slow it down, or to make it
+  // fail); ignored by synchronous saves.
+  TORCH_ARG(std::function<void()>, before_background_write) = nullptr;
 };
 
 // Saves and loads boosted state in colo's checkpoint format (docs/checkpoint_format.md):
@@ -45,7 +56,25 @@ class CheckpointIO {
   virtual void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir);
   virtual void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir);
 
+  // Booster::save_state's asynchronous saves: while set (non-null), the save_* calls still do
+  // their collective part (gathers over the ranks) at once, take host copies of what they would
+  // write, and queue the file writes in `writes` for the background writer instead of writing.
+  void defer_writes_to(detail::DeferredWrites* writes) { deferred_ = writes; }
+
  protected:
+  // Runs `write` now, or queues it for the background writer while writes are deferred.
+  void write_or_defer(std::function<void()> write);
+  // World rank 0 only: a write that needs every rank's files of this save in (an index of parts
+  // written by several ranks). Now, when writes are not deferred (the caller has synchronised);
+  // else the background writer runs it once every rank's writer has finished.
+  void write_after_every_rank(std::function<void()> write);
+  // `tensor` in host memory, contiguous. When writes are deferred it is always a copy (training
+  // goes on changing the original), pinned when the save is from a CUDA device.
+  torch::Tensor host_copy(const torch::Tensor& tensor) const;
+  using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+  NamedTensors host_copies(NamedTensors state) const;
+  bool writes_deferred() const { return deferred_ != nullptr; }
+
   bool is_writer() const;
   void barrier() const;
   // The largest file of a sharded set, in bytes (0: one file); throws for a size that is not positive.
@@ -54,6 +83,9 @@ class CheckpointIO {
   static std::map<std::string, double> read_number_map(const std::string& path);
   static void write_number_map(const std::string& path, const std::map<std::string, double>& values);
   std::shared_ptr<dist::ProcessGroup> world_;
+
+ private:
+  detail::DeferredWrites* deferred_ = nullptr;
 };
 
 }  // namespace colo

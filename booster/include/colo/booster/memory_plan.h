@@ -34,6 +34,8 @@ struct MemoryPlanInputs {
   // The device is a GPU (host memory is another memory); false: CPU ranks, where "host" state
   // shares the one memory (plans then match what the CPU build allocates).
   TORCH_ARG(bool, device_is_gpu) = true;
+  // Saves are asynchronous (SaveOptions::async): the writer's host copy of the state is planned.
+  TORCH_ARG(bool, async_checkpoint) = false;
 };
 
 // One kind of memory a rank holds.

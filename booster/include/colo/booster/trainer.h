@@ -67,8 +67,8 @@ struct FitResult {
 //               {std::make_shared<colo::LRSchedulerHook>(), std::make_shared<colo::LossHook>(),
 //                std::make_shared<colo::AccuracyHook>(), std::make_shared<colo::ThroughputHook>()});
 //
-// Evaluation shards the test loader over the data-parallel ranks (build it with the mesh's dp size
-// and rank): each test image counts once, the sampler's padding is left out.
+// Evaluation shards the test loader over the data-parallel ranks itself: each test image counts
+// once, the sampler's padding is left out.
 // fit() is collective: every rank calls it with the same arguments and the same hooks.
 class Trainer {
  public:
@@ -81,9 +81,14 @@ class Trainer {
   FitResult fit(data::DataLoader& train_loader, int64_t epochs, data::DataLoader* test_loader = nullptr,
                 int64_t test_interval = 1, std::vector<std::shared_ptr<TrainerHook>> hooks = {});
 
-  // Evaluates on `test_loader` now, through the hooks' evaluation_batch/collect/report; returns the
-  // record. Collective.
-  Record evaluate(data::DataLoader& test_loader);
+  // Evaluates on `test_loader` now and returns the record (printed as a progress line). The loader
+  // is split over the data-parallel ranks here (DataLoader::reshard with the mesh's dp size and
+  // rank, as boost splits the training loader), so any loader over the whole test set will do;
+  // each test image counts once, the sampler's padding is left out, and a loader that drops
+  // samples (drop_last) is refused. The hooks: `hooks` when given; else inside fit() (a hook
+  // evaluating) fit()'s, outside it a LossHook and an AccuracyHook. They see before_evaluation,
+  // evaluation_batch, collect and report, as in fit(). Collective.
+  Record evaluate(data::DataLoader& test_loader, std::vector<std::shared_ptr<TrainerHook>> hooks = {});
 
   // Where training is, for hooks.
   Booster& booster() { return booster_; }
@@ -116,6 +121,10 @@ class Trainer {
   // saved then resumes there). Every rank must ask at the same step: decide from values reduced
   // over the ranks (EarlyStoppingHook averages its field over them first). The first reason is kept.
   void request_stop(const std::string& reason);
+  // A hook that restored a saved state in before_fit (CheckpointHook with resume_latest) says at
+  // which global step training continues; the train loader must hold the restored position (it
+  // does when it is the boosted one). Throws std::logic_error outside before_fit.
+  void continue_from_step(int64_t global_step);
   bool stop_requested() const { return stop_requested_; }
 
  private:
@@ -123,6 +132,8 @@ class Trainer {
   void log_step();
   bool epoch_finished(const data::DataLoader& loader) const;
   void print_record(const Record& record) const;
+  void shard_test_loader(data::DataLoader& loader) const;
+  Record run_evaluation(data::DataLoader& loader, bool in_fit);
 
   Booster& booster_;
   Boosted& boosted_;
@@ -140,6 +151,7 @@ class Trainer {
   double train_seconds_ = 0.0;
   Record last_evaluation_;
   bool stop_requested_ = false;
+  bool in_before_fit_ = false;
   std::string stop_reason_;
 };
 

@@ -2,6 +2,7 @@
 
 // The hooks colo provides for colo::Trainer (trainer.h). Each does one job; a program picks the
 // ones it wants. The list and its order are the same on every rank (several reduce over ranks).
+#include <colo/booster/checkpoint_io.h>
 #include <colo/booster/state_directory.h>
 #include <colo/booster/trainer_hook.h>
 
@@ -137,6 +138,15 @@ struct CheckpointOptions {
   // How the directory is opened: the state the run resumed from, whether it may replace another
   // run's states (StateDirectoryOptions).
   TORCH_ARG(StateDirectoryOptions, state_directory) = {};
+  // Booster::save_state's options: async(true) copies the state to host memory at the step and
+  // writes and publishes it in the background (SaveOptions::async).
+  TORCH_ARG(SaveOptions, save) = {};
+  // Before the first step, continue from the directory's latest complete state when it has one
+  // (Booster::load_state, then Trainer::continue_from_step), else start fresh: one program and
+  // command line serve the first start and every restart (colo-run --max-restarts). The state
+  // must be this program's own run's: the hook cannot tell (train_vit checks its train_vit.json).
+  // Needs the hook built with the directory's path (it opens the directory as resumed from there).
+  TORCH_ARG(bool, resume_latest) = false;
 };
 
 // Saves the whole training state (Booster::save_state: model, optimizer, scheduler, random
@@ -154,18 +164,26 @@ class CheckpointHook : public TrainerHook {
   void before_fit(Trainer& trainer) override;
   void end_step(Trainer& trainer) override;
   void end_epoch(Trainer& trainer) override;
+  // An asynchronous save's error surfaces at the step after it happened, and fit() ends only once
+  // the last save is published.
+  void after_step(Trainer& trainer, const StepResult& step) override;
+  void after_fit(Trainer& trainer) override;
   // Saves now. Collective.
   void save(Trainer& trainer);
 
  private:
   // Collective: rank 0 opens the directory (unless given), every rank learns the staging path.
   void open(Trainer& trainer);
+  // Collective, while an asynchronous save is in flight: throws on every rank when any rank's
+  // writer failed; with until_finished, returns only once every rank's writer has finished.
+  void settle_async_save(Trainer& trainer, bool until_finished);
 
   std::string dir_;
   CheckpointOptions options_;
   std::shared_ptr<StateDirectory> directory_;  // rank 0's
   std::string staging_;                        // this run's, on every rank; empty until open
   int64_t last_saved_step_ = -1;
+  int64_t writing_step_ = -1;  // the step of an asynchronous save in flight, or -1
 };
 
 // The training loss stopped being a number for too long: the run diverged (or its weights hold

@@ -101,9 +101,9 @@ struct FineTuneReport {
 FineTuneReport load_pretrained(LayerStack& model, const PretrainedWeights& weights,
                                const FineTuneOptions& options = FineTuneOptions());
 
-// What a ViT checkpoint's shapes say about its architecture ("ViT: patch 16, width 768, depth
-// 12, 197 tokens (a 14x14 grid: 224x224 images), 1000 classes"), or an empty string when the
-// names are not a ViT's.
+// What a ViT checkpoint's shapes say about its architecture ("ViT of patch 16, width 768, depth
+// 12, MLP 3072, 197 tokens (14x14 patches: 224x224 images), 3 input channels, 1000 classes"), or
+// an empty string when the names are not a ViT's.
 std::string describe_vit_state(const NamedTensors& state);
 
 }  // namespace colo::nn

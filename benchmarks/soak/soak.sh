@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The failure soak (issue 36): 4 CPU ranks train a small ViT for --steps steps under colo-run
+# --max-restarts and train_vit --resume auto while this script kills random ranks from outside
+# (kill -9) and stops some (SIGSTOP: a hang, which the collective timeout must catch). Each layout
+# must finish on its own with final weights bit-identical to an uninterrupted run's (same seed,
+# same checkpoint interval). Reports per layout: restarts, lost steps, time to recover per failure.
+#
+#   bash benchmarks/soak/soak.sh                      the full soak: 300 steps, 20 kills, 3 hangs
+#   bash benchmarks/soak/soak.sh --steps 30 --kills 2 --hangs 1 --layouts tp2pp2   a short one
+#
+# Options: --steps N, --kills N, --hangs N, --every N (checkpoint interval, default 10),
+# --timeout-ms N (COLO_TIMEOUT_MS, default 10000), --layouts "tp2pp2 gemini_dp4", --build DIR
+# (default build), --out DIR (default a fresh temporary directory, kept). Exit status 0 when every
+# layout finished with identical weights.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+steps=300 kills=20 hangs=3 every=10 timeout_ms=10000 layouts="tp2pp2 gemini_dp4" build=build out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps=$2; shift 2 ;;
+    --kills) kills=$2; shift 2 ;;
+    --hangs) hangs=$2; shift 2 ;;
+    --every) every=$2; shift 2 ;;
+    --timeout-ms) timeout_ms=$2; shift 2 ;;
+    --layouts) layouts=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "soak.sh: unknown option $1 (see the comment at the top of $0)" >&2; exit 2 ;;
+  esac
+done
+colo_run=$build/bin/colo-run
+train_vit=$build/bin/train_vit
+for binary in "$colo_run" "$train_vit"; do
+  [ -x "$binary" ] || { echo "soak.sh: $binary is not built (cmake --build $build)" >&2; exit 2; }
+done
+[ -n "$out" ] || out=$(mktemp -d /tmp/colo-soak-XXXXXX)
+mkdir -p "$out"
+
+layout_args() {
+  case "$1" in
+    tp2pp2) echo "--plugin hybrid_parallel --plugin-opt tp_size=2 --plugin-opt pp_size=2 --plugin-opt num_microbatches=2" ;;
+    gemini_dp4) echo "--plugin gemini" ;;
+    *) echo "soak.sh: unknown layout $1 (tp2pp2, gemini_dp4)" >&2; exit 2 ;;
+  esac
+}
+
+# A small ViT on synthetic 32x32 images: 4 steps an epoch at 4 data-parallel ranks (gemini) and
+# 16 at 1 (tp2 x pp2); enough epochs for --steps.
+train_args() {
+  local epochs=$(( steps / 4 + 1 ))
+  echo "--dataset synthetic --synthetic-samples 256 --image-size 32 --model custom --patch-size 8 --embed-dim 64" \
+       "--depth 4 --heads 4 --batch-size 16 --threads 1 --log-every 1 --eval-batch-size 64 --epochs $epochs" \
+       "--max-steps $steps --checkpoint-every $every --resume auto"
+}
+
+# Prefixes each line with the time (seconds since the epoch, with fractions).
+stamp() { perl -MTime::HiRes=time -ne 'BEGIN { $| = 1 } printf "%.3f %s", time, $_'; }
+
+# The ranks colo-run started (its direct children), one picked at random.
+random_rank_pid() { pgrep -P "$1" | shuf -n 1 || true; }
+
+status=0
+summary=$out/summary.txt
+: >"$summary"
+for layout in $layouts; do
+  dir=$out/$layout
+  rm -rf "$dir"; mkdir -p "$dir"
+  read -r -a plugin <<<"$(layout_args "$layout")"
+  read -r -a args <<<"$(train_args)"
+  echo "soak.sh: $layout: the uninterrupted run" >&2
+  export OMP_NUM_THREADS=1 COLO_TIMEOUT_MS=$timeout_ms
+  "$colo_run" --nproc-per-node 4 "$train_vit" "${plugin[@]}" "${args[@]}" --save "$dir/reference" \
+    >"$dir/reference.log" 2>&1 || { echo "soak.sh: $layout: the uninterrupted run failed: $dir/reference.log" >&2; status=1; continue; }
+
+  echo "soak.sh: $layout: the run under $kills kills and $hangs hangs" >&2
+  start=$(date +%s.%N)
+  "$colo_run" --nproc-per-node 4 --max-restarts $(( kills + hangs + 5 )) --grace-period 1 "$train_vit" "${plugin[@]}" \
+    "${args[@]}" --save "$dir/soak" > >(stamp >"$dir/soak.log") 2>&1 &
+  job=$!
+  # The failures in random order, at random moments spread over the run's expected length.
+  events=$( (for _ in $(seq "$kills"); do echo kill; done; for _ in $(seq "$hangs"); do echo hang; done) | shuf)
+  for event in $events; do
+    sleep "$(awk -v s="$RANDOM" 'BEGIN{srand(s); printf "%.2f", 2 + rand() * 6}')"
+    kill -0 "$job" 2>/dev/null || break
+    pid=$(random_rank_pid "$job")
+    [ -n "$pid" ] || continue
+    if [ "$event" = kill ]; then kill -9 "$pid" 2>/dev/null || true; else kill -STOP "$pid" 2>/dev/null || true; fi
+    echo "$(date +%s.%N) $event $pid" >>"$dir/events.txt"
+  done
+  wait "$job" || {
+    echo "soak.sh: $layout: colo-run exited with status $?" >&2 echo "soak.sh: $layout: the run under failures did not finish: $dir/soak.log" >&2; status=1; }
+  sleep 1  # the time stamper's last lines
+  elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+
+  same=no
+  # Every model file of the final state (one, or a sharded set and its index).
+  if [ "$(readlink "$dir/reference/latest")" = "$(readlink "$dir/soak/latest")" ]; then
+    same=yes
+    for file in "$dir"/reference/latest/model*; do
+      cmp -s "$file" "$dir/soak/latest/$(basename "$file")" || same=no
+    done
+  fi
+  [ "$same" = yes ] || status=1
+  # Per failure: the last step logged before it, the step the next attempt resumed from, and the
+  # time from the failure to that attempt's first step.
+  report=$(awk -v events="$dir/events.txt" '
+    BEGIN { n = 0; while ((getline line < events) > 0) { split(line, f, " "); n++; when[n] = f[1]; what[n] = f[2] } }
+    / step [0-9]+\/[0-9]+/ { for (i = 1; i <= NF; i++) if ($i == "step") { split($(i+1), s, "/"); last = s[1] + 0 }
+                              if (waiting) { recover[r] = $1 - failed_at; waiting = 0 } }
+    /colo-run: restart [0-9]+ of/ { r++; lost_from[r] = last; failed_at = $1
+                                    for (k = n; k >= 1; k--) if (when[k] <= $1) { failed_at = when[k]; break } }
+    /resumed from .*step [0-9]+/ { split($NF, s, " "); resumed[r] = $NF + 0; waiting = 1 }
+    END {
+      lost = 0; worst = 0; sum = 0
+      for (i = 1; i <= r; i++) { l = lost_from[i] - resumed[i]; if (l > 0) lost += l; sum += recover[i]; if (recover[i] > worst) worst = recover[i] }
+      printf "restarts %d, lost steps %d, recovery mean %.1f s, worst %.1f s", r, lost, r ? sum / r : 0, worst
+    }' "$dir/soak.log")
+  line="$layout: $steps steps, $(grep -c kill "$dir/events.txt" 2>/dev/null || echo 0) kills and $(grep -c hang "$dir/events.txt" 2>/dev/null || echo 0) hangs sent; $report; $elapsed s in all; final weights identical to the uninterrupted run's: $same"
+  echo "$line" | tee -a "$summary"
+done
+echo "soak.sh: logs and states in $out" >&2
+exit $status

@@ -1,0 +1,179 @@
+// A training job that survives failures: train_vit --resume auto under colo-run --max-restarts,
+// with faults injected through COLO_FAULT (crashes, a hang), ends on its own with weights
+// bit-identical to an uninterrupted run's (same seed, same checkpoint interval); --resume auto
+// starts fresh on an empty directory, continues its own run's state, and refuses another run's.
+// Tiny jobs (16x16 synthetic images, a two-block ViT) on CPU ranks.
+#include <colo/files/files.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace files = colo::files;
+
+const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
+const std::string kTrainVit = COLO_BINARY_DIR "/bin/train_vit";
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n" << (text)
+#define EXPECT_LACKS(text, part) \
+  EXPECT_EQ(std::string(text).find(part), std::string::npos) << "did not expect \"" << (part) << "\" in:\n" << (text)
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+class TrainVitRestart : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!files::exists(kTrainVit)) GTEST_SKIP() << kTrainVit << " is not built (COLO_BUILD_EXAMPLES=OFF?)";
+    dir_ = files::make_temp_directory("train_vit_restart_");
+  }
+  void TearDown() override {
+    if (!dir_.empty()) files::remove_all(dir_);
+  }
+
+  // `launcher` (colo-run and its options, or nothing: a job of one) runs train_vit with `args`;
+  // `env` adds variables. Bounded by 120 s.
+  Result run(const std::vector<std::string>& launcher, const std::vector<std::string>& args,
+             const std::string& env = "") const {
+    std::string command =
+        "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE -u COLO_FAULT "
+        "-u COLO_RESTART_COUNT OMP_NUM_THREADS=1 " + env + " timeout 120";
+    for (const auto& arg : launcher) command += " " + quote(arg);
+    command += " " + quote(kTrainVit);
+    for (const auto& arg : args) command += " " + quote(arg);
+    command += " >" + quote(path("stdout.txt")) + " 2>" + quote(path("stderr.txt"));
+    const int status = std::system(command.c_str());
+    Result result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = read_file(path("stdout.txt"));
+    result.err = read_file(path("stderr.txt"));
+    return result;
+  }
+
+  std::string path(const std::string& name) const { return files::join(dir_, name); }
+
+  // 96 synthetic images, global batches of 16: 6 steps an epoch, a state saved every 2.
+  static std::vector<std::string> tiny(const std::string& save, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "--dataset", "synthetic", "--synthetic-samples", "96", "--image-size", "16", "--model", "custom",
+        "--patch-size", "8", "--embed-dim", "16", "--depth", "2", "--heads", "2", "--batch-size", "16",
+        "--threads", "1", "--log-every", "1", "--eval-batch-size", "32", "--epochs", "4", "--save", save,
+        "--checkpoint-every", "2", "--resume", "auto"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  std::string dir_;
+};
+
+// Two crashes (ranks 1 and 0, after steps 3 and 5) and a hang (rank 1 after step 9, which its peer's
+// collective timeout catches): four attempts, each resuming from the state of the step before.
+TEST_F(TrainVitRestart, CrashesAndAHangUnderMaxRestartsEndWithTheUninterruptedRunsWeights) {
+  const std::vector<std::string> colo_run = {kColoRun, "--nproc-per-node", "2", "--max-restarts", "3",
+                                             "--grace-period", "1"};
+  const Result faulty = run(colo_run, tiny(path("faulty"), {"--max-steps", "12"}),
+                            "COLO_TIMEOUT_MS=4000 COLO_FAULT='rank=1,step=3,kind=crash;rank=0,step=5,kind=crash,"
+                            "restart=1;rank=1,step=9,kind=hang,restart=2'");
+  ASSERT_EQ(faulty.exit_code, 0) << faulty.out << faulty.err;
+  EXPECT_CONTAINS(faulty.err, "[rank 1] colo: COLO_FAULT: injected crash on rank 1 after step 3 (restart 0)");
+  EXPECT_CONTAINS(faulty.err, "[rank 0] colo: COLO_FAULT: injected crash on rank 0 after step 5 (restart 1)");
+  EXPECT_CONTAINS(faulty.err, "[rank 1] colo: COLO_FAULT: injected hang on rank 1 after step 9 (restart 2)");
+  EXPECT_CONTAINS(faulty.err, "colo-run: restart 3 of 3 (COLO_RESTART_COUNT=3)");
+  EXPECT_CONTAINS(faulty.err, "was killed by signal 9 (SIGKILL)");
+  // Each restart continued from the state saved before its failure.
+  EXPECT_CONTAINS(faulty.out, "step-00000002: epoch 1, step 2");
+  EXPECT_CONTAINS(faulty.out, "step-00000004: epoch 1, step 4");
+  EXPECT_CONTAINS(faulty.out, "step-00000008: epoch 2, step 8");
+
+  const Result clean = run({kColoRun, "--nproc-per-node", "2"}, tiny(path("clean"), {"--max-steps", "12"}));
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_LACKS(clean.out, "resumed from");
+  const std::string faulty_weights = read_file(files::join(path("faulty"), "step-00000012", "model.safetensors"));
+  const std::string clean_weights = read_file(files::join(path("clean"), "step-00000012", "model.safetensors"));
+  ASSERT_FALSE(clean_weights.empty());
+  EXPECT_TRUE(faulty_weights == clean_weights) << "the weights after the restarts differ from the uninterrupted run's";
+}
+
+TEST_F(TrainVitRestart, ResumeAutoStartsFreshThenContinuesItsOwnRunAndRefusesAnothers) {
+  const std::string ckpt = path("ckpt");  // does not exist yet
+  Result first = run({}, tiny(ckpt, {"--max-steps", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_LACKS(first.out, "resumed from");
+  EXPECT_CONTAINS(first.out, "trained 4 steps");
+
+  // The same command line with a longer run continues the saved one.
+  Result again = run({}, tiny(ckpt, {"--max-steps", "6"}));
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_CONTAINS(again.out, "resumed from " + ckpt + "/step-00000004: epoch 1, step 4");
+  EXPECT_CONTAINS(again.out, "trained 2 steps");
+
+  // Another run's state (another seed) is not continued behind the user's back, nor replaced.
+  Result other = run({}, tiny(ckpt, {"--max-steps", "6", "--seed", "7"}));
+  EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+  EXPECT_CONTAINS(other.err, "--resume auto: --save " + ckpt + " holds the state of another run");
+  EXPECT_CONTAINS(other.err, "seed 7 (saved: 42)");
+  EXPECT_CONTAINS(other.err, "Continue that run on purpose with --resume " + ckpt + ", replace its states with "
+                             "--overwrite, or save into another directory");
+  EXPECT_TRUE(files::exists(files::join(ckpt, "step-00000006", "model.safetensors")));
+  // With --overwrite it starts fresh and replaces them.
+  Result replaced = run({}, tiny(ckpt, {"--max-steps", "2", "--seed", "7", "--overwrite"}));
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.out << replaced.err;
+  EXPECT_LACKS(replaced.out, "resumed from");
+  EXPECT_FALSE(files::exists(files::join(ckpt, "step-00000006")));
+  EXPECT_TRUE(files::exists(files::join(ckpt, "step-00000002", "model.safetensors")));
+}
+
+TEST_F(TrainVitRestart, ResumeAutoAndCheckpointEveryNeedSave) {
+  Result r = run({}, {"--resume", "auto", "--checkpoint-every", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--resume auto continues the state this run saves: give --save DIR");
+  EXPECT_CONTAINS(r.err, "--checkpoint-every -1: must be >= 0");
+  r = run({}, {"--checkpoint-every", "5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--checkpoint-every says how often --save saves: give --save DIR");
+}
+
+// A fault that fires before the rendezvous (nostart) fails the job's first attempt; the restart
+// starts well; a bad COLO_FAULT is refused by name before the job forms.
+TEST_F(TrainVitRestart, ARankThatFailsToStartIsRestartedAndABadFaultIsRefused) {
+  const std::vector<std::string> colo_run = {kColoRun, "--nproc-per-node", "2", "--max-restarts", "1"};
+  Result r = run(colo_run, tiny(path("ckpt"), {"--max-steps", "2"}), "COLO_FAULT='rank=1,kind=nostart'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "[rank 1] colo: COLO_FAULT: injected nostart on rank 1 before the rendezvous (restart 0)");
+  EXPECT_CONTAINS(r.err, "exited with code 3");
+  EXPECT_EQ(count_of(r.err, "colo-run: restart "), 1u) << r.err;
+  r = run({kColoRun, "--nproc-per-node", "2", "--max-restarts", "2"}, tiny(path("ckpt2"), {"--max-steps", "2"}),
+          "COLO_FAULT='rank=1,kind=boom'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.err, "environment variable COLO_FAULT: fault 'rank=1,kind=boom': kind='boom' is none of crash, "
+                         "hang, nostart");
+}
+
+}  // namespace
