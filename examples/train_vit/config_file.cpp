@@ -60,6 +60,8 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"heads", {Kind::kInteger, "heads"}},
         {"mlp_ratio", {Kind::kReal, "mlp-ratio"}},
         {"drop_path", {Kind::kReal, "drop-path"}},
+        {"drop_rate", {Kind::kReal, "drop-rate"}},
+        {"attn_drop_rate", {Kind::kReal, "attn-drop-rate"}},
         {"activation_checkpointing", {Kind::kSwitch, "activation-checkpointing"}},
         {"init", {Kind::kText, "init"}}}},
       {"data",
@@ -68,7 +70,14 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"augment", {Kind::kZeroOne, "augment"}},
         {"synthetic_samples", {Kind::kInteger, "synthetic-samples"}},
         {"workers", {Kind::kInteger, "workers"}},
-        {"skip_unreadable", {Kind::kZeroOne, "skip-unreadable"}}}},
+        {"skip_unreadable", {Kind::kZeroOne, "skip-unreadable"}},
+        {"mixup", {Kind::kReal, "mixup"}},
+        {"cutmix", {Kind::kReal, "cutmix"}},
+        {"cutmix_minmax", {Kind::kText, "cutmix-minmax"}},
+        {"mixup_prob", {Kind::kReal, "mixup-prob"}},
+        {"mixup_switch_prob", {Kind::kReal, "mixup-switch-prob"}},
+        {"mixup_mode", {Kind::kText, "mixup-mode"}},
+        {"mixup_off_epoch", {Kind::kInteger, "mixup-off-epoch"}}}},
       {"train",
        {{"epochs", {Kind::kInteger, "epochs"}},
         {"batch_size", {Kind::kInteger, "batch-size"}},
@@ -86,8 +95,13 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"lr", {Kind::kReal, "lr"}},
         {"weight_decay", {Kind::kReal, "weight-decay"}}}},
       {"schedule",
-       {{"name", {Kind::kText, ""}},  // "cosine", the one schedule train_vit has: checked, sets nothing
-        {"warmup_epochs", {Kind::kReal, "warmup"}}}},
+       {{"name", {Kind::kText, "schedule"}},
+        {"per", {Kind::kText, "schedule-per"}},
+        {"warmup_epochs", {Kind::kReal, "warmup"}},
+        {"warmup_steps", {Kind::kInteger, "warmup-steps"}},
+        {"step_epochs", {Kind::kInteger, "lr-step"}},
+        {"milestones", {Kind::kText, "lr-milestones"}},
+        {"gamma", {Kind::kReal, "lr-gamma"}}}},
   };
   return sections;
 }
@@ -296,11 +310,6 @@ ExpandedConfig file_arguments(const std::string& path, const Given& given) {
     for (const auto& [key, v] : value.items()) {
       const auto it = section->second.find(key);
       if (it == section->second.end()) throw UsageError(fmt::format("--config {}: {}", path, unknown_key(name, key, valid)));
-      if (name == "schedule" && key == "name" && argument(path + ": schedule.name", v, Kind::kText) != "cosine") {
-        throw UsageError(fmt::format("--config {}: schedule.name {}: train_vit has one schedule, \"cosine\" (linear "
-                                     "warm-up, then cosine decay to 0)",
-                                     path, v.dump()));
-      }
       add(name + "." + key, v, it->second);
     }
   }

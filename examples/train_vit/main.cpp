@@ -3,6 +3,7 @@
 //
 //   colo-run --nproc-per-node 2 train_vit --plugin torch_ddp
 #include <colo/booster/booster.h>
+#include <colo/booster/cross_entropy.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/trainer/state_directory.h>
 #include <colo/trainer/tensorboard_hook.h>
@@ -23,7 +24,6 @@
 #include <colo/nn/pretrained.h>
 #include <colo/nn/resnet.h>
 #include <colo/nn/vision_transformer.h>
-#include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/lamb.h>
 #include <fmt/format.h>
@@ -46,6 +46,7 @@
 #include "dry_run.h"
 #include "layout_checks.h"
 #include "run_state.h"
+#include "schedule.h"
 #include "train_options.h"
 
 namespace {
@@ -209,6 +210,7 @@ colo::data::DataLoaderOptions train_loader_options(const TrainOptions& o, const 
       .drop_last(true)  // every optimizer step sees a full global batch
       .seed(o.seed)
       .augment(o.augment)
+      .mixup(train_vit::mixup_options(o))
       .image_size(config.image_size() == dataset.image_shape().height ? 0 : config.image_size())
       .num_workers(workers)
       .prefetch(std::max<int64_t>(2, workers + 1))
@@ -307,12 +309,8 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
     pretrained.reset();  // the model holds the values now
   }
   auto optimizer = make_optimizer(o, *model);
-  const float label_smoothing = static_cast<float>(o.label_smoothing);
-  colo::Criterion criterion = [label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
-    return torch::nn::functional::cross_entropy(
-        output.to(torch::kFloat), target,
-        torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
-  };
+  // Labels with --label-smoothing; under --mixup / --cutmix the loader's soft targets (smoothed already).
+  const colo::Criterion criterion = colo::cross_entropy_criterion(o.label_smoothing);
 
   // The per-rank micro-batch depends on the data-parallel size, which only the plugin knows
   // (tensor- and pipeline-parallel ranks share batches): guess world size, check after boost.
@@ -355,13 +353,11 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
                                  data.train->size()));
   }
   const int64_t total_steps = o.epochs * steps_per_epoch;
-  const int64_t warmup_steps =
-      std::min(total_steps, static_cast<int64_t>(std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch))));
   // Built after boosting because its length counts this rank's batches, known once the plugin
   // has sharded the loader. b.optimizer->optimizer() is the optimizer built above, which every
   // plugin steps (under mixed precision with its fp32 masters put in the same groups).
-  b.lr_scheduler =
-      std::make_shared<colo::optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), total_steps, warmup_steps);
+  const train_vit::Schedule schedule = train_vit::make_schedule(o, b.optimizer->optimizer(), steps_per_epoch);
+  b.lr_scheduler = schedule.scheduler;
   if (o.clip > 0) b.optimizer->set_max_grad_norm(o.clip);  // else the plugin's own setting stands
 
   colo::data::DataLoader test_loader(data.test, colo::data::DataLoaderOptions(o.eval_batch_size)
@@ -403,9 +399,13 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
     console.print("model: {} image {}, {:.2f} M parameters", o.model, config.image_size(),
                   static_cast<double>(num_params) / 1e6);
   } else {
-    console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters",
+    const bool regularised = config.drop_rate() > 0 || config.attn_drop_rate() > 0 || config.drop_path_rate() > 0;
+    console.print("model: ViT image {} patch {} width {} depth {} heads {} MLP ratio {:g}, {:.2f} M parameters{}",
                   config.image_size(), config.patch_size(), config.embed_dim(), config.depth(), config.num_heads(),
-                  config.mlp_ratio(), static_cast<double>(num_params) / 1e6);
+                  config.mlp_ratio(), static_cast<double>(num_params) / 1e6,
+                  regularised ? fmt::format("; dropout {:g}, attention dropout {:g}, drop path {:g}", config.drop_rate(),
+                                            config.attn_drop_rate(), config.drop_path_rate())
+                              : "");
   }
   if (!fp8_line.empty()) console.print("{}", fp8_line);
   if (!o.init.empty()) {
@@ -428,10 +428,19 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
-  console.print("schedule: {} epochs x {} steps = {} steps{}; {} lr {:g}, warmup {} steps, cosine to 0", o.epochs,
-                steps_per_epoch, total_steps,
+  if (const auto& m = train_loader.options().mixup()) {
+    console.print("mixup: alpha {:g}, cutmix alpha {:g}{}, prob {:g}, switch prob {:g}, per {}, label smoothing {:g} in "
+                  "the soft targets{}",
+                  m->mixup_alpha(), m->cutmix_alpha(),
+                  m->cutmix_minmax() ? fmt::format(" (box sides in [{:g}, {:g}))", m->cutmix_minmax()->min,
+                                                   m->cutmix_minmax()->max)
+                                     : "",
+                  m->prob(), m->switch_prob(), colo::data::to_string(m->mode()), m->label_smoothing(),
+                  m->off_epoch() > 0 ? fmt::format(", off from epoch {}", m->off_epoch() + 1) : "");
+  }
+  console.print("schedule: {} epochs x {} steps = {} steps{}; {} lr {:g}, {}", o.epochs, steps_per_epoch, total_steps,
                 stop_step < total_steps ? fmt::format(" (stopping at {})", stop_step) : "", o.optimizer, o.lr,
-                warmup_steps);
+                schedule.description);
   for (const auto& note : o.notes) console.print("{}", note);
   if (tensorboard) {
     console.print("tensorboard: {}", o.tensorboard_all_ranks
@@ -443,7 +452,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
 
   // The loop is the Trainer's; what train_vit logs, schedules, saves and checks is its hooks'.
   std::vector<std::shared_ptr<colo::TrainerHook>> hooks = {
-      std::make_shared<colo::LRSchedulerHook>(), std::make_shared<colo::LossHook>(),
+      std::make_shared<colo::LRSchedulerHook>(nullptr, schedule.per_epoch), std::make_shared<colo::LossHook>(),
       std::make_shared<colo::AccuracyHook>(), std::make_shared<colo::ThroughputHook>()};
   if (metrics) hooks.push_back(metrics);
   if (tensorboard) hooks.push_back(tensorboard);

@@ -3,6 +3,7 @@
 #include <colo/files/files.h>
 #include <colo/nn/pretrained.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 
@@ -66,9 +67,15 @@ nlohmann::json run_record(const TrainOptions& o, int world_size, const RunOrigin
           {"grad_accum", o.grad_accum},
           {"seed", o.seed},
           {"augment", o.augment},
+          {"mixup", fmt::format("mixup {} cutmix {} minmax '{}' prob {} switch {} mode {} off {}", o.mixup_alpha,
+                                o.cutmix_alpha, o.cutmix_minmax, o.mixup_prob, o.mixup_switch_prob, o.mixup_mode,
+                                o.mixup_off_epoch)},
           {"epochs", o.epochs},
           {"lr", o.lr},
           {"warmup", o.warmup_epochs},
+          {"schedule", fmt::format("{} per {} warmup steps {} step {} milestones [{}] gamma {}", o.schedule,
+                                   o.schedule_per, o.warmup_steps ? std::to_string(*o.warmup_steps) : "-",
+                                   o.lr_step_epochs, fmt::join(o.lr_milestones, ","), o.lr_gamma)},
           {"optimizer", o.optimizer},
           {"weight_decay", o.weight_decay},
           {"precision", o.precision}};

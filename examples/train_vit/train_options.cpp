@@ -115,6 +115,11 @@ po::options_description make_description(TrainOptions& o) {
       ("mlp-ratio", po::value<double>()->value_name("X"), "MLP hidden width / token width")
       ("drop-path", po::value(&o.drop_path)->default_value(o.drop_path)->value_name("X"),
        "stochastic depth rate of the last block (rising linearly from 0)")
+      ("drop-rate", po::value(&o.drop_rate)->default_value(o.drop_rate)->value_name("X"),
+       "dropout after the position embedding, the attention's projection and each MLP linear (timm's drop_rate / "
+       "proj_drop_rate; the pipeline ViT tutorial's 0.1)")
+      ("attn-drop-rate", po::value(&o.attn_drop_rate)->default_value(o.attn_drop_rate)->value_name("X"),
+       "dropout of the attention probabilities (timm's attn_drop_rate)")
       ("init", po::value(&o.init)->value_name("FILE|DIR"),
        "start from pretrained weights: a timm or Hugging Face ViTForImageClassification safetensors file, or a "
        "directory with model.safetensors or a sharded set (model.safetensors.index.json); another number of classes "
@@ -137,6 +142,22 @@ po::options_description make_description(TrainOptions& o) {
       ("skip-unreadable", po::value(&o.skip_unreadable)->default_value(o.skip_unreadable)->value_name("0|1"),
        "imagefolder: 1 replaces an image that cannot be read by the next one and counts it; 0 stops with an "
        "error naming the file")
+      ("mixup", po::value(&o.mixup_alpha)->default_value(o.mixup_alpha)->value_name("ALPHA"),
+       "mixup on each training batch (timm's Mixup): lam ~ Beta(ALPHA, ALPHA), images and soft targets mixed with "
+       "the batch flipped; --label-smoothing then smooths the soft targets; 0: off (DeiT: 0.8)")
+      ("cutmix", po::value(&o.cutmix_alpha)->default_value(o.cutmix_alpha)->value_name("ALPHA"),
+       "CutMix on each training batch: a box of area share 1 - lam, lam ~ Beta(ALPHA, ALPHA), pasted from the "
+       "flipped batch; 0: off (DeiT: 1.0)")
+      ("cutmix-minmax", po::value(&o.cutmix_minmax)->value_name("MIN,MAX"),
+       "CutMix's box sides drawn as fractions of the image in [MIN, MAX) instead of from lam (turns CutMix on)")
+      ("mixup-prob", po::value(&o.mixup_prob)->default_value(o.mixup_prob)->value_name("P"),
+       "probability that a batch (pair, element) is mixed at all")
+      ("mixup-switch-prob", po::value(&o.mixup_switch_prob)->default_value(o.mixup_switch_prob)->value_name("P"),
+       "with both --mixup and --cutmix: probability of CutMix instead of mixup")
+      ("mixup-mode", po::value(&o.mixup_mode)->default_value(o.mixup_mode)->value_name("MODE"),
+       "batch | pair | elem: one lam (and box) per batch, per pair of images, or per image")
+      ("mixup-off-epoch", po::value(&o.mixup_off_epoch)->default_value(o.mixup_off_epoch)->value_name("N"),
+       "no mixing from epoch N on (counted from 0; the targets stay smoothed); 0: never off")
       ("synthetic-samples", po::value(&o.synthetic_samples)->default_value(o.synthetic_samples)->value_name("N"),
        "training images of --dataset synthetic (random; the test split has a fifth as many)")
       ("augment", po::value(&o.augment)->default_value(o.augment)->value_name("0|1"),
@@ -158,8 +179,21 @@ po::options_description make_description(TrainOptions& o) {
        "peak learning rate")
       ("warmup", po::value(&o.warmup_epochs)->default_value(o.warmup_epochs, fmt::format("{}", o.warmup_epochs))
                      ->value_name("EPOCHS"),
-       "linear warmup length in EPOCHS (fractions allowed; converted to optimizer steps), then cosine decay to 0 "
-       "at the end of --epochs")
+       "linear warmup length in EPOCHS (fractions allowed; converted to optimizer steps, or whole epochs with "
+       "--schedule-per epoch), then --schedule")
+      ("schedule", po::value(&o.schedule)->default_value(o.schedule)->value_name("NAME"),
+       "learning-rate schedule after the warmup: cosine (to 0 at the end of --epochs) | linear (to 0) | step (x "
+       "--lr-gamma every --lr-step epochs) | multistep (x --lr-gamma at each of --lr-milestones)")
+      ("schedule-per", po::value(&o.schedule_per)->default_value(o.schedule_per)->value_name("UNIT"),
+       "step: the rate changes every optimizer step; epoch: only between epochs (the schedule counts epochs)")
+      ("warmup-steps", po::value<int64_t>()->value_name("N"),
+       "linear warmup length in optimizer steps, instead of --warmup's epochs (with --schedule-per step)")
+      ("lr-step", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs)->value_name("EPOCHS"),
+       "--schedule step: epochs between decays")
+      ("lr-milestones", po::value<std::string>()->value_name("E1,E2,..."),
+       "--schedule multistep: the epochs at which the rate is multiplied by --lr-gamma")
+      ("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, fmt::format("{}", o.lr_gamma))->value_name("X"),
+       "--schedule step / multistep: the factor of each decay")
       ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay, fmt::format("{}", o.weight_decay))
                            ->value_name("X"),
        "decoupled weight decay (adamw), trust-ratio weight decay (lamb), L2 (sgd)")
@@ -356,12 +390,55 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
     problems.push_back(
         fmt::format("--warmup {}: must be between 0 and --epochs ({}) epochs", o.warmup_epochs, o.epochs));
   }
+  check_choice(problems, "schedule", o.schedule, {"cosine", "linear", "step", "multistep"});
+  check_choice(problems, "schedule-per", o.schedule_per, {"step", "epoch"});
+  if (vm.count("warmup-steps")) {
+    o.warmup_steps = vm["warmup-steps"].as<int64_t>();
+    if (*o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps {}: must be >= 0", *o.warmup_steps));
+    if (o.schedule_per == "epoch") {
+      problems.emplace_back("--warmup-steps with --schedule-per epoch: the schedule counts epochs; give --warmup EPOCHS");
+    }
+    if (!vm["warmup"].defaulted()) problems.emplace_back("--warmup and --warmup-steps: give one of them");
+  }
+  at_least("lr-step", o.lr_step_epochs, 1, "must be at least 1 (epochs between decays)");
+  if (!(o.lr_gamma > 0) || !std::isfinite(o.lr_gamma)) problems.push_back(fmt::format("--lr-gamma {}: must be positive", o.lr_gamma));
+  if (vm.count("lr-milestones")) {
+    const auto text = vm["lr-milestones"].as<std::string>();
+    std::stringstream list(text);
+    bool valid = !text.empty();
+    for (std::string item; valid && std::getline(list, item, ',');) {
+      size_t used = 0;
+      try {
+        o.lr_milestones.push_back(std::stoll(item, &used));
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      valid = used == item.size() && used > 0 && o.lr_milestones.back() >= 1 && o.lr_milestones.back() <= o.epochs &&
+              (o.lr_milestones.size() < 2 || o.lr_milestones.back() > o.lr_milestones[o.lr_milestones.size() - 2]);
+    }
+    if (!valid) {
+      problems.push_back(fmt::format("--lr-milestones {}: expected increasing epochs in [1, --epochs = {}], e.g. 30,60,90",
+                                     text, o.epochs));
+    }
+  }
+  if (o.schedule == "multistep" && o.lr_milestones.empty() && !vm.count("lr-milestones")) {
+    problems.emplace_back("--schedule multistep needs --lr-milestones E1,E2,...");
+  }
   if (!(o.weight_decay >= 0)) problems.push_back(fmt::format("--weight-decay {}: must be >= 0", o.weight_decay));
   if (!(o.label_smoothing >= 0 && o.label_smoothing < 1)) {
     problems.push_back(fmt::format("--label-smoothing {}: must be in [0, 1)", o.label_smoothing));
   }
   if (!(o.drop_path >= 0 && o.drop_path < 1)) {
     problems.push_back(fmt::format("--drop-path {}: must be in [0, 1)", o.drop_path));
+  }
+  if (!(o.drop_rate >= 0 && o.drop_rate < 1)) problems.push_back(fmt::format("--drop-rate {}: must be in [0, 1)", o.drop_rate));
+  if (!(o.attn_drop_rate >= 0 && o.attn_drop_rate < 1)) {
+    problems.push_back(fmt::format("--attn-drop-rate {}: must be in [0, 1)", o.attn_drop_rate));
+  }
+  try {
+    if (const auto mixup = mixup_options(o)) (void)colo::data::Mixup(*mixup, 1);  // its checks
+  } catch (const std::invalid_argument& e) {
+    problems.push_back(fmt::format("--mixup / --cutmix: {}", e.what()));
   }
   if (!(o.clip >= 0)) problems.push_back(fmt::format("--clip {}: must be >= 0 (0: no clipping)", o.clip));
   if (vm.count("save") && o.save_dir.empty()) problems.emplace_back("--save: the directory name is empty");
@@ -418,6 +495,39 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
 
   if (!problems.empty()) throw usage_error(problems);
   return o;
+}
+
+std::optional<colo::data::MixupOptions> mixup_options(const TrainOptions& o) {
+  std::optional<colo::data::CutmixMinMax> minmax;
+  if (!o.cutmix_minmax.empty()) {
+    const auto comma = o.cutmix_minmax.find(',');
+    size_t used_min = 0, used_max = 0;
+    try {
+      if (comma == std::string::npos) throw std::invalid_argument("no comma");
+      const std::string low = o.cutmix_minmax.substr(0, comma), high = o.cutmix_minmax.substr(comma + 1);
+      minmax = colo::data::CutmixMinMax{std::stod(low, &used_min), std::stod(high, &used_max)};
+      if (used_min != low.size() || used_max != high.size()) throw std::invalid_argument("trailing text");
+    } catch (const std::exception&) {
+      throw std::invalid_argument(
+          fmt::format("--cutmix-minmax {}: expected two fractions MIN,MAX, e.g. 0.2,0.8", o.cutmix_minmax));
+    }
+  }
+  if (!(o.mixup_alpha > 0) && !(o.cutmix_alpha > 0) && !minmax) {
+    if (o.mixup_alpha < 0 || o.cutmix_alpha < 0) {
+      throw std::invalid_argument(fmt::format("--mixup {} and --cutmix {} must be >= 0 (0: off)", o.mixup_alpha,
+                                              o.cutmix_alpha));
+    }
+    return std::nullopt;
+  }
+  return colo::data::MixupOptions()
+      .mixup_alpha(o.mixup_alpha)
+      .cutmix_alpha(o.cutmix_alpha)
+      .cutmix_minmax(minmax)
+      .prob(o.mixup_prob)
+      .switch_prob(o.mixup_switch_prob)
+      .mode(colo::data::mix_mode_from_string(o.mixup_mode))
+      .label_smoothing(o.label_smoothing)
+      .off_epoch(o.mixup_off_epoch);
 }
 
 std::string plugin_option_origins(const TrainOptions& o) {
@@ -477,7 +587,11 @@ colo::nn::ViTConfig make_vit_config(const TrainOptions& o, const colo::data::Ima
   if (o.depth) config.depth(*o.depth);
   if (o.num_heads) config.num_heads(*o.num_heads);
   if (o.mlp_ratio) config.mlp_ratio(*o.mlp_ratio);
-  config.in_channels(shape.channels).num_classes(num_classes).drop_path_rate(o.drop_path);
+  config.in_channels(shape.channels)
+      .num_classes(num_classes)
+      .drop_path_rate(o.drop_path)
+      .drop_rate(o.drop_rate)
+      .attn_drop_rate(o.attn_drop_rate);
   try {
     config.validate();
   } catch (const std::invalid_argument& e) {

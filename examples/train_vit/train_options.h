@@ -2,6 +2,7 @@
 
 #include <colo/booster/plugin_options.h>
 #include <colo/data/dataset.h>
+#include <colo/data/mixup.h>
 #include <colo/nn/vit_config.h>
 
 #include <cstdint>
@@ -44,6 +45,10 @@ struct TrainOptions {
   std::optional<int64_t> num_heads;
   std::optional<double> mlp_ratio;
   double drop_path = 0.0;
+  // Dropout (timm's drop_rate / proj_drop_rate: after the position embedding, the attention's
+  // projection and each MLP linear) and attention-probability dropout (attn_drop_rate).
+  double drop_rate = 0.0;
+  double attn_drop_rate = 0.0;
   // Recompute each layer's activations in backward instead of keeping them (LayerStack::
   // set_activation_checkpointing): less memory for one more forward pass.
   bool activation_checkpointing = false;
@@ -56,6 +61,15 @@ struct TrainOptions {
   // one that trains; 1 for the in-memory data sets).
   int64_t workers = 0;
   bool skip_unreadable = false;  // image folder: replace unreadable images instead of stopping
+  // Mixup / CutMix on each training batch (timm's Mixup; colo::data::MixupOptions): on when an alpha
+  // is positive or cutmix_minmax is given. --label-smoothing then goes into the soft targets.
+  double mixup_alpha = 0.0;
+  double cutmix_alpha = 0.0;
+  std::string cutmix_minmax;  // "MIN,MAX" or empty
+  double mixup_prob = 1.0;
+  double mixup_switch_prob = 0.5;
+  std::string mixup_mode = "batch";
+  int64_t mixup_off_epoch = 0;
 
   // Pretrained weights (timm or Hugging Face safetensors: a file or a directory) loaded into
   // the model before boosting; empty: trained from scratch.
@@ -67,6 +81,14 @@ struct TrainOptions {
   std::string optimizer = "adamw";
   double lr = 2e-3;
   double warmup_epochs = 0.1;
+  // The learning-rate schedule (schedule.h): cosine | linear | step | multistep, stepped per
+  // optimizer "step" or per "epoch"; warmup in epochs (--warmup) or, per step, in steps.
+  std::string schedule = "cosine";
+  std::string schedule_per = "step";
+  std::optional<int64_t> warmup_steps;
+  int64_t lr_step_epochs = 1;          // step: decay every this many epochs
+  std::vector<int64_t> lr_milestones;  // multistep: decay at these epochs
+  double lr_gamma = 0.1;
   double weight_decay = 0.05;
   double label_smoothing = 0.0;
   double clip = 0.0;
@@ -138,6 +160,10 @@ std::string plugin_option_origins(const TrainOptions& options);
 // the result is not a valid ViT (e.g. an image size the patch size does not divide).
 colo::nn::ViTConfig make_vit_config(const TrainOptions& options, const colo::data::ImageShape& shape,
                                     int64_t num_classes);
+
+// The loader's mixing options from --mixup, --cutmix and their companions; nullopt when both are
+// off. Throws UsageError for a malformed --cutmix-minmax or --mixup-mode.
+std::optional<colo::data::MixupOptions> mixup_options(const TrainOptions& options);
 
 // The names --model accepts ("custom" last).
 std::vector<std::string> model_names();

@@ -8,6 +8,7 @@
 #include <colo/optim/lamb.h>
 #include <colo/optim/linear_warmup_lr.h>
 #include <colo/optim/optimizer_state.h>
+#include <colo/optim/step_lr.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -572,4 +573,40 @@ TEST(LRScheduler, RejectsInvalidSchedules) {
 }
 
 }  // namespace
+// torch.optim.lr_scheduler.StepLR / MultiStepLR's rates (step_size 3, gamma 0.5; milestones 2 and
+// 5, gamma 0.1), at each side of every boundary; with warmup, the warmup's rates first and the
+// decays still counted from step 0.
+TEST(StepLR, DecaysEveryStepSizeAfterTheWarmup) {
+  auto params = make_params(21);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+  colo::optim::StepLR plain(sgd, /*step_size=*/3, /*gamma=*/0.5);
+  const std::vector<double> expected{0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025, 0.0125};
+  const auto got = run_schedule(plain, sgd, 9);
+  for (size_t t = 0; t < expected.size(); ++t) EXPECT_NEAR(got[t], expected[t], 1e-15) << "step " << t;
+  torch::optim::SGD fresh(params, torch::optim::SGDOptions(0.1));  // base rates are read at construction
+  colo::optim::StepLR warm(fresh, 3, 0.5, /*warmup_steps=*/2);
+  const auto warmed = run_schedule(warm, fresh, 4);
+  const std::vector<double> expected_warm{0.05, 0.1, 0.1, 0.05, 0.05};
+  for (size_t t = 0; t < expected_warm.size(); ++t) EXPECT_NEAR(warmed[t], expected_warm[t], 1e-15) << "step " << t;
+  EXPECT_THROW(colo::optim::StepLR(sgd, 0), std::invalid_argument);
+  EXPECT_THROW(colo::optim::StepLR(sgd, 1, 0.0), std::invalid_argument);
+}
+
+TEST(MultiStepLR, DecaysAtEachMilestoneAfterTheWarmup) {
+  auto params = make_params(22);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+  colo::optim::MultiStepLR plain(sgd, {2, 5}, 0.1);
+  const std::vector<double> expected{0.1, 0.1, 0.01, 0.01, 0.01, 0.001, 0.001};
+  const auto got = run_schedule(plain, sgd, 6);
+  for (size_t t = 0; t < expected.size(); ++t) EXPECT_NEAR(got[t], expected[t], 1e-15) << "step " << t;
+  torch::optim::SGD fresh(params, torch::optim::SGDOptions(0.1));  // base rates are read at construction
+  colo::optim::MultiStepLR warm(fresh, {2, 5}, 0.1, /*warmup_steps=*/3);
+  const auto warmed = run_schedule(warm, fresh, 6);
+  const std::vector<double> expected_warm{0.1 / 3, 0.2 / 3, 0.1, 0.01, 0.01, 0.001, 0.001};
+  for (size_t t = 0; t < expected_warm.size(); ++t) EXPECT_NEAR(warmed[t], expected_warm[t], 1e-15) << "step " << t;
+  EXPECT_THROW(colo::optim::MultiStepLR(sgd, {}), std::invalid_argument);
+  EXPECT_THROW(colo::optim::MultiStepLR(sgd, {3, 3}), std::invalid_argument);
+  EXPECT_THROW(colo::optim::MultiStepLR(sgd, {0, 3}), std::invalid_argument);
+}
+
 }  // namespace colo::optim

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
 #include <fstream>
@@ -374,6 +375,144 @@ TEST_F(TrainVitCli, ResumeContinuesExactly) {
     EXPECT_EQ(loss, expected.at(step)) << "step " << step;
   }
   EXPECT_EQ(last_line(second.out), last_line(whole.out));
+}
+
+// Mixup and CutMix per element (--mixup, --cutmix): a run stopped and resumed repeats the
+// uninterrupted run's losses exactly (the loader's mixing draws resume with its position), the
+// training records carry "top1" (against the mixed targets), and the console says what mixes.
+TEST_F(TrainVitCli, MixupResumesExactlyAndReportsTrainingAccuracy) {
+  const std::vector<std::string> job = {"--epochs", "2",          "--mixup",           "0.8", "--cutmix",
+                                        "1.0",      "--mixup-mode", "elem", "--label-smoothing", "0.1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tiny(args);
+  };
+  const Result whole = run(with({"--metrics", files::join(dir_, "whole.jsonl")}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.out.find("mixup: alpha 0.8, cutmix alpha 1, prob 1, switch prob 0.5, per elem, label smoothing 0.1"),
+            std::string::npos)
+      << whole.out;
+  const Result first = run(with({"--max-steps", "4", "--save", files::join(dir_, "state")}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const Result second =
+      run(with({"--resume", files::join(dir_, "state"), "--metrics", files::join(dir_, "resumed.jsonl")}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const auto expected = losses(files::join(dir_, "whole.jsonl"));
+  const auto resumed = losses(files::join(dir_, "resumed.jsonl"));
+  ASSERT_EQ(expected.size(), 12u);
+  ASSERT_EQ(resumed.size(), 8u);
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+
+  std::ifstream in(files::join(dir_, "whole.jsonl"));
+  int with_top1 = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("event") != "train") continue;
+    ASSERT_TRUE(record.contains("top1")) << line;
+    EXPECT_GE(record.at("top1").get<double>(), 0.0);
+    EXPECT_LE(record.at("top1").get<double>(), 1.0);
+    ++with_top1;
+  }
+  EXPECT_EQ(with_top1, 12);
+  // Mixing changes what is trained on: the first step's loss is not the unmixed run's.
+  const Result plain = run(tiny({"--epochs", "2", "--label-smoothing", "0.1", "--max-steps", "1", "--metrics",
+                                 files::join(dir_, "plain.jsonl")}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(losses(files::join(dir_, "plain.jsonl")).at(1), expected.at(1));
+}
+
+// The mixing flags' checks, and their config-file keys (the data section).
+TEST_F(TrainVitCli, MixupOptionsFromTheCommandLineAndConfigFiles) {
+  const Result odd = run(tiny({"--mixup", "0.8", "--batch-size", "15", "--max-steps", "1"}));
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.err.find("needs an even batch"), std::string::npos) << odd.err;
+  const Result bad = run(tiny({"--cutmix-minmax", "0.2", "--mixup-mode", "pairs", "--mixup-prob", "2"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--cutmix-minmax 0.2: expected two fractions MIN,MAX"), std::string::npos) << bad.err;
+  const Result mode = run(tiny({"--mixup", "0.8", "--mixup-mode", "pairs"}));
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_NE(mode.err.find("mixup mode 'pairs': not one of batch, pair, elem"), std::string::npos) << mode.err;
+  const Result prob = run(tiny({"--mixup", "0.8", "--mixup-prob", "2"}));
+  EXPECT_EQ(prob.exit_code, 2);
+  EXPECT_NE(prob.err.find("prob 2 must be in [0, 1]"), std::string::npos) << prob.err;
+
+  const std::string config = files::join(dir_, "mix.json");
+  std::ofstream(config) << R"({"data": {"mixup": 0.2, "cutmix_minmax": "0.25,0.75", "mixup_prob": 0.5,
+                                         "mixup_switch_prob": 0.25, "mixup_mode": "pair", "mixup_off_epoch": 1}})";
+  const Result file = run(tiny({"--config", config, "--max-steps", "2"}));
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_NE(file.out.find("mixup: alpha 0.2, cutmix alpha 1 (box sides in [0.25, 0.75)), prob 0.5, switch prob 0.25, "
+                          "per pair, label smoothing 0 in the soft targets, off from epoch 2"),
+            std::string::npos)
+      << file.out;
+}
+
+// step -> "lr" of the "train" records of a --metrics file (the rate each step used).
+std::map<int64_t, double> rates(const std::string& metrics) {
+  std::map<int64_t, double> by_step;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("event") == "train") by_step[record.at("step").get<int64_t>()] = record.at("lr").get<double>();
+  }
+  return by_step;
+}
+
+// The schedule a run uses is the one asked for: the rate of every step (6 steps per epoch, base
+// 2e-3) under step decay per epoch, and multistep per step with a warmup in steps, from the
+// command line and from a config file; and the dropout flags reach the model.
+TEST_F(TrainVitCli, TheScheduleAndDropoutAskedForAreTheOnesUsed) {
+  const Result step = run(tiny({"--epochs", "3", "--schedule", "step", "--lr-step", "1", "--lr-gamma", "0.5",
+                                "--schedule-per", "epoch", "--warmup", "0", "--metrics", files::join(dir_, "step.jsonl"),
+                                "--drop-rate", "0.1", "--attn-drop-rate", "0.05", "--drop-path", "0.2"}));
+  ASSERT_EQ(step.exit_code, 0) << step.err;
+  EXPECT_NE(step.out.find("warmup 0 epochs, x0.5 every 1 epochs (stepped per epoch)"), std::string::npos) << step.out;
+  EXPECT_NE(step.out.find("; dropout 0.1, attention dropout 0.05, drop path 0.2"), std::string::npos) << step.out;
+  const auto per_epoch = rates(files::join(dir_, "step.jsonl"));
+  ASSERT_EQ(per_epoch.size(), 18u);
+  for (const auto& [s, lr] : per_epoch) EXPECT_NEAR(lr, 2e-3 * std::pow(0.5, (s - 1) / 6), 1e-15) << "step " << s;
+
+  const std::string config = files::join(dir_, "multistep.json");
+  std::ofstream(config) << R"({"schedule": {"name": "multistep", "milestones": "1,2", "gamma": 0.1, "warmup_steps": 2},
+                              "model": {"drop_rate": 0.1}})";
+  const Result multi = run(tiny({"--epochs", "3", "--config", config, "--metrics", files::join(dir_, "multi.jsonl")}));
+  ASSERT_EQ(multi.exit_code, 0) << multi.err;
+  EXPECT_NE(multi.out.find("warmup 2 steps, x0.1 at steps 6, 12"), std::string::npos) << multi.out;
+  EXPECT_NE(multi.out.find("; dropout 0.1, attention dropout 0, drop path 0"), std::string::npos) << multi.out;
+  const auto per_step = rates(files::join(dir_, "multi.jsonl"));
+  ASSERT_EQ(per_step.size(), 18u);
+  for (const auto& [s, lr] : per_step) {
+    const int64_t t = s - 1;  // the step's index
+    const double want = t < 2 ? 2e-3 * static_cast<double>(t + 1) / 2 : 2e-3 * std::pow(0.1, t >= 12 ? 2 : t >= 6 ? 1 : 0);
+    EXPECT_NEAR(lr, want, 1e-15) << "step " << s;
+  }
+  const Result linear = run(tiny({"--schedule", "linear", "--warmup-steps", "3", "--max-steps", "1"}));
+  ASSERT_EQ(linear.exit_code, 0) << linear.err;
+  EXPECT_NE(linear.out.find("warmup 3 steps, linear to 0"), std::string::npos) << linear.out;
+}
+
+TEST_F(TrainVitCli, ScheduleOptionsAreChecked) {
+  const Result r = run(tiny({"--schedule", "multistep", "--schedule-per", "epochs", "--lr-gamma", "0"}));
+  EXPECT_EQ(r.exit_code, 2);
+  for (const char* part : {"--schedule multistep needs --lr-milestones", "--schedule-per epochs: not one of step, epoch",
+                           "--lr-gamma 0: must be positive"}) {
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << " in " << r.err;
+  }
+  const Result order = run(tiny({"--schedule", "multistep", "--lr-milestones", "3,2", "--epochs", "4"}));
+  EXPECT_EQ(order.exit_code, 2);
+  EXPECT_NE(order.err.find("--lr-milestones 3,2: expected increasing epochs in [1, --epochs = 4]"), std::string::npos)
+      << order.err;
+  const Result beyond = run(tiny({"--schedule", "multistep", "--lr-milestones", "5", "--epochs", "4"}));
+  EXPECT_EQ(beyond.exit_code, 2);
+  const Result both = run(tiny({"--warmup-steps", "3", "--schedule-per", "epoch", "--warmup", "1"}));
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--warmup-steps with --schedule-per epoch"), std::string::npos) << both.err;
+  EXPECT_NE(both.err.find("--warmup and --warmup-steps: give one of them"), std::string::npos) << both.err;
+  const Result drop = run(tiny({"--drop-rate", "1", "--attn-drop-rate", "-0.1"}));
+  EXPECT_EQ(drop.exit_code, 2);
+  EXPECT_NE(drop.err.find("--drop-rate 1: must be in [0, 1)"), std::string::npos) << drop.err;
+  EXPECT_NE(drop.err.find("--attn-drop-rate -0.1: must be in [0, 1)"), std::string::npos) << drop.err;
 }
 
 // --save-async: the states it publishes resume as --save's do (the final weights of a run stopped

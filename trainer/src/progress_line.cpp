@@ -62,6 +62,7 @@ std::string progress_line(const Record& r, const ProgressPosition& at) {
   std::string line = fmt::format("epoch {}/{}  step {}/{}", static_cast<int64_t>(r.number("epoch")), at.epochs,
                                  at.global_step, at.stop_step);
   if (r.has("loss")) line += fmt::format("  loss {:.4f}", r.number("loss"));
+  if (r.has("top1")) line += fmt::format("  top-1 {:.2f}%", 100.0 * r.number("top1"));
   if (r.has("lr")) line += fmt::format("  lr {:.3e}", r.number("lr"));
   if (r.has("images_per_s")) line += fmt::format("  {:.0f} img/s", r.number("images_per_s"));
   line += other_fields(r);

@@ -70,18 +70,23 @@ StepResult Trainer::run_step(data::DataLoader& loader) {
     // is broadcast over the pipeline, so every rank holds its replica's.
     auto batch = loader.next();
     result.images = batch->size() * dp_size_;
-    const auto out = booster_.execute_pipeline(batch->images, batch->labels, model, boosted_.criterion, optimizer,
-                                               PipelineOptions());
+    const auto out = booster_.execute_pipeline(batch->images, batch->criterion_targets(), model, boosted_.criterion,
+                                               optimizer, PipelineOptions().return_outputs(true));
     if (out.loss.defined()) result.losses.push_back(out.loss.detach().reshape({}));
+    if (out.outputs.defined()) {  // the last stage
+      for (auto& hook : hooks_) hook->training_batch(*this, out.outputs, batch->criterion_targets());
+    }
   } else {
     const int64_t accum = options_.grad_accum();
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto batch = loader.next();
       result.images += batch->size() * dp_size_;
       auto forward_backward = [&] {
-        auto loss = boosted_.criterion(model.forward(batch->images), batch->labels);
+        const auto output = model.forward(batch->images);
+        auto loss = boosted_.criterion(output, batch->criterion_targets());
         booster_.backward(accum > 1 ? loss / static_cast<double>(accum) : loss, optimizer);
         result.losses.push_back(loss.detach());
+        for (auto& hook : hooks_) hook->training_batch(*this, output.detach(), batch->criterion_targets());
       };
       if (micro + 1 < accum) {
         auto no_sync = booster_.no_sync(model, optimizer);

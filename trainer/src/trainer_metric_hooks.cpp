@@ -57,6 +57,16 @@ void LossHook::collect(Trainer& trainer, Record& record) {
   window_.zero_();
 }
 
+void AccuracyHook::before_fit(Trainer& trainer) {
+  window_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(trainer.device()));
+}
+
+void AccuracyHook::training_batch(Trainer&, const at::Tensor& outputs, const at::Tensor& targets) {
+  const auto truth = targets.is_floating_point() ? targets.argmax(1) : targets;
+  const auto correct = outputs.argmax(1).eq(truth).sum().to(torch::kFloat64);
+  window_ += torch::stack({correct, torch::full({}, static_cast<double>(targets.size(0)), window_.options())});
+}
+
 void AccuracyHook::before_evaluation(Trainer&) { correct_ = counted_ = 0; }
 
 void AccuracyHook::evaluation_batch(Trainer&, const at::Tensor& logits, const at::Tensor& labels) {
@@ -65,12 +75,21 @@ void AccuracyHook::evaluation_batch(Trainer&, const at::Tensor& logits, const at
 }
 
 void AccuracyHook::collect(Trainer& trainer, Record& record) {
-  if (!is_eval(record)) return;
+  if (!is_eval(record)) {
+    auto sums = window_.clone();
+    if (trainer.world() && trainer.world()->size() > 1) trainer.world()->all_reduce(sums).wait();
+    sums = sums.cpu();
+    window_.zero_();
+    const double counted = sums[1].item<double>();
+    if (counted > 0) record.real("top1", sums[0].item<double>() / counted);
+    return;
+  }
   const auto sums = reduce_over_ranks(trainer, {correct_, counted_});
   record.real("top1", sums[1] > 0 ? sums[0] / sums[1] : 0.0);
 }
 
-LRSchedulerHook::LRSchedulerHook(std::shared_ptr<optim::LRScheduler> scheduler) : scheduler_(std::move(scheduler)) {}
+LRSchedulerHook::LRSchedulerHook(std::shared_ptr<optim::LRScheduler> scheduler, bool per_epoch)
+    : scheduler_(std::move(scheduler)), per_epoch_(per_epoch) {}
 
 void LRSchedulerHook::before_fit(Trainer& trainer) {
   if (!scheduler_) scheduler_ = trainer.boosted().lr_scheduler;
@@ -82,7 +101,14 @@ void LRSchedulerHook::before_fit(Trainer& trainer) {
 
 void LRSchedulerHook::before_step(Trainer&) { lr_ = scheduler_->last_lr().front(); }
 
-void LRSchedulerHook::after_step(Trainer&, const StepResult&) { scheduler_->step(); }
+void LRSchedulerHook::after_step(Trainer&, const StepResult&) {
+  if (!per_epoch_) scheduler_->step();
+}
+
+// Only an epoch trained to its end counts: one stopped at max_steps resumes inside it, at its rate.
+void LRSchedulerHook::after_epoch(Trainer& trainer) {
+  if (per_epoch_ && trainer.global_step() == (trainer.epoch() + 1) * trainer.steps_per_epoch()) scheduler_->step();
+}
 
 void LRSchedulerHook::collect(Trainer&, Record& record) {
   if (!is_eval(record)) record.real("lr", lr_);

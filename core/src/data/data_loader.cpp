@@ -26,6 +26,8 @@ namespace detail {
 
 // Distinguishes the augmentation's seeds from the shuffle's, which uses the seed directly.
 constexpr uint64_t kAugmentationStream = 0x61756720ULL;
+// And the batch mixing's (mixup, CutMix), drawn per batch in next().
+constexpr uint64_t kMixupStream = 0x6d697875ULL;
 
 // The loader's statistics, updated by its worker threads and read by the caller.
 struct LoaderCounters {
@@ -286,7 +288,16 @@ DataLoaderOptions validated(const std::shared_ptr<const Dataset>& dataset, DataL
                                  options.device().str()));
   }
   try {
-    make_transform(*dataset, options);
+    const ImageTransform transform = make_transform(*dataset, options);
+    if (options.mixup()) {
+      const Mixup mixup(*options.mixup(), dataset->num_classes());
+      const ImageShape shape = transform.output_shape();
+      if (const auto problem = mixup.check_batch(options.batch_size(), shape.height, shape.width); !problem.empty())
+        errors.push_back(problem);
+      if (!options.drop_last()) {
+        errors.emplace_back("mixup needs drop_last: a short last batch could be odd, and timm mixes only whole batches");
+      }
+    }
   } catch (const std::invalid_argument& error) {
     errors.push_back(error.what());
   }
@@ -309,6 +320,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
                options_.drop_last()),
       transform_(make_transform(*dataset_, options_)),
       counters_(std::make_shared<detail::LoaderCounters>()) {
+  if (options_.mixup()) mixup_ = std::make_shared<const Mixup>(*options_.mixup(), dataset_->num_classes());
   restart(0);
 }
 
@@ -347,6 +359,14 @@ std::optional<Batch> DataLoader::next() {
       prefetcher_.reset();
       throw;
     }
+  }
+  if (mixup_) {
+    // On the device, in the caller's stream (which waited for the copy above).
+    const uint64_t stream = detail::combine_seeds(detail::combine_seeds(options_.seed(), detail::kMixupStream),
+                                                  static_cast<uint64_t>(epoch()));
+    SeededMixupDraws draws(detail::combine_seeds(detail::combine_seeds(stream, static_cast<uint64_t>(next_batch_)),
+                                                 static_cast<uint64_t>(options_.rank())));
+    batch = (*mixup_)(std::move(batch), draws, mixup_->enabled_in_epoch(epoch()));
   }
   ++next_batch_;
   return batch;

@@ -11,6 +11,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/image_folder_scan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_resample.cpp
   ${CMAKE_CURRENT_LIST_DIR}/jpeg_codec.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mixup.cpp
   ${CMAKE_CURRENT_LIST_DIR}/png_codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_transform.cpp
   ${CMAKE_CURRENT_LIST_DIR}/in_memory_dataset.cpp

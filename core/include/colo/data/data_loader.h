@@ -4,6 +4,7 @@
 #include <colo/data/dataset.h>
 #include <colo/data/distributed_sampler.h>
 #include <colo/data/image_transform.h>
+#include <colo/data/mixup.h>
 #include <torch/arg.h>
 #include <torch/types.h>
 
@@ -63,6 +64,11 @@ struct DataLoaderOptions {
   // Repeat a grayscale channel into this many (3 for models built for RGB); 0 keeps the data
   // set's channels.
   TORCH_ARG(int64_t, channels) = 0;
+  // Mixup / CutMix on each batch once it is on the device (timm's Mixup: mixup.h), in next(), in
+  // the caller's thread and stream: the batch's targets become soft labels for the criterion.
+  // Its draws are a function of (seed, epoch, batch index, rank), so state()/load_state() resume
+  // them too. Needs drop_last and an even batch_size.
+  TORCH_ARG(std::optional<MixupOptions>, mixup) = std::nullopt;
 };
 
 // Where a loader is: the epoch and the index of the batch next() returns next. Saving it with a
@@ -171,6 +177,7 @@ class DataLoader {
   std::shared_ptr<const detail::BatchProducer> producer_;  // this epoch's shard, immutable
   std::unique_ptr<detail::Prefetcher> prefetcher_;
   std::shared_ptr<detail::LoaderCounters> counters_;  // shared with the worker threads
+  std::shared_ptr<const Mixup> mixup_;                 // null unless options().mixup()
   int64_t next_batch_ = 0;
 };
 

@@ -55,7 +55,7 @@ struct StepResult {
 // The order of events in fit():
 //   before_fit
 //   per epoch: before_epoch,
-//              per step: before_step, (the step), after_step,
+//              per step: before_step, (the step: training_batch per batch), after_step,
 //                        at a log point: collect, (the Trainer's progress line), report,
 //                        end_step
 //              after_epoch (the epoch's training is over),
@@ -70,6 +70,10 @@ class TrainerHook {
   virtual void before_epoch(Trainer&) {}
   virtual void before_step(Trainer&) {}
   virtual void after_step(Trainer&, const StepResult&) {}
+  // Each training batch's outputs (detached; under a pipeline, the last stage's, fp32, of the whole
+  // batch) and what the criterion took: labels int64 [B], or a mixing loader's soft targets
+  // float [B, C]. Called before the optimizer step; read nothing on the host here (no sync).
+  virtual void training_batch(Trainer&, const at::Tensor& /*outputs*/, const at::Tensor& /*targets*/) {}
   // After the step's record (if it had one) was reported: actions that save or stop the run go
   // here, so that the log shows the step they acted at.
   virtual void end_step(Trainer&) {}

@@ -43,29 +43,40 @@ class LossHook : public TrainerHook {
   double eval_sum_ = 0, eval_count_ = 0;
 };
 
-// "top1": the fraction of test images classified correctly (evaluation records).
+// "top1": in an evaluation record, the fraction of test images classified correctly; in a
+// training record, that of the training images since the last log point, where an image counts
+// as correct when the argmax of its output is the argmax of its target (its label, or under
+// mixup / CutMix the class with the largest share of its soft target: Colossal-AI's tutorial's
+// MixupAccuracy compares with the unmixed label instead). Counted on the device, reduced at the
+// log point.
 class AccuracyHook : public TrainerHook {
  public:
+  void before_fit(Trainer& trainer) override;
+  void training_batch(Trainer& trainer, const at::Tensor& outputs, const at::Tensor& targets) override;
   void before_evaluation(Trainer& trainer) override;
   void evaluation_batch(Trainer& trainer, const at::Tensor& logits, const at::Tensor& labels) override;
   void collect(Trainer& trainer, Record& record) override;
 
  private:
+  at::Tensor window_;  // fp64 [correct, counted] of training images, on the device
   double correct_ = 0, counted_ = 0;
 };
 
-// Steps a learning-rate schedule once per optimizer step and logs "lr", the rate the last step
-// used. Without a scheduler it drives the boosted one (Boosted::lr_scheduler).
+// Steps a learning-rate schedule once per optimizer step, or with per_epoch once per finished
+// epoch (the schedule's steps are epochs: Colossal-AI's ResNet tutorial), and logs "lr", the rate
+// the last step used. Without a scheduler it drives the boosted one (Boosted::lr_scheduler).
 class LRSchedulerHook : public TrainerHook {
  public:
-  explicit LRSchedulerHook(std::shared_ptr<optim::LRScheduler> scheduler = nullptr);
+  explicit LRSchedulerHook(std::shared_ptr<optim::LRScheduler> scheduler = nullptr, bool per_epoch = false);
   void before_fit(Trainer& trainer) override;
   void before_step(Trainer& trainer) override;
   void after_step(Trainer& trainer, const StepResult& step) override;
+  void after_epoch(Trainer& trainer) override;
   void collect(Trainer& trainer, Record& record) override;
 
  private:
   std::shared_ptr<optim::LRScheduler> scheduler_;
+  bool per_epoch_;
   double lr_ = 0;
 };
 
