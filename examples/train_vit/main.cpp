@@ -431,7 +431,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (const auto& m = train_loader.options().mixup()) {
     console.print("mixup: alpha {:g}, cutmix alpha {:g}{}, prob {:g}, switch prob {:g}, per {}, label smoothing {:g} in "
                   "the soft targets{}",
-                  m->mixup_alpha(), m->cutmix_alpha(),
+                  m->mixup_alpha(), m->effective_cutmix_alpha(),
                   m->cutmix_minmax() ? fmt::format(" (box sides in [{:g}, {:g}))", m->cutmix_minmax()->min,
                                                    m->cutmix_minmax()->max)
                                      : "",

@@ -956,9 +956,15 @@ PY
           timeout 240 build-gpu/bin/colo-run --nproc-per-node 2 --max-restarts 3 build-gpu/bin/train_vit --plugin "$plugin" \
           "${opts[@]}" "${rs_model[@]}" --save "/tmp/rs_${name}_faulty" >"$LOGS/restart_${name}_faulty.log" 2>&1
         faulty_rc=$?
-        same=no
-        cmp -s "/tmp/rs_${name}_clean/step-00000040/model.safetensors" "/tmp/rs_${name}_faulty/step-00000040/model.safetensors" && same=yes
-        note "restart-nccl $name: clean rc=$clean_rc, faulty rc=$faulty_rc in $((SECONDS - t0)) s, restarts: $(grep -c 'colo-run: restart' "$LOGS/restart_${name}_faulty.log"), final weights identical: $same"
+        # Every weights and optimizer file of the last state (a pipeline saves one per stage).
+        same=yes compared=0
+        for file in "/tmp/rs_${name}_clean/step-00000040"/{model,optimizer}*.safetensors; do
+          [ -f "$file" ] || continue
+          compared=$((compared + 1))
+          cmp -s "$file" "/tmp/rs_${name}_faulty/step-00000040/$(basename "$file")" || same="no ($(basename "$file"))"
+        done
+        [ $compared -gt 0 ] || same="no (no state saved at step 40)"
+        note "restart-nccl $name: clean rc=$clean_rc, faulty rc=$faulty_rc in $((SECONDS - t0)) s, restarts: $(grep -c 'colo-run: restart' "$LOGS/restart_${name}_faulty.log"), final weights and optimizer state identical ($compared files): $same"
         grep -E "COLO_FAULT|colo-run: restart|was killed|was stopped|timed out|resumed from" "$LOGS/restart_${name}_faulty.log" | head -12 >>"$LOGS/summary.txt"
       done
       ;;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "command_output.h"
 #include "node_capacity.h"
 
 extern char** environ;
@@ -30,6 +31,7 @@ extern char** environ;
 namespace {
 
 namespace files = colo::files;
+using command_output::count_of;
 using Clock = std::chrono::steady_clock;
 
 const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
@@ -406,6 +408,30 @@ TEST(ColoRun, SetsTheTorchrunEnvironmentAndARendezvousFile) {
   EXPECT_EQ(rdzv_files[0], rdzv_files[1]);
   EXPECT_FALSE(files::exists(rdzv_files[0]));
   EXPECT_FALSE(files::exists(files::parent_path(rdzv_files[0]))) << "auto directory removed";
+}
+
+// A hung NCCL rank must end the job at the collective timeout, not 60 s later after PyTorch's
+// flight-recorder dump wait: colo-run's ranks get TORCH_NCCL_DUMP_ON_TIMEOUT=0 and a 1 s
+// TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC, unless the user set any of those or the recorder's size.
+TEST(ColoRun, RanksSkipTheNcclDumpWaitUnlessTheUserConfiguresIt) {
+  for (const char* name : {"TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC",
+                           "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
+    ::unsetenv(name);
+  }
+  const std::vector<std::string> echo = {
+      "--nproc-per-node", "2", "sh", "-c",
+      "echo \"nccl ${TORCH_NCCL_DUMP_ON_TIMEOUT-unset} ${TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC-unset}\""};
+  Result r = run_colo(echo);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_of(r.out, "nccl 0 1000"), 2u) << r.out;
+  // Any one of them given: the user's setup stands and nothing is added.
+  r = run_colo(echo, {{"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_of(r.out, "nccl 1 unset"), 2u) << r.out;
+  r = run_colo(echo, {{"TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "30000"}});
+  EXPECT_EQ(count_of(r.out, "nccl unset 30000"), 2u) << r.out;
+  r = run_colo(echo, {{"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"}});
+  EXPECT_EQ(count_of(r.out, "nccl unset unset"), 2u) << r.out;
 }
 
 TEST(ColoRun, RanksOfALaterNodeStartAtNodeRankTimesNproc) {

@@ -424,7 +424,9 @@ TEST_F(TrainVitCli, MixupResumesExactlyAndReportsTrainingAccuracy) {
 
 // The mixing flags' checks, and their config-file keys (the data section).
 TEST_F(TrainVitCli, MixupOptionsFromTheCommandLineAndConfigFiles) {
-  const Result odd = run(tiny({"--mixup", "0.8", "--batch-size", "15", "--max-steps", "1"}));
+  std::vector<std::string> odd_batch = tiny({"--mixup", "0.8", "--max-steps", "1"});
+  *(std::find(odd_batch.begin(), odd_batch.end(), "--batch-size") + 1) = "15";
+  const Result odd = run(odd_batch);
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.err.find("needs an even batch"), std::string::npos) << odd.err;
   const Result bad = run(tiny({"--cutmix-minmax", "0.2", "--mixup-mode", "pairs", "--mixup-prob", "2"}));
@@ -858,7 +860,7 @@ TEST_F(TrainVitConfig, AnUnknownKeyIsRefusedListingTheValidKeys) {
   const Result inner = run({"--config", write("inner.json", R"({"model": {"preset": "mini", "hiden": 64}})")});
   EXPECT_EQ(inner.exit_code, 2) << inner.out << inner.err;
   EXPECT_NE(inner.err.find("unknown key 'hiden' in model (did you mean 'hidden'?); the valid keys of model are: "
-                           "activation_checkpointing, depth, drop_path, heads, hidden, image_size, init, mlp_ratio, "
+                           "activation_checkpointing, attn_drop_rate, depth, drop_path, drop_rate, heads, hidden, image_size, init, mlp_ratio, "
                            "patch_size, preset"),
             std::string::npos)
       << inner.err;

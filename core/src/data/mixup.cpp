@@ -152,8 +152,7 @@ Mixup::Mixup(MixupOptions options, int64_t num_classes) : options_(std::move(opt
   if (o.off_epoch() < 0) errors.push_back(fmt::format("off_epoch {} must be >= 0 (0: never off)", o.off_epoch()));
   if (num_classes < 1) errors.push_back(fmt::format("num_classes {} must be positive", num_classes));
   if (!errors.empty()) throw std::invalid_argument(fmt::format("Mixup: {}", fmt::join(errors, "; ")));
-  // timm forces Beta(1, 1) with a min/max box: its lam is then drawn but replaced by the box's area.
-  if (options_.cutmix_minmax()) options_.cutmix_alpha(1.0);
+  options_.cutmix_alpha(options_.effective_cutmix_alpha());
 }
 
 std::string Mixup::check_batch(int64_t batch_size, int64_t height, int64_t width) const {

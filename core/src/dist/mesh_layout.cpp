@@ -1,6 +1,7 @@
 #include <colo/dist/mesh_layout.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>

@@ -2,6 +2,7 @@
 #include <colo/dist/process_group_mesh.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>

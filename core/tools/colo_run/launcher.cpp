@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <ctime>
 #include <fstream>
+#include <algorithm>
 #include <set>
 
 #include "job.h"
@@ -64,6 +65,17 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
     if (owned.count(item.substr(0, item.find('='))) == 0) entries.push_back(std::move(item));
   }
   for (const auto& [name, value] : make_rank_env(config, local_rank)) entries.push_back(name + "=" + value);
+  // The NCCL watchdog's defaults (launcher.h), all or none: a user who configures any of them
+  // (or the flight recorder) gets exactly what they set.
+  auto given = [&](const std::string& name) {
+    return std::any_of(entries.begin(), entries.end(),
+                       [&](const std::string& item) { return item.rfind(name + "=", 0) == 0; });
+  };
+  bool user_configured = given(kNcclTraceBufferVariable);
+  for (const auto& [name, value] : kNcclWatchdogDefaults) user_configured = user_configured || given(name);
+  if (!user_configured) {
+    for (const auto& [name, value] : kNcclWatchdogDefaults) entries.push_back(std::string(name) + "=" + value);
+  }
   return entries;
 }
 

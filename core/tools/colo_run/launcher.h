@@ -79,6 +79,16 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank);
 // make_rank_env's, as "NAME=value".
 std::vector<std::string> rank_environment(const LaunchConfig& config, int local_rank, char** environ_entries);
 
+// What a rank gets for PyTorch's NCCL watchdog unless colo-run's environment sets any of these
+// (then none is added: the user's flight-recorder setup stands). A collective that times out
+// otherwise waits TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (60 s) for a dump before the rank aborts,
+// even with the flight recorder off: a hung rank was caught 15 s in and the job ended 75 s in.
+// colo-run names the hung rank itself; the dump is one export away (TORCH_NCCL_DUMP_ON_TIMEOUT=1).
+inline constexpr std::pair<const char*, const char*> kNcclWatchdogDefaults[] = {
+    {"TORCH_NCCL_DUMP_ON_TIMEOUT", "0"}, {"TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "1000"}};
+// Setting this one (the flight recorder's size) also leaves the defaults out.
+inline constexpr const char* kNcclTraceBufferVariable = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+
 // The global rank that rank `rank` noted it lost before it failed: the note the ranks' colo
 // (core/src/dist/wait_failure.h, lost_peer_note_path) leaves in config.run_reports. nullopt when
 // there is none, or when it is older than kLostPeerNoteLifetimeS (from a failure the program

@@ -49,6 +49,9 @@ struct MixupOptions {
 
  public:  // TORCH_ARG leaves the section private
   bool enabled() const { return mixup_alpha() > 0 || cutmix_alpha() > 0 || cutmix_minmax().has_value(); }
+  // The CutMix alpha a mixing uses: timm forces Beta(1, 1) when a box range is given (its lam is
+  // then drawn but replaced by the box's area), whatever cutmix_alpha says.
+  double effective_cutmix_alpha() const { return cutmix_minmax() ? 1.0 : cutmix_alpha(); }
 };
 
 // The random numbers a mixing takes, in the calls timm makes of NumPy's global generator:
