@@ -6,6 +6,7 @@ list(APPEND COLO_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/parameter_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp

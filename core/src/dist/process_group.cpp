@@ -2,6 +2,7 @@
 #include "collective_progress.h"
 #include "peer_addresses.h"
 #include "host_staging.h"
+#include "process_group_impl.h"
 #include "rendezvous.h"
 #include "signed_store.h"
 #include "wait_failure.h"
@@ -31,27 +32,6 @@
 
 namespace colo::dist {
 
-struct ProcessGroup::Impl {
-  compat::CommBackendPtr backend;
-  // The job's key-value store (unprefixed: the world and every subgroup share it).
-  c10::intrusive_ptr<c10d::Store> store;
-  // How many groups each (name, ranks) key has produced, so that creating the same group
-  // twice uses fresh store keys. Shared by a world and all its subgroups.
-  std::shared_ptr<std::map<std::string, int>> creations;
-  // The GPU the group's NCCL communicators belong to (the device current when it was created);
-  // -1 for Gloo.
-  int cuda_device = -1;
-  // The collectives' numbers, and where the members were seen waiting (kept after close(), so
-  // that a Work still held can report).
-  std::unique_ptr<CollectiveProgress> progress;
-  // Gloo: where each member listens, to name the one whose connection failed (peer_addresses.h).
-  PeerAddresses peers;
-  // Gloo: the pairs listen on 127.0.0.1 only (every rank of the job runs on this machine).
-  bool loopback_only = false;
-  // COLO_RUN_REPORTS: where a rank that lost a peer leaves colo-run a note (wait_failure.h).
-  std::string run_reports;
-};
-
 namespace {
 
 c10d::ReduceOp to_c10d(ReduceOp op, Backend backend) {
@@ -72,21 +52,6 @@ c10d::ReduceOp to_c10d(ReduceOp op, Backend backend) {
 
 const char* backend_name(Backend b) { return b == Backend::kNccl ? "nccl" : "gloo"; }
 
-// Waits up to `limit` (at least 1 ms: c10d reads 0 as "no timeout") for `work`. False when it is
-// still running; a failure of the work itself is rethrown. c10d's wait throws on a timeout
-// ("Operation timed out!") rather than returning false, so a throw while the work is not
-// completed is the timeout.
-bool completes_within(c10d::Work& work, std::chrono::milliseconds limit) {
-  try {
-    if (work.wait(std::max(limit, std::chrono::milliseconds(1)))) return true;
-    if (!work.isCompleted()) return false;
-  } catch (...) {
-    if (!work.isCompleted()) return false;
-  }
-  work.wait();  // completed meanwhile: returns, or rethrows the work's own failure
-  return true;
-}
-
 void require_same_device_kind(const torch::Tensor& t, Backend backend, const char* op) {
   if (backend == Backend::kNccl && !t.is_cuda()) {
     throw std::invalid_argument(fmt::format("{} over NCCL needs CUDA tensors, got a {} tensor", op, t.device().str()));
@@ -95,19 +60,7 @@ void require_same_device_kind(const torch::Tensor& t, Backend backend, const cha
 
 }  // namespace
 
-// ---- Work ------------------------------------------------------------------------------------
-
-struct Work::State {
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::string op;
-  const ProcessGroup* group = nullptr;
-  std::function<void()> on_complete;
-  // The collective's number in its group; 0 for point-to-point operations, which only some
-  // members take part in.
-  uint64_t sequence = 0;
-  bool recorded = false;  // this rank's arrival is in the store (a slow wait)
-  bool done = false;
-};
+// ---- Work handles (waiting on one: work.cpp) -------------------------------------------------
 
 namespace {
 
@@ -130,66 +83,6 @@ Work numbered(CollectiveProgress& progress, const ProcessGroup* group, c10::intr
 }
 
 }  // namespace
-
-void Work::wait() {
-  if (!state_ || state_->done) return;
-  State& s = *state_;
-  const ProcessGroup* group = s.group;
-  try {
-    if (group->backend() == Backend::kNccl) {
-      // Without a timeout, NCCL's wait only makes the current CUDA stream wait for the
-      // collective; with one, it also blocks this thread until the collective ends, so the host
-      // could not queue the work that follows ahead of the GPU. (On 2 H200s, ViT-B/16 torch_ddp,
-      // the step time did not measurably change: the host was far enough ahead either way.)
-      // Timeouts stay enforced: the NCCL watchdog applies the group's timeout (set on every
-      // collective) and ends the process, which colo-run reports with the rank that stopped.
-      for (auto& w : s.works) {
-        if (w) w->wait();
-      }
-    } else {
-      // A numbered collective that is still running after a tenth of the timeout records that
-      // this rank has arrived (CollectiveProgress); a quick one touches nothing but the work.
-      const auto timeout = group->timeout();
-      const auto slow = CollectiveProgress::slow_wait(timeout);
-      for (auto& w : s.works) {
-        if (!w) continue;
-        if (s.sequence > 0 && completes_within(*w, slow)) continue;
-        if (s.sequence > 0 && !s.recorded) {
-          group->impl_->progress->record_waiting(s.sequence, s.op);
-          s.recorded = true;
-        }
-        if (!completes_within(*w, s.sequence > 0 ? timeout - slow : timeout)) {
-          throw DistError(fmt::format("timed out after {} ms", timeout.count()));
-        }
-      }
-    }
-  } catch (const std::exception& e) {
-    s.done = true;
-    std::string what = e.what();
-    what = what.substr(0, what.find("\nException raised from"));  // drop c10's C++ stack trace
-    FailedWait failure;
-    failure.op = s.op;
-    failure.sequence = s.sequence;
-    failure.recorded = s.recorded;
-    failure.what = what;
-    failure.group = group->describe();
-    failure.timeout = group->timeout();
-    failure.global_ranks = group->global_ranks();
-    failure.global_rank = group->global_rank(group->rank());
-    failure.run_reports = group->impl_->run_reports;
-    throw DistError(explain_failed_wait(failure, *group->impl_->progress, group->impl_->peers));
-  }
-  s.done = true;
-  if (s.on_complete) s.on_complete();
-}
-
-bool Work::is_completed() {
-  if (!state_) return true;
-  for (auto& w : state_->works) {
-    if (w && !w->isCompleted()) return false;
-  }
-  return true;
-}
 
 // ---- ProcessGroup ----------------------------------------------------------------------------
 

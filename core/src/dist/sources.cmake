@@ -4,6 +4,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/backend_choice.cpp
   ${CMAKE_CURRENT_LIST_DIR}/host_staging.cpp
   ${CMAKE_CURRENT_LIST_DIR}/process_group.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/work.cpp
   ${CMAKE_CURRENT_LIST_DIR}/backend_lifecycle.cpp
   ${CMAKE_CURRENT_LIST_DIR}/peer_addresses.cpp
   ${CMAKE_CURRENT_LIST_DIR}/wait_failure.cpp
