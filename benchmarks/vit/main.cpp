@@ -84,6 +84,10 @@ struct Options {
   std::string command_line;
   // Diagnostics of the data-parallel step (not training: --no-sync never averages gradients).
   bool no_sync = false;
+  // Reduce every micro-batch's gradients (no booster.no_sync between them): ZeRO's reducers add
+  // each pass into the sharded fp32 gradient, so no full-size gradient is held across micro-batches
+  // (FSDP2's default) at the price of a reduce-scatter per micro-batch.
+  bool sync_every_microbatch = false;
   int64_t grad_accum = 1;
   int32_t gemm_sm_carveout = 0;
   // Train from an image folder (torchvision's layout) instead of one synthetic batch.
@@ -160,6 +164,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
        "under booster.no_sync (the loop a pipeline with as many microbatches replaces)")
       ("activation-checkpointing", po::bool_switch(&o.activation_checkpointing),
        "recompute each layer's activations in backward (LayerStack::set_activation_checkpointing)")
+      ("sync-every-microbatch", po::bool_switch(&o.sync_every_microbatch),
+       "with --grad-accum: communicate every micro-batch's gradients instead of accumulating them under "
+       "booster.no_sync (less memory under ZeRO, as FSDP2 does by default; more communication)")
       ("no-sync", po::bool_switch(&o.no_sync),
        "diagnostic: every step under booster.no_sync (no gradient communication), to measure what data "
        "parallelism costs besides communicating")
@@ -429,7 +436,9 @@ int run(const Options& o) {
     } else {
       for (int64_t m = 0; m < o.grad_accum; ++m) {
         std::optional<NoSyncGuard> skip_sync;
-        if (o.no_sync || m + 1 < o.grad_accum) skip_sync.emplace(booster.no_sync(*b.model, *b.optimizer));
+        if (o.no_sync || (m + 1 < o.grad_accum && !o.sync_every_microbatch)) {
+          skip_sync.emplace(booster.no_sync(*b.model, *b.optimizer));
+        }
         auto micro = b.criterion(b.model->forward(micro_images[m]), micro_labels[m]);
         if (o.grad_accum > 1) micro = micro / static_cast<double>(o.grad_accum);
         loss = m == 0 ? micro.detach() : loss + micro.detach();  // the step's mean loss
@@ -603,7 +612,9 @@ int run(const Options& o) {
         {"flop_model", kFlopModel},
         {"mfu_definition", "tflops_per_gpu / peak_tflops; peak = dense n×n×n matmul throughput measured in this run "
                            "in the run's precision (mean over ranks) unless --peak-tflops was given"},
-        {"diagnostics", {{"no_sync", o.no_sync}, {"gemm_sm_carveout", o.gemm_sm_carveout}}},
+        {"diagnostics",
+         {{"no_sync", o.no_sync}, {"sync_every_microbatch", o.sync_every_microbatch},
+          {"gemm_sm_carveout", o.gemm_sm_carveout}}},
         {"grad_accum", o.grad_accum},
         {"data", loader ? "image_folder" : "synthetic"},
         {"loader", loader_json},

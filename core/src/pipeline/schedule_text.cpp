@@ -183,7 +183,10 @@ std::string schedule_to_text(const Schedule& schedule) {
                                 schedule.split_backward ? ", backward split into B and W" : "");
   for (const auto& actions : schedule.actions) {
     std::string line;
-    for (const auto& action : actions) line += (line.empty() ? "" : ",") + action.str();
+    for (const auto& action : actions) {
+      if (!line.empty()) line += ',';
+      line += action.str();
+    }
     out += line + '\n';
   }
   return out;
