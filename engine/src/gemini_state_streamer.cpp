@@ -64,13 +64,12 @@ std::vector<torch::Tensor> GeminiStateStreamer::gather_chunk(std::size_t c, Chun
 }
 
 torch::Tensor GeminiStateStreamer::ChunkStream::get(std::size_t i) {
-  const auto& owner = streamer_.chunks_;
-  const auto c = owner.chunk_of(i);
+  const auto c = chunks_.chunk_of(i);
   if (c != held_chunk_) {
-    held_ = streamer_.gather_chunk(c, which_);
+    held_ = GeminiStateStreamer(chunks_).gather_chunk(c, which_);
     held_chunk_ = c;
   }
-  const auto& members = owner.chunk_members(c);
+  const auto& members = chunks_.chunk_members(c);
   const auto k = static_cast<std::size_t>(std::find(members.begin(), members.end(), i) - members.begin());
   auto value = held_.at(k);
   if (k + 1 == members.size()) {  // the chunk's last parameter: nothing more is asked of it
@@ -81,7 +80,7 @@ torch::Tensor GeminiStateStreamer::ChunkStream::get(std::size_t i) {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> GeminiStateStreamer::full_masters() const {
-  ChunkStream masters(*this, ChunkState::kMaster);
+  ChunkStream masters(chunks_, ChunkState::kMaster);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (std::size_t i = 0; i < chunks_.params().size(); ++i) out.emplace_back(chunks_.param_names()[i], masters.get(i));
   return out;
@@ -127,7 +126,7 @@ std::vector<checkpoint::PendingTensor> GeminiStateStreamer::model_entries() cons
   std::unordered_map<std::string, std::size_t> chunked;
   for (std::size_t i = 0; i < chunks_.param_names().size(); ++i) chunked.emplace(chunks_.param_names()[i], i);
   // Chunked parameters may be released: their masters are read, one chunk at a time.
-  auto masters = std::make_shared<ChunkStream>(*this, ChunkState::kMaster);
+  auto masters = std::make_shared<ChunkStream>(chunks_, ChunkState::kMaster);
   std::vector<checkpoint::PendingTensor> pending;
   for (const auto& item : module.canonical_named_parameters()) {
     const auto it = chunked.find(item.key());
@@ -182,8 +181,8 @@ std::vector<checkpoint::PendingTensor> GeminiStateStreamer::optimizer_entries() 
   std::vector<checkpoint::PendingTensor> pending;
   const int64_t steps = chunks_.num_chunks() == 0 ? 0 : chunks_.chunk_state(0).step_count();
   if (steps > 0) {
-    auto exp_avg = std::make_shared<ChunkStream>(*this, ChunkState::kExpAvg);
-    auto exp_avg_sq = std::make_shared<ChunkStream>(*this, ChunkState::kExpAvgSq);
+    auto exp_avg = std::make_shared<ChunkStream>(chunks_, ChunkState::kExpAvg);
+    auto exp_avg_sq = std::make_shared<ChunkStream>(chunks_, ChunkState::kExpAvgSq);
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto shape = params[i].sizes().vec();
       pending.push_back({names[i] + ".step", torch::kFloat, {},
@@ -198,7 +197,7 @@ std::vector<checkpoint::PendingTensor> GeminiStateStreamer::optimizer_entries() 
     const auto& model_params = chunks_.model_params();
     std::unordered_map<std::string, std::size_t> chunked;
     for (std::size_t i = 0; i < names.size(); ++i) chunked.emplace(names[i], i);
-    auto masters = std::make_shared<ChunkStream>(*this, ChunkState::kMaster);
+    auto masters = std::make_shared<ChunkStream>(chunks_, ChunkState::kMaster);
     for (std::size_t m = 0; m < model_names.size(); ++m) {
       const auto it = chunked.find(model_names[m]);
       const auto shape = model_params[m].sizes().vec();

@@ -50,11 +50,11 @@ class GeminiStateStreamer {
   // rank asks for the same parameters in the same order.
   class ChunkStream {
    public:
-    ChunkStream(GeminiStateStreamer streamer, ChunkState which) : streamer_(streamer), which_(which) {}
+    ChunkStream(GeminiChunkOwner& chunks, ChunkState which) : chunks_(chunks), which_(which) {}
     torch::Tensor get(std::size_t i);
 
    private:
-    GeminiStateStreamer streamer_;
+    GeminiChunkOwner& chunks_;
     ChunkState which_;
     std::size_t held_chunk_ = static_cast<std::size_t>(-1);
     std::vector<torch::Tensor> held_;
