@@ -132,7 +132,7 @@ TEST(Engines, GeminiModelNeedsOnlyItsChunkOwner) {
   auto model = randomised();
   broadcast_model(*model, torch::kCPU, *world());
   auto chunks = std::make_shared<GeminiChunkOwner>(model, conditioned_adamw(*model), world(),
-                                                   GeminiChunkOptions().chunk_size_mb(0.02).max_prefetch(1));
+                                                   GeminiChunkOptions().chunk_size_mb(0.03).max_prefetch(1));
   ASSERT_GT(chunks->num_chunks(), 2u);
   GeminiModel wrapped(chunks);
   cross_entropy(wrapped.forward(shard(data.images[0])), shard(data.labels[0])).backward();
