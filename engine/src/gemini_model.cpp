@@ -1,25 +1,36 @@
 #include <colo/engine/gemini_model.h>
 
+#include <colo/engine/gemini_state_streamer.h>
 #include <colo/zero/allocate.h>
 #include <colo/zero/chunked_parameters.h>
 #include <colo/zero/shard_layout.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "master_weights_state.h"
 
 namespace colo {
 
-GeminiModel::GeminiModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr<GeminiOptimizer> optimizer)
-    : ModelWrapper(std::move(module)), optimizer_(std::move(optimizer)), policy_(optimizer_->options().precision()) {
-  auto& chunks = optimizer_->chunks();
+namespace {
+
+const std::shared_ptr<GeminiChunkOwner>& non_null(const std::shared_ptr<GeminiChunkOwner>& owner) {
+  if (!owner) throw std::invalid_argument("GeminiModel: the chunk owner is null");
+  return owner;
+}
+
+}  // namespace
+
+GeminiModel::GeminiModel(std::shared_ptr<GeminiChunkOwner> owner)
+    : ModelWrapper(non_null(owner)->model()),
+      chunks_(std::move(owner)),
+      policy_(chunks_->options().precision()) {
+  auto& chunks = chunks_->chunks();
   std::unordered_map<const void*, std::size_t> chunk_of;
   for (std::size_t c = 0; c < chunks.num_chunks(); ++c) {
-    for (auto i : chunks.chunk_params(c)) chunk_of.emplace(optimizer_->params()[i].unsafeGetTensorImpl(), c);
+    for (auto i : chunks.chunk_params(c)) chunk_of.emplace(chunks_->params()[i].unsafeGetTensorImpl(), c);
     const auto& layout = chunks.layout(c);
     largest_chunk_bytes_ = std::max<int64_t>(
         largest_chunk_bytes_, layout.padded_bucket_numel(0) * static_cast<int64_t>(c10::elementSize(chunks.working_dtype())));
@@ -43,13 +54,13 @@ GeminiModel::GeminiModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr
 int64_t GeminiModel::gathered_bytes_bound() const {
   std::size_t widest = 0;
   for (const auto& chunks : layer_chunks_) widest = std::max(widest, chunks.size());
-  return static_cast<int64_t>(widest + static_cast<std::size_t>(optimizer_->options().max_prefetch())) *
+  return static_cast<int64_t>(widest + static_cast<std::size_t>(chunks_->options().max_prefetch())) *
          largest_chunk_bytes_;
 }
 
 void GeminiModel::prefetch_after(std::size_t layer) {
-  auto& chunks = optimizer_->chunks();
-  int64_t budget = optimizer_->options().max_prefetch();
+  auto& chunks = chunks_->chunks();
+  int64_t budget = chunks_->options().max_prefetch();
   for (std::size_t k = layer + 1; k < layer_chunks_.size() && budget > 0; ++k) {
     for (auto c : layer_chunks_[k]) {
       if (budget == 0) break;
@@ -61,8 +72,8 @@ void GeminiModel::prefetch_after(std::size_t layer) {
 }
 
 void GeminiModel::prefetch_before(std::size_t layer) {
-  auto& chunks = optimizer_->chunks();
-  int64_t budget = optimizer_->options().max_prefetch();
+  auto& chunks = chunks_->chunks();
+  int64_t budget = chunks_->options().max_prefetch();
   for (std::size_t k = layer; k-- > 0 && budget > 0;) {
     for (auto c : layer_chunks_[k]) {
       if (budget == 0) break;
@@ -74,7 +85,7 @@ void GeminiModel::prefetch_before(std::size_t layer) {
 }
 
 void GeminiModel::on_backward_reaches(std::size_t layer) {
-  auto& chunks = optimizer_->chunks();
+  auto& chunks = chunks_->chunks();
   // Backward is past every layer after `layer`: their input gradients, which are what needs the
   // weights, are computed (weight gradients need only saved activations). Chunks used by no
   // earlier layer go now, also under no_sync, where no reduce-scatter releases them.
@@ -89,16 +100,16 @@ torch::Tensor GeminiModel::forward(const torch::Tensor& input) {
   try {
     return run_layers(input);
   } catch (const c10::OutOfMemoryError& e) {
-    throw optimizer_->out_of_memory("forward", optimizer_->chunks().device(), e);
+    throw chunks_->out_of_memory("forward", chunks_->chunks().device(), e);
   }
 }
 
 torch::Tensor GeminiModel::run_layers(const torch::Tensor& input) {
-  auto& chunks = optimizer_->chunks();
+  auto& chunks = chunks_->chunks();
   const bool grad = torch::GradMode::is_enabled();
   if (grad) {
-    optimizer_->prepare_for_backward();
-    optimizer_->begin_warmup();
+    chunks_->prepare_for_backward();
+    chunks_->begin_warmup();
   }
   chunks.release_all();  // what a backward under no_sync (or a failed pass) left gathered
   auto h = policy_.cast_to_compute(input);
@@ -120,27 +131,7 @@ torch::Tensor GeminiModel::run_layers(const torch::Tensor& input) {
 }
 
 std::vector<checkpoint::PendingTensor> GeminiModel::pending_full_state() const {
-  std::unordered_map<std::string, std::size_t> chunked;
-  for (std::size_t i = 0; i < optimizer_->param_names().size(); ++i) chunked.emplace(optimizer_->param_names()[i], i);
-  // Chunked parameters may be released: their masters are read, one chunk at a time.
-  auto masters = std::make_shared<GeminiOptimizer::ChunkStream>(*optimizer_, GeminiOptimizer::ChunkState::kMaster);
-  std::vector<checkpoint::PendingTensor> pending;
-  for (const auto& item : module_->canonical_named_parameters()) {
-    const auto it = chunked.find(item.key());
-    if (it != chunked.end()) {
-      pending.push_back({item.key(), torch::kFloat, item.value().sizes().vec(), [masters, i = it->second] {
-                           return masters->get(i);
-                         }});
-    } else {
-      pending.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec(),
-                         [p = item.value()] { return p.detach(); }});
-    }
-  }
-  for (const auto& item : module_->canonical_named_buffers()) {
-    pending.push_back({item.key(), item.value().scalar_type(), item.value().sizes().vec(),
-                       [b = item.value()] { return b.detach(); }});
-  }
-  return pending;
+  return GeminiStateStreamer(*chunks_).model_entries();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> GeminiModel::full_state() const {
@@ -154,37 +145,8 @@ void GeminiModel::load_full_state(const std::vector<std::pair<std::string, torch
 }
 
 void GeminiModel::load_full_state(const CheckpointSetReader& reader) {
-  // Checked from the entries' shapes first: nothing changes on an error.
-  std::vector<std::pair<std::string, torch::Tensor>> shadow;
-  for (const auto& e : reader.entries) {
-    shadow.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(torch::kMeta)));
-  }
-  check_full_state(shadow);
-  torch::NoGradGuard no_grad;
-  const auto& names = optimizer_->param_names();
-  std::unordered_set<std::string> chunked(names.begin(), names.end());
-  // What is not chunked (buffers, frozen parameters) is small: read at once.
-  std::set<std::string> others;
-  for (const auto& item : module_->canonical_named_parameters()) {
-    if (!chunked.count(item.key())) others.insert(item.key());
-  }
-  for (const auto& item : module_->canonical_named_buffers()) others.insert(item.key());
-  std::map<std::string, torch::Tensor> values;
-  for (auto& [name, value] : reader.read(others)) values.emplace(name, value);
-  for (const auto& item : module_->canonical_named_parameters()) {
-    if (!chunked.count(item.key())) item.value().copy_(values.at(item.key()));
-  }
-  for (const auto& item : module_->canonical_named_buffers()) item.value().copy_(values.at(item.key()));
-  // The masters take the saved values themselves, the working shards their rounding: chunk by chunk.
-  for (std::size_t c = 0; c < optimizer_->num_chunks(); ++c) {
-    std::set<std::string> wanted;
-    for (auto i : optimizer_->chunks().chunk_params(c)) wanted.insert(names[i]);
-    std::map<std::string, torch::Tensor> chunk;
-    for (auto& [name, value] : reader.read(wanted)) chunk.emplace(name, value);
-    std::vector<torch::Tensor> full;
-    for (auto i : optimizer_->chunks().chunk_params(c)) full.push_back(chunk.at(names[i]));
-    optimizer_->load_chunk(c, full);
-  }
+  check_full_state(reader.shapes());  // from the entries' shapes first: nothing changes on an error
+  GeminiStateStreamer(*chunks_).load_model(reader);
 }
 
 }  // namespace colo

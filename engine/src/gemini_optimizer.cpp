@@ -1,70 +1,29 @@
+// GeminiOptimizer: the step over a GeminiChunkOwner's chunks (unscale, clip, Adam per chunk where
+// its state lives, the working shards refreshed), with loss scaling for fp16. What the chunks
+// are and where they live is the owner's (gemini_chunk_owner.cpp).
 #include <colo/amp/grad_clip.h>
 #include <colo/engine/gemini_optimizer.h>
-#include <colo/engine/memory_size.h>
+#include <colo/engine/gemini_state_streamer.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/hybrid_adam.h>
-#include <colo/optim/optimizer_state.h>
 #include <colo/zero/allocate.h>
-#include <colo/zero/chunk_plan.h>
 #include <colo/zero/chunked_parameters.h>
-#include <colo/zero/device_memory.h>
-#include <colo/zero/gather_full_tensors.h>
-#include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
 #include <colo/zero/sharded_adam.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
-#include <set>
 #include <stdexcept>
-#include <unordered_map>
-#include <unordered_set>
 
-#include "parameter_match.h"
 #include "optimizer_scalars.h"
-#include "optimizer_state_entries.h"
+#include "parameter_match.h"
 #include "sharded_adam_checks.h"
 
 namespace colo {
 
 std::vector<std::string> GeminiOptimizerOptions::violations() const {
   std::vector<std::string> errors;
-  for (const auto& [name, value] : {std::pair<const char*, double>{"shard_param_frac", shard_param_frac()},
-                                    {"offload_param_frac", offload_param_frac()},
-                                    {"offload_optim_frac", offload_optim_frac()}}) {
-    if (!(value >= 0.0 && value <= 1.0)) errors.push_back(fmt::format("{} must lie in [0, 1], got {}", name, value));
-  }
-  if (offload_param_frac() > 0.0 && shard_param_frac() < 1.0) {
-    errors.push_back(fmt::format(
-        "offload_param_frac={} needs shard_param_frac=1 (got {}): only sharded chunks keep a shard that can live in "
-        "host memory",
-        offload_param_frac(), shard_param_frac()));
-  }
-  if (placement_policy() == GeminiPlacementPolicy::kAuto &&
-      (shard_param_frac() != 1.0 || offload_param_frac() != 0.0 || offload_optim_frac() != 0.0)) {
-    errors.push_back(
-        "shard_param_frac, offload_param_frac and offload_optim_frac belong to placement_policy=static; auto places "
-        "the chunks itself (leave them out, or choose static)");
-  }
-  if (!(steady_cuda_cap_ratio() > 0.0 && steady_cuda_cap_ratio() <= 1.0)) {
-    errors.push_back(fmt::format("steady_cuda_cap_ratio must lie in (0, 1], got {}", steady_cuda_cap_ratio()));
-  }
-  if (chunk_size_mb()) {
-    if (auto problem = memory_size_problem(*chunk_size_mb(), kMebibytes, false); !problem.empty()) {
-      errors.push_back(fmt::format("chunk_size_mb {} {}", *chunk_size_mb(), problem));
-    }
-  }
-  if (device_memory_bytes()) {
-    const auto bytes = static_cast<double>(*device_memory_bytes());
-    if (auto problem = memory_size_problem(bytes, kBytes, false); !problem.empty()) {
-      errors.push_back(fmt::format("device_memory_bytes {} {}", *device_memory_bytes(), problem));
-    }
-  }
-  if (max_prefetch() < 0) errors.push_back(fmt::format("max_prefetch must be >= 0, got {}", max_prefetch()));
   if (auto problem = detail::max_grad_norm_problem(max_grad_norm()); !problem.empty()) errors.push_back(problem);
   return errors;
 }
@@ -73,257 +32,76 @@ void GeminiOptimizer::check_optimizer(const torch::optim::Optimizer& optimizer, 
   detail::check_adam_like(optimizer, caller);
 }
 
-GeminiChunking GeminiOptimizer::chunking(const std::vector<int64_t>& numels, const std::vector<std::string>& names,
-                                         const GeminiOptimizerOptions& options, bool on_gpu) {
-  const auto compute = amp::PrecisionPolicy(options.precision()).compute_dtype();
-  const int64_t element_size = static_cast<int64_t>(c10::elementSize(compute));
-  std::optional<int64_t> capacity;
-  if (options.chunk_size_mb()) {
-    capacity = std::max<int64_t>(1, static_cast<int64_t>(*options.chunk_size_mb() * 1024.0 * 1024.0) / element_size);
-  }
-  auto plan = zero::plan_chunks(numels, names, capacity, element_size);
-  GeminiChunking out;
-  out.capacity = plan.capacity;
-  out.searched = plan.searched;
-  out.chunks = std::move(plan.chunks);
-  for (const auto& members : out.chunks) {
-    int64_t n = 0;
-    for (auto i : members) n += numels[i];
-    out.chunk_numels.push_back(n);
-  }
-  if (options.placement_policy() == GeminiPlacementPolicy::kStatic) {
-    out.placement = zero::static_placement(out.chunk_numels, options.shard_param_frac(), options.offload_param_frac(),
-                                           options.offload_optim_frac());
-  } else {
-    // Auto: every chunk sharded, its parameter shard on the device; the optimizer state waits in
-    // host memory until the first step has measured what else the device holds.
-    out.placement.assign(out.chunks.size(), zero::ChunkPlacement{true, false, on_gpu});
-  }
-  return out;
-}
-
 GeminiOptimizer::GeminiOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                 std::shared_ptr<nn::LayerStack> model, std::shared_ptr<dist::ProcessGroup> group,
-                                 GeminiOptimizerOptions options)
-    : optimizer_(std::move(optimizer)),
-      model_(std::move(model)),
-      group_(std::move(group)),
-      options_(std::move(options)),
-      policy_(options_.precision()) {
+                                 std::shared_ptr<GeminiChunkOwner> chunks, GeminiOptimizerOptions options)
+    : optimizer_(std::move(optimizer)), chunks_(std::move(chunks)), options_(std::move(options)) {
   if (!optimizer_) throw std::invalid_argument("GeminiOptimizer: the optimizer is null");
-  if (!model_) throw std::invalid_argument("GeminiOptimizer: the model is null");
-  if (!group_) throw std::invalid_argument("GeminiOptimizer: the data-parallel process group is null");
+  if (!chunks_) throw std::invalid_argument("GeminiOptimizer: the chunk owner is null");
   detail::check_adam_like(*optimizer_, options_.caller());
   if (const auto errors = options_.violations(); !errors.empty()) {
     throw std::invalid_argument(fmt::format("{}: {}", options_.caller(), fmt::join(errors, "; ")));
   }
+  // The state the owner keeps per chunk is laid out for this optimizer's parameters and groups.
+  const auto matched = detail::match_optimizer_to_model(*chunks_->model(), *optimizer_, options_.caller());
+  const auto stepped = detail::floating_stepped_parameters(matched, options_.caller());
+  bool same = stepped.params.size() == chunks_->params().size() && stepped.groups == chunks_->param_groups();
+  for (std::size_t i = 0; same && i < stepped.params.size(); ++i) {
+    same = stepped.params[i].unsafeGetTensorImpl() == chunks_->params()[i].unsafeGetTensorImpl();
+  }
+  if (!same) {
+    throw std::invalid_argument(fmt::format(
+        "{}: the optimizer steps other parameters (or groups) than the chunk owner chunked; build the "
+        "GeminiChunkOwner and the GeminiOptimizer over the same optimizer",
+        options_.caller()));
+  }
   max_grad_norm_ = options_.max_grad_norm();
-
-  // 1. The chunked parameters: the optimizer's, in the model's canonical order.
-  const auto matched = detail::match_optimizer_to_model(*model_, *optimizer_, options_.caller());
-  model_names_ = matched.model_names;
-  model_params_ = matched.model_params;
-  auto stepped = detail::floating_stepped_parameters(matched, options_.caller());
-  names_ = std::move(stepped.names);
-  params_ = std::move(stepped.params);
-  group_of_param_ = std::move(stepped.groups);
-  for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
-  if (!model_->canonical_shard_specs().empty()) {
-    throw std::invalid_argument(
-        fmt::format("{}: the GeminiOptimizer shards whole parameters over data-parallel ranks only; this "
-                    "model's layers are split by tensor parallelism (use ZeRO-1/2 with tensor parallelism)",
-                    options_.caller()));
+  if (chunks_->precision_policy().needs_loss_scaler()) {
+    scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler());
   }
-  device_ = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
-  torch::NoGradGuard no_grad;
-  const auto compute = policy_.compute_dtype();
-  // 2. Chunks and placement.
-  std::vector<int64_t> numels;
-  for (const auto& p : params_) numels.push_back(p.numel());
-  auto chunking = GeminiOptimizer::chunking(numels, names_, options_, device_.is_cuda());
-  chunk_capacity_ = chunking.capacity;
-  chunk_capacity_searched_ = chunking.searched;
-  chunk_members_ = std::move(chunking.chunks);
-  chunk_of_.assign(params_.size(), 0);
-  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
-    for (auto i : chunk_members_[c]) chunk_of_[i] = c;
-  }
-  placement_ = std::move(chunking.placement);
-  settled_ = options_.placement_policy() == GeminiPlacementPolicy::kStatic;
-
-  // 3. Optimizer state per chunk.
-  const int rank = group_->rank();
-  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
-    std::vector<int64_t> member_numels;
-    std::vector<std::size_t> member_groups;
-    std::vector<torch::Tensor> member_values;
-    for (auto i : chunk_members_[c]) {
-      member_numels.push_back(numels[i]);
-      member_groups.push_back(group_of_param_[i]);
-      // The exact fp32 values go straight to where the master lives: no second device copy of the model.
-      member_values.push_back(params_[i].detach().reshape(-1));
-    }
-    std::vector<std::size_t> all(member_numels.size());
-    std::iota(all.begin(), all.end(), std::size_t{0});
-    auto layout = std::make_shared<zero::ShardLayout>(member_numels, std::vector<std::vector<std::size_t>>{all},
-                                                      group_->size());
-    // Auto placement moves the state at the first step: Adam's moments (half of it) are made
-    // there, where they stay, not here.
-    auto adam = std::make_shared<zero::ShardedAdam>(
-        layout, rank, member_groups, state_options(placement_[c].optim_on_host),
-        settled_ ? zero::ShardedAdam::Moments::kNow : zero::ShardedAdam::Moments::kAtFirstStep);
-    auto master = adam->master();
-    layout->copy_to_shard(rank, member_values, master);
-    layouts_.push_back(std::move(layout));
-    adam_.push_back(std::move(adam));
-  }
-
-  for (auto& p : model_params_) {
-    if (p.is_floating_point() && p.scalar_type() != compute) p.set_data(p.detach().to(compute));
-  }
-
-  // 4. The working parameters in chunks.
-  chunks_ = std::make_unique<zero::ChunkedParameters>(
-      params_, chunk_members_, layouts_, placement_, group_,
-      zero::ChunkedParametersOptions().working_dtype(compute).pin_memory(options_.pin_memory()));
-  for (std::size_t c = 0; c < chunk_members_.size(); ++c) {
-    const bool same_side = placement_[c].params_on_host == placement_[c].optim_on_host || !device_.is_cuda();
-    if (compute == torch::kFloat && placement_[c].sharded && same_side) chunks_->share_shard(c, adam_[c]->master());
-  }
-
-  // 5. Gradients: chunks in reverse, the order backward completes them.
-  const std::size_t num_chunks = chunk_members_.size();
-  std::vector<std::vector<std::size_t>> buckets;
-  std::vector<torch::Tensor> destinations;
-  for (std::size_t b = 0; b < num_chunks; ++b) {
-    buckets.push_back(chunk_members_[num_chunks - 1 - b]);
-    destinations.push_back(adam_[num_chunks - 1 - b]->grad());
-  }
-  auto reduce_layout = std::make_shared<zero::ShardLayout>(numels, buckets, group_->size());
-  std::vector<std::pair<std::string, torch::Tensor>> named;
-  for (std::size_t i = 0; i < params_.size(); ++i) named.emplace_back(names_[i], params_[i]);
-  reducer_ = std::make_unique<zero::ReduceScatterGradReducer>(
-      std::move(named), group_, reduce_layout, std::move(destinations),
-      zero::ReduceScatterGradReducerOptions()
-          .overlap_communication(options_.overlap_communication())
-          .communication_dtype(options_.communication_dtype())
-          .pin_memory(options_.pin_memory())
-          .after_launch([this, num_chunks](std::size_t b) { chunks_->release(num_chunks - 1 - b); }));
-
-  // 6.
-  if (policy_.needs_loss_scaler()) scaler_ = std::make_unique<amp::DynamicLossScaler>(options_.loss_scaler());
 }
 
 GeminiOptimizer::~GeminiOptimizer() = default;
-
-torch::TensorOptions GeminiOptimizer::state_options(bool on_host) const {
-  // Host state is read and written by the CPU's Adam only: it needs no pinning (gradients arrive
-  // through the reducer's pinned staging, updates leave through the pinned parameter shards).
-  return torch::TensorOptions(on_host ? torch::Device(torch::kCPU) : device_);
-}
-
-const zero::ChunkPlacement& GeminiOptimizer::placement(std::size_t c) const { return placement_.at(c); }
 
 void GeminiOptimizer::backward(const torch::Tensor& loss) {
   try {
     OptimizerWrapper::backward(loss);
   } catch (const c10::OutOfMemoryError& e) {
-    throw out_of_memory("backward", device_, e);
+    throw chunks_->out_of_memory("backward", chunks_->device(), e);
   }
 }
 
-zero::AllocationError GeminiOptimizer::out_of_memory(const std::string& pass, const torch::Device& device,
-                                                     const c10::Error& e) const {
-  const std::string cause = e.what_without_backtrace();
-  return zero::AllocationError(fmt::format(
-      "{}: the {} pass ran out of {} memory: {}. What helps: a smaller batch per pass (with gradient "
-      "accumulation for the same step), activation checkpointing (LayerStack::set_activation_checkpointing; "
-      "train_vit --activation-checkpointing), max_prefetch=0, a smaller chunk_size_mb, or more optimizer state in "
-      "host memory (placement_policy=auto with a lower steady_cuda_cap_ratio, or a higher offload_optim_frac)",
-      options_.caller(), pass, device.str(), cause.substr(0, cause.find('\n'))));
-}
-
-void GeminiOptimizer::prepare_for_backward() { reducer_->prepare_for_backward(); }
-void GeminiOptimizer::set_gradient_sync(bool enabled) { reducer_->set_sync(enabled); }
-bool GeminiOptimizer::gradient_sync() const { return reducer_->sync_enabled(); }
-void GeminiOptimizer::reduce_accumulated_gradients() { reducer_->reduce_accumulated(); }
-
-void GeminiOptimizer::begin_warmup() {
-  if (settled_ || warmup_started_) return;
-  warmup_started_ = true;
-  zero::reset_device_peak(device_);
-}
-
-void GeminiOptimizer::move_optimizer_state(std::size_t c, bool to_host) {
-  auto& old = *adam_[c];
-  std::vector<std::size_t> member_groups;
-  for (auto i : chunk_members_[c]) member_groups.push_back(group_of_param_[i]);
-  const auto moments =
-      old.exp_avg().defined() ? zero::ShardedAdam::Moments::kNow : zero::ShardedAdam::Moments::kAtFirstStep;
-  auto moved =
-      std::make_shared<zero::ShardedAdam>(layouts_[c], group_->rank(), member_groups, state_options(to_host), moments);
-  torch::NoGradGuard no_grad;
-  const_cast<torch::Tensor&>(moved->master()).copy_(old.master());
-  const_cast<torch::Tensor&>(moved->grad()).copy_(old.grad());
-  if (old.exp_avg().defined()) {
-    const_cast<torch::Tensor&>(moved->exp_avg()).copy_(old.exp_avg());
-    const_cast<torch::Tensor&>(moved->exp_avg_sq()).copy_(old.exp_avg_sq());
-  }
-  moved->set_step_count(old.step_count());
-  adam_[c] = std::move(moved);
-  placement_[c].optim_on_host = to_host;
-  reducer_->set_destination(chunk_members_.size() - 1 - c, adam_[c]->grad());
-}
-
-// Auto placement, once, before the first update. The warm-up step's peak on the device, less the
-// model state resident then (parameter shards, replicated chunks, optimizer state placed there),
-// is the working memory (activations, gathered chunks, workspaces) every step needs again. Of
-// steady_cuda_cap_ratio of the device, what the parameters and that working memory leave goes to
-// optimizer state, chunk by chunk in forward order; the chunks that do not fit stay in host memory.
-void GeminiOptimizer::settle_auto_placement() {
-  settled_ = true;
-  auto capacity = options_.device_memory_bytes();
-  if (!capacity) capacity = zero::device_capacity_bytes(device_);
-  int64_t budget = std::numeric_limits<int64_t>::max();
-  if (capacity) {
-    const int64_t params = chunks_->resident_device_bytes();
-    const int64_t resident = params + optimizer_state_device_bytes();
-    const int64_t working = std::max<int64_t>(0, zero::device_peak_allocated_bytes(device_) - resident);
-    budget = static_cast<int64_t>(options_.steady_cuda_cap_ratio() * static_cast<double>(*capacity)) - params - working;
-    placement_overhead_bytes_ = params + working;
-  }
-  for (std::size_t c = 0; c < adam_.size(); ++c) {
-    const int64_t bytes = adam_[c]->full_bytes();
-    const bool fits = bytes <= budget;
-    if (fits) budget -= bytes;
-    if (placement_[c].optim_on_host == fits) move_optimizer_state(c, /*to_host=*/!fits);
-  }
-}
+void GeminiOptimizer::set_gradient_sync(bool enabled) { chunks_->set_gradient_sync(enabled); }
+bool GeminiOptimizer::gradient_sync() const { return chunks_->gradient_sync(); }
+void GeminiOptimizer::reduce_accumulated_gradients() { chunks_->reduce_accumulated_gradients(); }
+void GeminiOptimizer::zero_grad() { chunks_->zero_grad(); }
 
 bool GeminiOptimizer::step() {
-  reducer_->finalize();
-  if (!settled_) settle_auto_placement();
+  auto& owner = *chunks_;
+  owner.finalize_gradients();
+  owner.settle_placement();
+  const std::size_t num_chunks = owner.num_chunks();
+  const auto& group = owner.group();
   bool found_inf = false;
   if (scaler_ || max_grad_norm_ > 0.0) {
     const double inv_scale = scaler_ ? scaler_->inv_scale() : 1.0;
     // The chunks' shards are disjoint: their squared norms sum to the global one. Normed per
     // parameter piece, as a replica's gradients are, so that the norm does not depend on the layout.
     std::vector<torch::Tensor> pieces;
-    for (std::size_t c = 0; c < adam_.size(); ++c) {
-      const auto& grad = adam_[c]->grad();
-      for (const auto& piece : layouts_[c]->pieces(group_->rank())) {
-        pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
+    for (std::size_t c = 0; c < num_chunks; ++c) {
+      const auto& state = owner.chunk_state(c);
+      for (const auto& piece : state.layout().pieces(group->rank())) {
+        pieces.push_back(state.grad().narrow(0, piece.shard_offset, piece.numel));
       }
     }
     amp::GradNormPlan plan;
-    plan.sum_over.push_back(group_);
+    plan.sum_over.push_back(group);
     const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
-    for (const auto& adam : adam_) {
-      const auto result = amp::apply_unscale_and_clip({adam->grad()}, inv_scale, max_grad_norm_, norm);
+    for (std::size_t c = 0; c < num_chunks; ++c) {
+      const auto result = amp::apply_unscale_and_clip({owner.chunk_state(c).grad()}, inv_scale, max_grad_norm_, norm);
       last_grad_norm_ = result.total_norm;
       found_inf = result.found_inf;
     }
-    if (adam_.empty()) last_grad_norm_ = norm, found_inf = !std::isfinite(norm);
+    if (num_chunks == 0) last_grad_norm_ = norm, found_inf = !std::isfinite(norm);
   }
   if (scaler_ && !scaler_->update(found_inf)) return false;
   const auto groups = detail::adam_hyperparameters(*optimizer_);
@@ -331,35 +109,38 @@ bool GeminiOptimizer::step() {
   // the CPU steps the host chunks, each of whose updated working values travels to the device
   // (a pinned staging buffer, a copy stream) while the CPU steps the next.
   for (const bool on_host : {false, true}) {
-    for (std::size_t c = 0; c < adam_.size(); ++c) {
-      if (adam_[c]->master().device().is_cpu() != on_host) continue;
-      adam_[c]->step(groups);
-      chunks_->update_from_master(c, adam_[c]->master());
+    for (std::size_t c = 0; c < num_chunks; ++c) {
+      auto& state = owner.chunk_state(c);
+      if (state.master().device().is_cpu() != on_host) continue;
+      state.step(groups);
+      owner.chunks().update_from_master(c, state.master());
     }
   }
-  chunks_->finish_updates();
+  owner.chunks().finish_updates();
   return true;
 }
 
-void GeminiOptimizer::zero_grad() {
-  reducer_->zero_grad();
-  detail::zero_defined_grads(unsharded_);
+std::vector<checkpoint::PendingTensor> GeminiOptimizer::pending_full_state() const {
+  return GeminiStateStreamer(*chunks_).optimizer_entries();
 }
 
-int64_t GeminiOptimizer::optimizer_state_device_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& adam : adam_) {
-    if (adam->master().device() == device_) bytes += adam->held_bytes();
-  }
-  return bytes;
+std::map<std::string, double> GeminiOptimizer::full_state_scalars() const {
+  return detail::optimizer_scalars(*optimizer_, scaler_.get());
 }
 
-int64_t GeminiOptimizer::optimizer_state_host_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& adam : adam_) {
-    if (adam->master().device() != device_) bytes += adam->held_bytes();
-  }
-  return bytes;
+OptimizerWrapper::FullState GeminiOptimizer::full_state() const {
+  FullState state;
+  for (const auto& entry : pending_full_state()) state.tensors.emplace_back(entry.name, entry.values());
+  state.scalars = full_state_scalars();
+  return state;
+}
+
+void GeminiOptimizer::load_full_state(const FullState& state) {
+  load_full_state(CheckpointSetReader::over(state.tensors), state.scalars);
+}
+
+void GeminiOptimizer::load_full_state(const CheckpointSetReader& reader, const std::map<std::string, double>& scalars) {
+  GeminiStateStreamer(*chunks_).load_optimizer(reader, scalars, *optimizer_, scaler_.get(), options_.caller());
 }
 
 }  // namespace colo

@@ -6,12 +6,14 @@ list(APPEND COLO_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/mixed_precision_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_optimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemini_optimizer_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/parameter_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_state_entries.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sharded_adam_checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/master_weights_state.cpp
+  # gemini's chunks (owned by its model half, borrowed by its optimizer) and their checkpoint streaming.
+  ${CMAKE_CURRENT_LIST_DIR}/gemini_chunk_owner.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemini_state_streamer.cpp
   # Model halves.
   ${CMAKE_CURRENT_LIST_DIR}/torch_ddp_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/low_level_zero_model.cpp

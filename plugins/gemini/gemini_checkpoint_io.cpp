@@ -1,13 +1,13 @@
 #include "gemini_checkpoint_io.h"
 
-#include <colo/engine/gemini_optimizer.h>
 #include <colo/checkpoint/sharded_safetensors.h>
+#include <colo/engine/gemini_model.h>
+#include <colo/engine/gemini_optimizer.h>
+#include <colo/engine/gemini_state_streamer.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-
-#include <colo/engine/gemini_model.h>
 
 namespace colo::plugins {
 namespace {

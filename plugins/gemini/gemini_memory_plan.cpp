@@ -1,5 +1,5 @@
 // GeminiPlugin::plan_memory: what gemini would hold on each rank, from the same chunking
-// (GeminiOptimizer::chunking) and placement rules the optimizer uses.
+// (GeminiChunkOwner::plan) and placement rules the chunk owner uses.
 #include <colo/amp/precision_policy.h>
 #include <colo/booster/memory_plan.h>
 #include <colo/zero/allocate.h>
@@ -17,7 +17,7 @@ using memory_planning::bytes;
 using zero::format_bytes;
 
 MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
-  const auto o = GeminiOptions::parse(given).gemini();
+  const auto o = GeminiOptions::parse(given).chunks();
   const auto compute = amp::PrecisionPolicy(o.precision()).compute_dtype();
   const auto communication = o.communication_dtype().value_or(compute);
   const int world = in.world_size();
@@ -40,7 +40,7 @@ MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPla
     }
   }
   const bool gpu = in.device_is_gpu();
-  auto chunking = GeminiOptimizer::chunking(numels, names, o, gpu);
+  auto chunking = GeminiChunkOwner::plan(numels, names, o, gpu);
   const std::size_t num_chunks = chunking.chunks.size();
   std::vector<int64_t> shard(num_chunks);
   int64_t largest_padded = 0;
@@ -79,7 +79,7 @@ MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPla
     }
   }
   // Auto: the optimizer state of each chunk, in forward order, on the device while the budget
-  // allows (GeminiOptimizer::settle_auto_placement with the working memory estimated here).
+  // allows (GeminiChunkOwner::settle_placement with the working memory estimated here).
   std::vector<std::string> notes;
   if (o.placement_policy() == GeminiPlacementPolicy::kAuto) {
     if (in.device_memory_bytes() || o.device_memory_bytes()) {

@@ -8,9 +8,10 @@ namespace colo::plugins {
 GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   OptionReader in("gemini", given);
   GeminiOptions parsed;
-  auto& o = parsed.gemini();
+  auto& o = parsed.chunks();
   const auto precision = PrecisionOptions::read(in, given);
-  o.precision(precision.precision()).max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
+  o.precision(precision.precision());
+  parsed.optimizer().max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
   const auto policy = in.get_choice("placement_policy", "static", {"static", "auto"},
                                     "static: the *_frac options place the chunks; auto: a warm-up step measures the "
                                     "device's memory and optimizer state stays on it while steady_cuda_cap_ratio allows");
@@ -51,6 +52,7 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
                                            "dtype gradients are reduced in; auto: the precision's");
   if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
   for (const auto& error : o.violations()) in.fail(error);
+  for (const auto& error : parsed.optimizer().violations()) in.fail(error);
   in.finish();
   return parsed;
 }

@@ -8,8 +8,11 @@
 
 #include <stdexcept>
 
-#include "gemini_checkpoint_io.h"
+#include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/gemini_model.h>
+#include <colo/engine/gemini_optimizer.h>
+
+#include "gemini_checkpoint_io.h"
 
 namespace colo::plugins {
 
@@ -36,11 +39,12 @@ Boosted GeminiPlugin::boost(BoostInputs inputs) {
   // 2.
   auto model = inputs.model;
   broadcast_model(*model, context_.device, *world);
-  apply_matmul_precision(*model, options_.gemini().precision(), context_.device);
+  apply_matmul_precision(*model, options_.chunks().precision(), context_.device);
   // 3.
-  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, model, world, options_.gemini());
+  auto chunks = std::make_shared<GeminiChunkOwner>(model, inputs.optimizer, world, options_.chunks());
   // 4.
-  auto wrapped = std::make_shared<GeminiModel>(model, optimizer);
+  auto wrapped = std::make_shared<GeminiModel>(chunks);
+  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, chunks, options_.optimizer());
   return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 

@@ -18,8 +18,9 @@ namespace colo::plugins {
 // boost(), in order:
 //   1. the data loader is re-sharded over the world;
 //   2. the model moves to the context's device; parameters and buffers are broadcast from rank 0;
-//   3. the GeminiOptimizer chunks the parameters and places each chunk's state (see its order);
-//   4. the model is wrapped (GeminiModel: gathers and releases chunks layer by layer).
+//   3. a GeminiChunkOwner chunks the parameters and places each chunk's state (see its order);
+//   4. the model is wrapped around it (GeminiModel: gathers and releases chunks layer by layer)
+//      and the optimizer borrows it (GeminiOptimizer: steps each chunk's state where it lives).
 // no_sync works: gradients accumulate in param.grad (full size, with the chunks kept gathered
 // until the next forward) and the next synchronised backward reduce-scatters their sum.
 class GeminiPlugin : public Plugin {

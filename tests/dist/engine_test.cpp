@@ -3,6 +3,7 @@
 // a few lines), trained on each rank's shard of the global batches, against one process training
 // on the whole batches. A plugin is then only the recipe; these hold the engines themselves.
 #include <colo/dist/process_group.h>
+#include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/gemini_model.h>
 #include <colo/engine/gemini_optimizer.h>
 #include <colo/engine/low_level_zero_model.h>
@@ -11,11 +12,17 @@
 #include <colo/engine/pipeline_model.h>
 #include <colo/engine/torch_ddp_model.h>
 #include <colo/engine/zero_optimizer.h>
+#include <colo/zero/chunked_parameters.h>
+#include <colo/zero/gather_full_tensors.h>
+#include <colo/zero/shard_layout.h>
+#include <colo/zero/sharded_adam.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "dist_test_env.h"
 #include "plugin_equivalence.h"
@@ -94,12 +101,57 @@ TEST(Engines, ZeroStagesOneAndTwoTrainLikeOneProcess) {
   }
 }
 
+// The chunks belong to the model half; the optimizer half borrows them.
 TEST(Engines, GeminiChunksTrainLikeOneProcess) {
   auto model = engine_model();
-  auto optimizer = std::make_shared<GeminiOptimizer>(conditioned_adamw(*model), model, world(),
-                                                     GeminiOptimizerOptions().chunk_size_mb(0.05));
-  auto wrapped = std::make_shared<GeminiModel>(model, optimizer);
-  expect_engine_trains_like_one_process({wrapped, optimizer}, "GeminiOptimizer + GeminiModel");
+  auto adamw = conditioned_adamw(*model);
+  auto chunks = std::make_shared<GeminiChunkOwner>(model, adamw, world(), GeminiChunkOptions().chunk_size_mb(0.05));
+  auto wrapped = std::make_shared<GeminiModel>(chunks);
+  auto optimizer = std::make_shared<GeminiOptimizer>(adamw, chunks, GeminiOptimizerOptions());
+  expect_engine_trains_like_one_process({wrapped, optimizer}, "GeminiChunkOwner + GeminiModel + GeminiOptimizer");
+}
+
+// The model half needs only its chunk owner, no optimizer half: a forward and a backward over
+// each rank's shard leave every chunk released and each chunk's gradient shard holding this rank's
+// part of the mean gradient over the global batch (as one process computes it), and the model's
+// state is the weights it started from. Every weight is randomised (a fresh ViT's biases are 0).
+TEST(Engines, GeminiModelNeedsOnlyItsChunkOwner) {
+  const auto randomised = [] {
+    auto model = make_vit();
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(3);
+    for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
+    return model;
+  };
+  const auto data = make_batches(1, kPerRankBatch * world()->size());
+  auto reference = randomised();
+  cross_entropy(reference->forward(data.images[0]), data.labels[0]).backward();
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& item : reference->canonical_named_parameters()) want.emplace(item.key(), item.value().grad());
+
+  auto model = randomised();
+  broadcast_model(*model, torch::kCPU, *world());
+  auto chunks = std::make_shared<GeminiChunkOwner>(model, conditioned_adamw(*model), world(),
+                                                   GeminiChunkOptions().chunk_size_mb(0.03).max_prefetch(1));
+  ASSERT_GT(chunks->num_chunks(), 2u);
+  GeminiModel wrapped(chunks);
+  cross_entropy(wrapped.forward(shard(data.images[0])), shard(data.labels[0])).backward();
+  EXPECT_EQ(chunks->chunks().gathered_bytes(), 0) << "a synchronised backward releases every chunk";
+  chunks->finalize_gradients();
+  std::size_t compared = 0;
+  for (std::size_t c = 0; c < chunks->num_chunks(); ++c) {
+    const auto& state = chunks->chunk_state(c);
+    const auto full = zero::gather_full_tensors(state.layout(), *world(), state.grad());
+    ASSERT_EQ(full.size(), chunks->chunk_members(c).size());
+    for (std::size_t k = 0; k < full.size(); ++k) {
+      const auto& name = chunks->param_names()[chunks->chunk_members(c)[k]];
+      const auto& expected = want.at(name);
+      EXPECT_LE(relative_error(full[k].view(expected.sizes()), expected), kFp32Tolerance) << name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, want.size());
+  expect_weights_near(wrapped, *reference, 0.0);
 }
 
 // One pipeline stage (pp 1) over data-parallel replicas: the PipelineModel's forward, its
@@ -134,11 +186,28 @@ TEST(Engines, ErrorsNameTheCallerNotAPlugin) {
     }
   }
   try {
-    GeminiOptimizer g(conditioned_adamw(*model), model, world(),
-                      GeminiOptimizerOptions().caller("my_gemini_recipe").max_prefetch(-1));
+    GeminiChunkOwner g(model, conditioned_adamw(*model), world(),
+                       GeminiChunkOptions().caller("my_gemini_recipe").max_prefetch(-1));
     ADD_FAILURE() << "max_prefetch=-1 accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).rfind("my_gemini_recipe: ", 0), 0u) << e.what();
+  }
+  // gemini's step borrows the chunks made for one optimizer: another (here without the head's
+  // parameters) is refused, naming the caller.
+  auto chunked = engine_model();
+  auto chunks = std::make_shared<GeminiChunkOwner>(chunked, conditioned_adamw(*chunked), world(), GeminiChunkOptions());
+  std::vector<torch::Tensor> without_head;
+  for (const auto& item : chunked->canonical_named_parameters()) {
+    if (item.key().rfind("head.", 0) != 0) without_head.push_back(item.value());
+  }
+  ASSERT_LT(without_head.size(), chunked->parameters().size());
+  auto other = std::make_shared<torch::optim::AdamW>(without_head, torch::optim::AdamWOptions(kLr));
+  try {
+    GeminiOptimizer g(other, chunks, GeminiOptimizerOptions().caller("my_gemini_recipe"));
+    ADD_FAILURE() << "an optimizer over other parameters accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("my_gemini_recipe: the optimizer steps other parameters", 0), 0u)
+        << e.what();
   }
 }
 

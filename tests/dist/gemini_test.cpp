@@ -3,7 +3,8 @@
 // gathers at once, auto placement's split, checkpoints to and from the other plugins at other
 // world sizes, and the errors for what gemini cannot do.
 #include <colo/booster/booster.h>
-#include <colo/engine/gemini_optimizer.h>
+#include <colo/engine/gemini_chunk_owner.h>
+#include <colo/engine/gemini_model.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/sharded_safetensors.h>
@@ -65,7 +66,8 @@ std::shared_ptr<nn::LayerStack> deep_vit(uint64_t seed = 7) {
   return model;
 }
 
-GeminiOptimizer& gemini_of(Boosted& b) { return dynamic_cast<GeminiOptimizer&>(*b.optimizer); }
+// The chunks the boosted model holds (and its optimizer borrows).
+GeminiChunkOwner& gemini_of(Boosted& b) { return *dynamic_cast<GeminiModel&>(*b.model).chunk_owner(); }
 
 void gemini_step(Boosted& b, const torch::Tensor& images, const torch::Tensor& labels, dist::ProcessGroup& group) {
   b.optimizer->zero_grad();

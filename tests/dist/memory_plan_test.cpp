@@ -4,7 +4,8 @@
 // and working buffers are estimates, not checked here (the GPU runs report them beside the
 // measured peaks: benchmarks/RESULTS.md).
 #include <colo/booster/booster.h>
-#include <colo/engine/gemini_optimizer.h>
+#include <colo/engine/gemini_chunk_owner.h>
+#include <colo/engine/gemini_model.h>
 #include <colo/booster/memory_plan.h>
 #include <colo/engine/mixed_precision_optimizer.h>
 #include <colo/booster/plugin_registry.h>
@@ -147,7 +148,7 @@ TEST(MemoryPlan, GeminiHoldsWhatItPlansForEveryStaticPlacement) {
     const auto plan = Booster::plan_memory("gemini", options, inputs_for(*make_vit(), world()->size()));
     const auto& r = plan.ranks.front();
     auto b = boost_and_step("gemini", options);
-    auto& gemini = dynamic_cast<GeminiOptimizer&>(*b.optimizer);
+    auto& gemini = *dynamic_cast<GeminiModel&>(*b.model).chunk_owner();
     // Where state lives is the placement's (on CPU ranks "host" is the same memory).
     int64_t state_device = 0, state_host = 0;
     for (std::size_t c = 0; c < gemini.num_chunks(); ++c) {

@@ -3,7 +3,7 @@
 // plugin reads them, and the API's options.
 #include <colo/booster/booster.h>
 #include <colo/booster/checkpoint_io.h>
-#include <colo/engine/gemini_optimizer.h>
+#include <colo/engine/gemini_chunk_owner.h>
 #include <colo/booster/memory_plan.h>
 #include <colo/engine/memory_size.h>
 #include <colo/booster/plugin_options.h>
@@ -100,11 +100,11 @@ TEST(MemorySize, TheApisSizeOptionsAreRangeCheckedToo) {
   EXPECT_NE(zero.front().find("bucket_cap_mb (reduce_bucket_size_mb) 1073741825 must be a size in MiB"),
             std::string::npos)
       << zero.front();
-  EXPECT_TRUE(colo::GeminiOptimizerOptions().chunk_size_mb(kMaxMib).device_memory_bytes(colo::kMaxMemoryBytes)
+  EXPECT_TRUE(colo::GeminiChunkOptions().chunk_size_mb(kMaxMib).device_memory_bytes(colo::kMaxMemoryBytes)
                   .violations()
                   .empty());
-  EXPECT_EQ(colo::GeminiOptimizerOptions().chunk_size_mb(kMaxMib + 1).violations().size(), 1u);
-  EXPECT_EQ(colo::GeminiOptimizerOptions().device_memory_bytes(colo::kMaxMemoryBytes + 1).violations().size(), 1u);
+  EXPECT_EQ(colo::GeminiChunkOptions().chunk_size_mb(kMaxMib + 1).violations().size(), 1u);
+  EXPECT_EQ(colo::GeminiChunkOptions().device_memory_bytes(colo::kMaxMemoryBytes + 1).violations().size(), 1u);
   EXPECT_EQ(ShardBytes::max_shard_bytes(colo::SaveOptions().shard(true).max_shard_mb(kMaxMib)),
             colo::kMaxMemoryBytes);
   EXPECT_THROW(ShardBytes::max_shard_bytes(colo::SaveOptions().shard(true).max_shard_mb(1e14)),

@@ -1,7 +1,11 @@
 #pragma once
+// gemini's model half: the layer stack run layer by layer over the chunks of the
+// GeminiChunkOwner it holds (gathered just in time, released after). It calls nothing of the
+// optimizer's: an optimizer (GeminiOptimizer) borrows the same owner to step the chunks.
 
 #include <colo/amp/precision_policy.h>
-#include <colo/engine/gemini_optimizer.h>
+#include <colo/checkpoint/safetensors.h>
+#include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/model_wrapper.h>
 
 #include <cstddef>
@@ -13,6 +17,8 @@
 
 namespace colo {
 
+struct CheckpointSetReader;
+
 // The model as gemini hands it back: its layers' parameters exist in full only around their use.
 //
 // forward() runs the stack layer by layer. Before layer k it fetches the chunks holding k's
@@ -21,7 +27,7 @@ namespace colo {
 // before the first step); after layer k it releases the chunks no later layer needs. With
 // gradients on, a hook on layer k's output fetches k's chunks again when backward reaches it
 // (and prefetches the chunks of the layers before it) and releases the chunks no earlier layer
-// uses; the optimizer's reducer also releases a chunk once all its gradients are taken. What is
+// uses; the owner's gradient reducer also releases a chunk once all its gradients are taken. What is
 // left gathered after backward (the first layer's chunks under no_sync) is released at the next
 // forward.
 //
@@ -29,7 +35,8 @@ namespace colo {
 // State (checkpoints) is the fp32 masters, gathered chunk by chunk, under canonical names.
 class GeminiModel : public ModelWrapper {
  public:
-  GeminiModel(std::shared_ptr<nn::LayerStack> module, std::shared_ptr<GeminiOptimizer> optimizer);
+  // The model is the owner's (GeminiChunkOwner::model()). Throws std::invalid_argument for a null owner.
+  explicit GeminiModel(std::shared_ptr<GeminiChunkOwner> owner);
 
   torch::Tensor forward(const torch::Tensor& input) override;
 
@@ -40,7 +47,8 @@ class GeminiModel : public ModelWrapper {
   // chunk by chunk (shapes checked first). GeminiCheckpointIO saves and loads through these.
   std::vector<checkpoint::PendingTensor> pending_full_state() const;
   void load_full_state(const CheckpointSetReader& reader);
-  const std::shared_ptr<GeminiOptimizer>& optimizer() const { return optimizer_; }
+  // The chunks this model gathers (and an optimizer borrows to step).
+  const std::shared_ptr<GeminiChunkOwner>& chunk_owner() const { return chunks_; }
 
   // Per layer, the chunks holding its parameters.
   const std::vector<std::vector<std::size_t>>& layer_chunks() const { return layer_chunks_; }
@@ -55,7 +63,7 @@ class GeminiModel : public ModelWrapper {
   void prefetch_before(std::size_t layer);
   void on_backward_reaches(std::size_t layer);
 
-  std::shared_ptr<GeminiOptimizer> optimizer_;
+  std::shared_ptr<GeminiChunkOwner> chunks_;
   amp::PrecisionPolicy policy_;
   std::vector<std::vector<std::size_t>> layer_chunks_;
   std::vector<std::size_t> last_forward_layer_;   // per chunk
