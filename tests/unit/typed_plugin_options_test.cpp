@@ -13,7 +13,6 @@
 #include <colo/plugins/hybrid_parallel_options.h>
 #include <colo/plugins/low_level_zero_options.h>
 #include <colo/plugins/torch_ddp_options.h>
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -316,10 +315,9 @@ TEST(TypedPluginOptions, HybridParallelRoundTripsEveryField) {
   EXPECT_EQ(maps[0].at("layers_per_stage"), "3,2,2,1");
   EXPECT_EQ(maps[0].count("partition"), 0U) << "layers_per_stage makes the partition explicit";
   // The file is the schedule, its microbatches and chunks: nothing beside it that parse refuses.
-  EXPECT_EQ(maps[1], (PluginOptions{{"pp_size", "2"},
-                                    {"pp_schedule_file", file},
-                                    {"partition", "balanced"},
-                                    {"cuda_graphs", "true"}}));
+  EXPECT_EQ(maps[1],
+            (PluginOptions{
+                {"pp_size", "2"}, {"pp_schedule_file", file}, {"partition", "balanced"}, {"cuda_graphs", "true"}}));
 }
 
 TEST(TypedPluginOptions, HybridParallelSaysWhatNoKeyHolds) {
@@ -333,8 +331,9 @@ TEST(TypedPluginOptions, HybridParallelSaysWhatNoKeyHolds) {
   };
   const auto schedule =
       colo::pipeline::builtin_schedules().make("1f1b", colo::pipeline::ScheduleShape(/*pp=*/2, /*microbatches=*/4));
-  EXPECT_NE(error_of(colo::HybridParallelOptions().pp_size(2).schedule_from_file(schedule)).find("set pp_schedule_file"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(colo::HybridParallelOptions().pp_size(2).schedule_from_file(schedule)).find("set pp_schedule_file"),
+      std::string::npos);
   EXPECT_NE(error_of(colo::HybridParallelOptions().partition(colo::pipeline::PartitionMethod::kExplicit))
                 .find("give layers_per_stage"),
             std::string::npos);
@@ -346,15 +345,14 @@ TEST(TypedPluginOptions, HybridParallelSaysWhatNoKeyHolds) {
     colo::HybridParallelOptions::parse(both.to_options());
     ADD_FAILURE() << "pp_style and pp_schedule_file together were accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("give pp_style or pp_schedule_file, not both"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("give pp_style or pp_schedule_file, not both"), std::string::npos) << e.what();
   }
 }
 
 std::shared_ptr<colo::dist::ProcessGroup> typed_options_world_of_one() {
-  const auto path = colo::files::join(colo::files::temp_directory(), "colo_typed_options_store_" +
-                                                                         std::to_string(::getpid()) + "_" +
-                                                                         std::to_string(std::rand()));
+  const auto path =
+      colo::files::join(colo::files::temp_directory(),
+                        "colo_typed_options_store_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand()));
   colo::dist::Environment env;
   env.rdzv_file = path;
   colo::dist::ProcessGroup::Options options;
@@ -392,8 +390,7 @@ TEST(TypedPluginOptions, BuildAPluginThatUsesThem) {
 // The plugin's own validation, reached through the typed options: one path for code and CLI.
 TEST(TypedPluginOptions, ThePluginJudgesThemAsItJudgesTheMap) {
   try {
-    colo::PluginRegistry::global().create(colo::LowLevelZeroOptions().zero(
-                                              colo::LowLevelZeroOptions().zero().stage(3)),
+    colo::PluginRegistry::global().create(colo::LowLevelZeroOptions().zero(colo::LowLevelZeroOptions().zero().stage(3)),
                                           colo::PluginContext{});
     ADD_FAILURE() << "stage 3 was accepted";
   } catch (const std::invalid_argument& e) {
