@@ -104,6 +104,14 @@ void expect_same(const colo::GeminiOptimizerOptions& got, const colo::GeminiOpti
   EXPECT_EQ(got.communication_dtype(), want.communication_dtype());
 }
 
+void expect_same(const colo::LowLevelZeroOptions& got, const colo::LowLevelZeroOptions& want) {
+  expect_same(got.zero(), want.zero());
+}
+
+void expect_same(const colo::GeminiOptions& got, const colo::GeminiOptions& want) {
+  expect_same(got.gemini(), want.gemini());
+}
+
 void expect_same(const std::optional<colo::pipeline::Schedule>& got,
                  const std::optional<colo::pipeline::Schedule>& want) {
   ASSERT_EQ(got.has_value(), want.has_value());
