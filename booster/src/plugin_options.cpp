@@ -186,4 +186,30 @@ std::vector<std::string> OptionReader::describe() const {
   return out;
 }
 
+void OptionWriter::set_bool(const std::string& key, bool value, bool fallback) {
+  if (value != fallback) options_[key] = value ? "true" : "false";
+}
+
+void OptionWriter::set_int(const std::string& key, int64_t value, int64_t fallback) {
+  if (value != fallback) options_[key] = std::to_string(value);
+}
+
+void OptionWriter::set_double(const std::string& key, double value, double fallback) {
+  // fmt's "{}" is the shortest text that strtod reads back exactly (and a non-finite value's text,
+  // which get_double then refuses by name).
+  if (value != fallback) options_[key] = fmt::format("{}", value);
+}
+
+void OptionWriter::set_double(const std::string& key, const std::optional<double>& value) {
+  if (value) options_[key] = fmt::format("{}", *value);
+}
+
+void OptionWriter::set_string(const std::string& key, const std::string& value, const std::string& fallback) {
+  if (value != fallback) options_[key] = value;
+}
+
+void OptionWriter::merge(const PluginOptions& options) {
+  for (const auto& [key, value] : options) options_[key] = value;
+}
+
 }  // namespace colo

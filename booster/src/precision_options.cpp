@@ -43,4 +43,21 @@ PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& g
   return o;
 }
 
+PluginOptions PrecisionOptions::to_options() const {
+  const PrecisionOptions d;
+  const auto& s = loss_scaler();
+  const auto& ds = d.loss_scaler();
+  OptionWriter out;
+  out.set_string("precision", amp::to_string(precision()), amp::to_string(d.precision()));
+  out.set_double("max_grad_norm", max_grad_norm(), d.max_grad_norm());
+  out.set_double("initial_scale", s.initial_scale(), ds.initial_scale());
+  out.set_double("min_scale", s.min_scale(), ds.min_scale());
+  out.set_double("max_scale", s.max_scale(), ds.max_scale());
+  out.set_double("growth_factor", s.growth_factor(), ds.growth_factor());
+  out.set_double("backoff_factor", s.backoff_factor(), ds.backoff_factor());
+  out.set_int("growth_interval", s.growth_interval(), ds.growth_interval());
+  out.set_int("hysteresis", s.hysteresis(), ds.hysteresis());
+  return out.options();
+}
+
 }  // namespace colo

@@ -12,6 +12,7 @@
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <colo/optim/hybrid_adam.h>
+#include <colo/plugins/torch_ddp_options.h>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -67,7 +68,8 @@ int main(int argc, char** argv) {
     colo::Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
       return torch::nn::functional::cross_entropy(out.to(torch::kFloat), y);
     };
-    colo::Booster booster(colo::PluginRegistry::global().create("torch_ddp", {{"precision", "bf16"}}));
+    colo::Booster booster(
+        colo::PluginRegistry::global().create(colo::TorchDdpOptions().precision(colo::amp::Precision::kBf16)));
     auto b = booster.boost(model, optimizer, criterion, loader);
     const int64_t steps = epochs * b.dataloader->num_batches();
     b.lr_scheduler = std::make_shared<colo::optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), steps, steps / 10);

@@ -7,6 +7,7 @@
 #include <colo/nn/layer.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/nn/model_summary.h>
+#include <colo/plugins/hybrid_parallel_options.h>
 #include <colo/shardformer/policy.h>
 #include <colo/shardformer/policy_registry.h>
 #include <torch/torch.h>
@@ -96,7 +97,7 @@ class FeedForwardPolicy : public colo::shardformer::Policy {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const std::string tp_size = argc > 1 ? argv[1] : "1";
+  const int tp_size = argc > 1 ? std::stoi(argv[1]) : 1;
   // Step 3: register the policy before boosting; the plugin's shardformer finds it.
   colo::shardformer::PolicyRegistry::global().add(std::make_shared<FeedForwardPolicy>());
 
@@ -106,7 +107,7 @@ int main(int argc, char** argv) try {
   colo::Criterion criterion = [](const torch::Tensor& out, const torch::Tensor& y) {
     return torch::nn::functional::cross_entropy(out, y);
   };
-  auto plugin = colo::PluginRegistry::global().create("hybrid_parallel", {{"tp_size", tp_size}});
+  auto plugin = colo::PluginRegistry::global().create(colo::HybridParallelOptions().tp_size(tp_size));
   colo::Booster booster(plugin);
   auto b = booster.boost(model, optimizer, criterion);
 

@@ -15,6 +15,7 @@
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <colo/optim/hybrid_adam.h>
+#include <colo/plugins/torch_ddp_options.h>
 // README end
 
 int main(int argc, char** argv) {
@@ -34,9 +35,10 @@ int main(int argc, char** argv) {
     return torch::nn::functional::cross_entropy(out, y);
   };
 
-  // bf16 on a GPU; fp32 on a CPU, where LibTorch's bf16 kernels are many times slower.
-  const std::string precision = torch::cuda::is_available() ? "bf16" : "fp32";
-  auto plugin = colo::PluginRegistry::global().create("torch_ddp", {{"precision", precision}});
+  // bf16 on a GPU; fp32 on a CPU, where LibTorch's bf16 kernels are many times slower. Typed options
+  // (<colo/plugins/*_options.h>) or the string map --plugin-opt gives: create("torch_ddp", {{"precision", "bf16"}}).
+  const auto precision = torch::cuda::is_available() ? colo::amp::Precision::kBf16 : colo::amp::Precision::kFp32;
+  auto plugin = colo::PluginRegistry::global().create(colo::TorchDdpOptions().precision(precision));
   colo::Booster booster(plugin);
   auto b = booster.boost(model, optimizer, criterion, loader);  // loader now holds this rank's shard
   // Built after boost because its length counts this rank's batches (boost shards the loader). One built before

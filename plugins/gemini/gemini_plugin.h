@@ -2,11 +2,10 @@
 
 #include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
+#include <colo/plugins/gemini_options.h>
 
 #include <memory>
 #include <string>
-
-#include "gemini_options.h"
 
 namespace colo::plugins {
 

@@ -3,11 +3,10 @@
 #include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/per_stage_checkpoint_io.h>
+#include <colo/plugins/hybrid_parallel_options.h>
 
 #include <memory>
 #include <string>
-
-#include "hybrid_parallel_options.h"
 
 namespace colo::plugins {
 

@@ -4,8 +4,7 @@
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
 #include <colo/engine/zero_optimizer.h>
-
-#include "low_level_zero_options.h"
+#include <colo/plugins/low_level_zero_options.h>
 
 #include <string>
 

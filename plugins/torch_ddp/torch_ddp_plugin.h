@@ -5,8 +5,7 @@
 #include <colo/booster/memory_plan.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_options.h>
-
-#include "torch_ddp_options.h"
+#include <colo/plugins/torch_ddp_options.h>
 
 #include <torch/arg.h>
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,7 +11,9 @@ namespace colo {
 
 // Options reach every plugin, a third party's included, as strings ("tp_size" -> "2"), from code
 // or from `--plugin-opt key=value`. Each plugin parses them into its typed options in one
-// validate step through an OptionReader, which reports every problem at once.
+// validate step through an OptionReader, which reports every problem at once. colo's four plugins
+// also take typed options (<colo/plugins/<name>_options.h>), which write this map (to_options(),
+// through an OptionWriter) and are parsed back from it: one path for code, CLI and JSON.
 using PluginOptions = std::map<std::string, std::string>;
 
 // Parses "key=value" (the command-line form). Throws std::invalid_argument on a missing '='.
@@ -56,6 +59,27 @@ class OptionReader {
   PluginOptions options_;
   std::vector<Declared> declared_;
   std::vector<std::string> errors_;
+};
+
+// The inverse of OptionReader, for a plugin's typed options (their to_options()): each set_*
+// writes `key` only when `value` differs from `fallback` (the default the matching get_* falls
+// back to), as text that get_* reads back to the same value. A default struct writes nothing.
+class OptionWriter {
+ public:
+  void set_bool(const std::string& key, bool value, bool fallback);
+  void set_int(const std::string& key, int64_t value, int64_t fallback);
+  // The shortest text that reads back to the same double.
+  void set_double(const std::string& key, double value, double fallback);
+  // An optional value, whose default is unset: written whenever it is set.
+  void set_double(const std::string& key, const std::optional<double>& value);
+  void set_string(const std::string& key, const std::string& value, const std::string& fallback);
+  // Adds `options`' keys (e.g. PrecisionOptions::to_options()).
+  void merge(const PluginOptions& options);
+
+  const PluginOptions& options() const { return options_; }
+
+ private:
+  PluginOptions options_;
 };
 
 }  // namespace colo

@@ -44,6 +44,18 @@ class PluginRegistry {
   std::shared_ptr<Plugin> create(const std::string& name_or_path, const PluginOptions& options = {});
   std::shared_ptr<Plugin> create(const std::string& name_or_path, const PluginOptions& options,
                                  const PluginContext& context);
+  // A plugin from typed options: colo's (colo::TorchDdpOptions, LowLevelZeroOptions, GeminiOptions,
+  // HybridParallelOptions in <colo/plugins/<name>_options.h>, target colo::plugin_options), or any
+  // type with a kPluginName (a name or a path) and a to_options(). The same as
+  // create(kPluginName, options.to_options()): the plugin parses the map as it parses any other.
+  template <typename TypedOptions, typename = decltype(TypedOptions::kPluginName)>
+  std::shared_ptr<Plugin> create(const TypedOptions& options) {
+    return create(TypedOptions::kPluginName, options.to_options());
+  }
+  template <typename TypedOptions, typename = decltype(TypedOptions::kPluginName)>
+  std::shared_ptr<Plugin> create(const TypedOptions& options, const PluginContext& context) {
+    return create(TypedOptions::kPluginName, options.to_options(), context);
+  }
 
   // The plugin's memory plan for `inputs` (a model and a world size), without creating the plugin
   // or any process group: see MemoryPlan. Throws PluginError when the plugin makes none, and the

@@ -22,6 +22,8 @@ struct PrecisionOptions {
   // Declares the keys on `in` and records every problem there (in.fail); `given` is the
   // plugin's options as passed, to tell a key given from a default.
   static PrecisionOptions read(OptionReader& in, const PluginOptions& given);
+  // The keys read() reads, for the values that differ from the defaults (read() gives this back).
+  PluginOptions to_options() const;
 };
 
 }  // namespace colo

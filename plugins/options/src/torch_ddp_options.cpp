@@ -1,11 +1,11 @@
-#include "torch_ddp_options.h"
+#include <colo/plugins/torch_ddp_options.h>
 
 #include <colo/booster/precision_options.h>
 
-namespace colo::plugins {
+namespace colo {
 namespace {
 
-TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
+TorchDdpOptions read_torch_ddp_options(OptionReader& in, const PluginOptions& given) {
   TorchDdpOptions o;
   o.bucket_cap_mb(in.get_mebibytes("bucket_cap_mb", o.bucket_cap_mb(),
                                    "MiB of gradients per all-reduce bucket (smaller: earlier overlap, more launches)",
@@ -33,9 +33,24 @@ TorchDdpOptions read_options(OptionReader& in, const PluginOptions& given) {
 
 TorchDdpOptions TorchDdpOptions::parse(const PluginOptions& options) {
   OptionReader in("torch_ddp", options);
-  auto parsed = read_options(in, options);
+  auto parsed = read_torch_ddp_options(in, options);
   in.finish();
   return parsed;
 }
 
-}  // namespace colo::plugins
+PluginOptions TorchDdpOptions::to_options() const {
+  const TorchDdpOptions d;
+  OptionWriter out;
+  out.set_double("bucket_cap_mb", bucket_cap_mb(), d.bucket_cap_mb());
+  out.set_bool("find_unused_parameters", find_unused_parameters(), d.find_unused_parameters());
+  out.set_bool("gradient_as_bucket_view", gradient_as_bucket_view(), d.gradient_as_bucket_view());
+  out.set_bool("overlap_communication", overlap_communication(), d.overlap_communication());
+  out.set_bool("broadcast_buffers", broadcast_buffers(), d.broadcast_buffers());
+  out.merge(
+      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).to_options());
+  out.set_bool("master_weights", master_weights(), d.master_weights());
+  out.set_bool("cuda_graphs", cuda_graphs(), d.cuda_graphs());
+  return out.options();
+}
+
+}  // namespace colo

@@ -1,4 +1,4 @@
-#include "hybrid_parallel_options.h"
+#include <colo/plugins/hybrid_parallel_options.h>
 
 #include <colo/booster/precision_options.h>
 #include <colo/pipeline/schedule_registry.h>
@@ -6,12 +6,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "communication_dtype.h"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-namespace colo::plugins {
+namespace colo {
 namespace {
 
 // "7,5" -> {7, 5}; problems recorded on `in`.
@@ -209,6 +211,47 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   return o;
 }
 
+PluginOptions HybridParallelOptions::to_options() const {
+  const HybridParallelOptions d;
+  OptionWriter out;
+  out.set_int("tp_size", tp_size(), d.tp_size());
+  out.set_bool("enable_sequence_parallelism", sequence_parallel(), d.sequence_parallel());
+  out.set_int("pp_size", pp_size(), d.pp_size());
+  out.set_int("microbatch_size", microbatch_size(), d.microbatch_size());
+  out.set_int("eval_microbatch_size", eval_microbatch_size(), d.eval_microbatch_size());
+  out.set_string("pp_style", pp_style(), d.pp_style());
+  out.set_string("pp_schedule_file", pp_schedule_file(), d.pp_schedule_file());
+  // A schedule file's chunks and microbatches are the file's: written only where they differ
+  // from it (for parse to report).
+  const auto* file_shape = schedule_from_file() ? &schedule_from_file()->shape : nullptr;
+  if (file_shape && pp_schedule_file().empty()) {
+    throw std::invalid_argument("HybridParallelOptions: schedule_from_file has no option key (parse reads it from "
+                                "pp_schedule_file): set pp_schedule_file to the schedule's file instead");
+  }
+  out.set_int("num_microbatches", num_microbatches(), file_shape ? file_shape->microbatches() : d.num_microbatches());
+  out.set_int("num_model_chunks", num_model_chunks(), file_shape ? file_shape->chunks() : d.num_model_chunks());
+  // layers_per_stage makes the partition explicit; uniform and balanced are partition's.
+  out.set_string("layers_per_stage", fmt::format("{}", fmt::join(layers_per_stage(), ",")), "");
+  if (partition() == pipeline::PartitionMethod::kExplicit) {
+    if (layers_per_stage().empty()) {
+      throw std::invalid_argument(
+          "HybridParallelOptions: partition kExplicit has no option value: give layers_per_stage (the explicit "
+          "layer counts), which makes the partition explicit");
+    }
+  } else {
+    out.set_string("partition", pipeline::to_string(partition()), pipeline::to_string(d.partition()));
+  }
+  out.set_int("zero_stage", zero_stage(), d.zero_stage());
+  out.set_double("bucket_cap_mb", bucket_cap_mb(), d.bucket_cap_mb());
+  out.set_bool("overlap_communication", overlap_communication(), d.overlap_communication());
+  out.set_bool("cpu_offload", cpu_offload(), d.cpu_offload());
+  detail::write_communication_dtype(out, communication_dtype(), "hybrid_parallel");
+  out.merge(
+      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).to_options());
+  out.set_bool("cuda_graphs", cuda_graphs(), d.cuda_graphs());
+  return out.options();
+}
+
 pipeline::Schedule HybridParallelOptions::training_schedule(int microbatches) const {
   if (!schedule_from_file_) {
     return pipeline::builtin_schedules().make(
@@ -228,4 +271,4 @@ bool HybridParallelOptions::splits_backward() const {
   return entry && entry->splits_backward;
 }
 
-}  // namespace colo::plugins
+}  // namespace colo

@@ -1,9 +1,11 @@
-#include "gemini_options.h"
+#include <colo/plugins/gemini_options.h>
 
 #include <colo/engine/memory_size.h>
 #include <colo/booster/precision_options.h>
 
-namespace colo::plugins {
+#include "communication_dtype.h"
+
+namespace colo {
 
 GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   OptionReader in("gemini", given);
@@ -57,4 +59,33 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   return parsed;
 }
 
-}  // namespace colo::plugins
+PluginOptions GeminiOptions::to_options() const {
+  const auto& o = chunks();
+  const auto d = GeminiOptions().chunks();
+  OptionWriter out;
+  out.merge(PrecisionOptions()
+                .precision(o.precision())
+                .max_grad_norm(optimizer().max_grad_norm())
+                .loss_scaler(optimizer().loss_scaler())
+                .to_options());
+  out.set_string("placement_policy", o.placement_policy() == GeminiPlacementPolicy::kAuto ? "auto" : "static",
+                 "static");
+  out.set_double("shard_param_frac", o.shard_param_frac(), d.shard_param_frac());
+  out.set_double("offload_param_frac", o.offload_param_frac(), d.offload_param_frac());
+  out.set_double("offload_optim_frac", o.offload_optim_frac(), d.offload_optim_frac());
+  out.set_double("steady_cuda_cap_ratio", o.steady_cuda_cap_ratio(), d.steady_cuda_cap_ratio());
+  // Unset is the key's 0 (read from the device, searched); a set value is written even where it is
+  // 0, which parse reads as unset.
+  if (o.device_memory_bytes()) {
+    out.set_double("device_memory_mb",
+                   static_cast<double>(*o.device_memory_bytes()) / static_cast<double>(kMebibytes.bytes));
+  }
+  out.set_double("chunk_size_mb", o.chunk_size_mb());
+  out.set_int("max_prefetch", o.max_prefetch(), d.max_prefetch());
+  out.set_bool("pin_memory", o.pin_memory(), d.pin_memory());
+  out.set_bool("overlap_communication", o.overlap_communication(), d.overlap_communication());
+  detail::write_communication_dtype(out, o.communication_dtype(), "gemini");
+  return out.options();
+}
+
+}  // namespace colo

@@ -1,13 +1,15 @@
-#include "low_level_zero_options.h"
+#include <colo/plugins/low_level_zero_options.h>
 
 #include <colo/amp/precision.h>
 #include <colo/booster/precision_options.h>
 #include <fmt/format.h>
 
-namespace colo::plugins {
+#include "communication_dtype.h"
+
+namespace colo {
 namespace {
 
-LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
+LowLevelZeroOptions read_low_level_zero_options(OptionReader& in, const PluginOptions& given) {
   LowLevelZeroOptions parsed;
   auto& o = parsed.zero();
   o.stage(static_cast<int>(
@@ -47,9 +49,26 @@ LowLevelZeroOptions read_options(OptionReader& in, const PluginOptions& given) {
 
 LowLevelZeroOptions LowLevelZeroOptions::parse(const PluginOptions& options) {
   OptionReader in("low_level_zero", options);
-  auto parsed = read_options(in, options);
+  auto parsed = read_low_level_zero_options(in, options);
   in.finish();
   return parsed;
 }
 
-}  // namespace colo::plugins
+PluginOptions LowLevelZeroOptions::to_options() const {
+  const auto& o = zero();
+  const auto d = LowLevelZeroOptions().zero();
+  OptionWriter out;
+  out.set_int("stage", o.stage(), d.stage());
+  out.merge(PrecisionOptions()
+                .precision(o.precision())
+                .max_grad_norm(o.max_grad_norm())
+                .loss_scaler(o.loss_scaler())
+                .to_options());
+  out.set_double("reduce_bucket_size_mb", o.bucket_cap_mb(), d.bucket_cap_mb());
+  out.set_bool("overlap_communication", o.overlap_communication(), d.overlap_communication());
+  out.set_bool("cpu_offload", o.cpu_offload(), d.cpu_offload());
+  detail::write_communication_dtype(out, o.communication_dtype(), "low_level_zero");
+  return out.options();
+}
+
+}  // namespace colo

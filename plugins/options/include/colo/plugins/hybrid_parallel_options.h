@@ -13,14 +13,16 @@
 #include <string>
 #include <vector>
 
-namespace colo::plugins {
+namespace colo {
 
 // hybrid_parallel's options, parsed and validated together from the plugin's string map: one
-// error lists every problem (and the valid keys, for an unknown one).
+// error lists every problem (and the valid keys, for an unknown one); written back to it by
+// to_options(): PluginRegistry::global().create(HybridParallelOptions().tp_size(2).pp_size(2)...).
 struct HybridParallelOptions {
   // The mesh: dp is what the world leaves (world / (tp * pp)).
   TORCH_ARG(int, tp_size) = 1;
-  // Split the tokens over the tp ranks between the parallel regions (needs tp_size > 1).
+  // Split the tokens over the tp ranks between the parallel regions (needs tp_size > 1); the key
+  // is enable_sequence_parallelism.
   TORCH_ARG(bool, sequence_parallel) = false;
   TORCH_ARG(int, pp_size) = 1;
   // Microbatches per step: a count, or a size (one of the two when pp_size > 1; 0 = unset).
@@ -34,8 +36,10 @@ struct HybridParallelOptions {
   // also sets num_microbatches and num_model_chunks. Give one of the two.
   TORCH_ARG(std::string, pp_style) = "1f1b";
   TORCH_ARG(std::string, pp_schedule_file) = "";
+  // No key: parse() reads it from pp_schedule_file (to_options() writes that file's name).
   TORCH_ARG(std::optional<pipeline::Schedule>, schedule_from_file) = std::nullopt;
   TORCH_ARG(int, num_model_chunks) = 1;
+  // uniform or balanced; kExplicit has no key: parse() sets it where layers_per_stage is given.
   TORCH_ARG(pipeline::PartitionMethod, partition) = pipeline::PartitionMethod::kUniform;
   TORCH_ARG(std::vector<int>, layers_per_stage) = {};
   // The dp axis: 0 all-reduce (DDP), 1 / 2 ZeRO over the dp group.
@@ -53,7 +57,6 @@ struct HybridParallelOptions {
   // zero_bubble, any data-parallel size (the reduction runs after the backward graphs).
   TORCH_ARG(bool, cuda_graphs) = false;
 
-
  public:
   // Whether steps run through execute_pipeline: pp_size > 1, or microbatches configured.
   bool pipelined() const { return pp_size_ > 1 || num_microbatches_ > 0 || microbatch_size_ > 0; }
@@ -65,6 +68,15 @@ struct HybridParallelOptions {
 
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key.
   static HybridParallelOptions parse(const PluginOptions& options);
+  // The keys parse() reads, for the fields that differ from the defaults: parse(to_options())
+  // gives these options back, and a default struct gives an empty map. What parse derives is
+  // written as the key it came from: a schedule file's schedule, chunks and microbatches as
+  // pp_schedule_file; the explicit partition as layers_per_stage. Throws std::invalid_argument
+  // for what no key holds (a schedule_from_file without its file, an explicit partition without
+  // layers_per_stage, a communication_dtype other than fp32, fp16 or bf16).
+  PluginOptions to_options() const;
+
+  static constexpr const char* kPluginName = "hybrid_parallel";
 };
 
-}  // namespace colo::plugins
+}  // namespace colo

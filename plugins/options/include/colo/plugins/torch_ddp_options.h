@@ -5,9 +5,10 @@
 #include <colo/booster/plugin_options.h>
 #include <torch/arg.h>
 
-namespace colo::plugins {
+namespace colo {
 
-// torch_ddp's options, parsed and validated from the plugin's string map in one step.
+// torch_ddp's options, parsed and validated from the plugin's string map in one step, and
+// written back to it: PluginRegistry::global().create(TorchDdpOptions().precision(...)).
 struct TorchDdpOptions {
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
   TORCH_ARG(bool, find_unused_parameters) = false;
@@ -27,6 +28,11 @@ struct TorchDdpOptions {
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key
   // (with the valid keys).
   static TorchDdpOptions parse(const PluginOptions& options);
+  // The keys parse() reads, for the fields that differ from the defaults: parse(to_options())
+  // gives these options back, and a default struct gives an empty map.
+  PluginOptions to_options() const;
+
+  static constexpr const char* kPluginName = "torch_ddp";
 };
 
-}  // namespace colo::plugins
+}  // namespace colo
