@@ -5,6 +5,7 @@
 #include <colo/booster/booster.h>
 #include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/gemini_model.h>
+#include <colo/engine/gemini_state_streamer.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/checkpoint/sharded_safetensors.h>
@@ -377,7 +378,7 @@ TEST(Gemini, SynchronisedMicroBatchesAccumulateAsUnderNoSync) {
       booster.backward(loss, *b.optimizer);
     }
     EXPECT_TRUE(b.optimizer->step());
-    return gemini_of(b).full_masters();
+    return GeminiStateStreamer(gemini_of(b)).full_masters();
   };
   const auto accumulated = train(true);
   const auto synchronised = train(false);

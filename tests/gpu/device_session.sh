@@ -1010,17 +1010,19 @@ PY
       rm -rf /tmp/colo-base && mkdir -p /tmp/colo-base && tar xzf .gpu-base.tgz -C /tmp/colo-base
       {
         cmake -S /tmp/colo-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=OFF -DCOLO_BUILD_BENCHMARKS=ON &&
-          cmake --build build-base -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp colo_plugin_hybrid_parallel
+          cmake --build build-base -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp colo_plugin_hybrid_parallel \
+            colo_plugin_gemini
       } >"$LOGS/build_base.log" 2>&1
       note "build-base rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED" "$LOGS/build_base.log" | head -20 | tee -a "$LOGS/summary.txt"
       ;;
     engine-room)
-      # Issue 34: ViT-B/16 bf16 batch 256 on GPU 0, torch_ddp and hybrid_parallel (tp 1), the tree before
-      # the change (build-base) and after (build-gpu), alternating, COLO_AB_REPEATS rounds (default 3).
+      # Issue 34: ViT-B/16 bf16 batch 256 on GPU 0, torch_ddp and hybrid_parallel (tp 1) or the plugins in
+      # COLO_AB_PLUGINS, the tree before the change (build-base) and after (build-gpu), alternating,
+      # COLO_AB_REPEATS rounds (default 3).
       common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1)
       for ((i = 0; i < ${COLO_AB_REPEATS:-3}; i++)); do
-        for plugin in torch_ddp hybrid_parallel; do
+        for plugin in ${COLO_AB_PLUGINS:-torch_ddp hybrid_parallel}; do
           for tree in base gpu; do
             CUDA_VISIBLE_DEVICES=0 timeout 150 build-$tree/bin/colo-run --nproc-per-node 1 build-$tree/bin/colo_vit_bench \
               --plugin $plugin "${common[@]}" --json "$LOGS/ab_${tree}_${plugin}_$i.json" >"$LOGS/ab_${tree}_${plugin}_$i.log" 2>&1
