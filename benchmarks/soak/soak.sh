@@ -57,8 +57,16 @@ train_args() {
 # Prefixes each line with the time (seconds since the epoch, with fractions).
 stamp() { perl -MTime::HiRes=time -ne 'BEGIN { $| = 1 } printf "%.3f %s", time, $_'; }
 
-# The ranks colo-run started (its direct children), one picked at random.
-random_rank_pid() { pgrep -P "$1" | shuf -n 1 || true; }
+# The ranks colo-run started (its direct children running train_vit), one picked at random. Not any
+# child: the time stamper that reads colo-run's output is one too (bash forks it before exec'ing
+# colo-run), and killing it ends the job with SIGPIPE instead of testing a restart.
+random_rank_pid() { pgrep -P "$1" -x "$(basename "$train_vit")" | shuf -n 1 || true; }
+
+# How many restarts colo-run has logged so far.
+restart_lines() { local n; n=$(grep -c "colo-run: restart [0-9]* of" "$1" 2>/dev/null); echo "${n:-0}"; }
+
+# How many events of a kind were sent (0 when none: grep -c prints 0 and fails then).
+count_events() { local n; n=$(grep -c "$1" "$2" 2>/dev/null); echo "${n:-0}"; }
 
 status=0
 summary=$out/summary.txt
@@ -78,18 +86,28 @@ for layout in $layouts; do
   "$colo_run" --nproc-per-node 4 --max-restarts $(( kills + hangs + 5 )) --grace-period 1 "$train_vit" "${plugin[@]}" \
     "${args[@]}" --save "$dir/soak" > >(stamp >"$dir/soak.log") 2>&1 &
   job=$!
-  # The failures in random order, at random moments spread over the run's expected length.
+  # The failures in random order, each 2-6 s after the previous failure's restart (a start-up takes ~5 s on
+  # 2 loaded cores: some land while an attempt starts, most while it trains).
   events=$( (for _ in $(seq "$kills"); do echo kill; done; for _ in $(seq "$hangs"); do echo hang; done) | shuf)
   for event in $events; do
-    sleep "$(awk -v s="$RANDOM" 'BEGIN{srand(s); printf "%.2f", 2 + rand() * 6}')"
+    sleep "$(awk -v s="$RANDOM" 'BEGIN{srand(s); printf "%.2f", 2 + rand() * 4}')"
     kill -0 "$job" 2>/dev/null || break
     pid=$(random_rank_pid "$job")
     [ -n "$pid" ] || continue
+    restarts=$(restart_lines "$dir/soak.log")
     if [ "$event" = kill ]; then kill -9 "$pid" 2>/dev/null || true; else kill -STOP "$pid" 2>/dev/null || true; fi
     echo "$(date +%s.%N) $event $pid" >>"$dir/events.txt"
+    # Each event its own failure: the next waits for this one's restart (a hang's takes the timeout),
+    # so that a stopped rank is caught by the timeout, not ended by the next kill.
+    for _ in $(seq $(( timeout_ms / 1000 * 4 + 60 ))); do
+      [ "$(restart_lines "$dir/soak.log")" -gt "$restarts" ] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.25
+    done
   done
   wait "$job" || {
-    echo "soak.sh: $layout: colo-run exited with status $?" >&2 echo "soak.sh: $layout: the run under failures did not finish: $dir/soak.log" >&2; status=1; }
+    echo "soak.sh: $layout: colo-run exited with status $?; the run under failures did not finish: $dir/soak.log" >&2
+    status=1; }
   sleep 1  # the time stamper's last lines
   elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
 
@@ -102,21 +120,24 @@ for layout in $layouts; do
     done
   fi
   [ "$same" = yes ] || status=1
-  # Per failure: the last step logged before it, the step the next attempt resumed from, and the
-  # time from the failure to that attempt's first step.
+  # Lost steps: the steps trained more than once (rank 0 logs every step, so every attempt's step lines
+  # counted, less the last step). Per failure, from the event that caused a restart (the latest kill or
+  # stop sent before it) to the next step any attempt trains: a failure while an attempt starts counts
+  # until training goes on. A hang's includes the timeout that detects it (--timeout-ms).
   report=$(awk -v events="$dir/events.txt" '
     BEGIN { n = 0; while ((getline line < events) > 0) { split(line, f, " "); n++; when[n] = f[1]; what[n] = f[2] } }
     / step [0-9]+\/[0-9]+/ { for (i = 1; i <= NF; i++) if ($i == "step") { split($(i+1), s, "/"); last = s[1] + 0 }
-                              if (waiting) { recover[r] = $1 - failed_at; waiting = 0 } }
-    /colo-run: restart [0-9]+ of/ { r++; lost_from[r] = last; failed_at = $1
-                                    for (k = n; k >= 1; k--) if (when[k] <= $1) { failed_at = when[k]; break } }
-    /resumed from .*step [0-9]+/ { split($NF, s, " "); resumed[r] = $NF + 0; waiting = 1 }
+                              executed++
+                              for (p in pending) { recover[p] = $1 - failed_at[p]; delete pending[p] } }
+    /colo-run: restart [0-9]+ of/ { r++; failed_at[r] = $1; kind[r] = "other"
+                                    for (k = n; k >= 1; k--) if (when[k] <= $1) { failed_at[r] = when[k]; kind[r] = what[k]; break }
+                                    pending[r] = 1 }
     END {
-      lost = 0; worst = 0; sum = 0
-      for (i = 1; i <= r; i++) { l = lost_from[i] - resumed[i]; if (l > 0) lost += l; sum += recover[i]; if (recover[i] > worst) worst = recover[i] }
-      printf "restarts %d, lost steps %d, recovery mean %.1f s, worst %.1f s", r, lost, r ? sum / r : 0, worst
+      for (i = 1; i <= r; i++) { c[kind[i]]++; sum[kind[i]] += recover[i]; if (recover[i] > worst[kind[i]]) worst[kind[i]] = recover[i] }
+      printf "restarts %d, lost steps %d", r, executed - last
+      for (k in c) printf ", recovery after a %s: mean %.1f s, worst %.1f s (%d)", k, sum[k] / c[k], worst[k], c[k]
     }' "$dir/soak.log")
-  line="$layout: $steps steps, $(grep -c kill "$dir/events.txt" 2>/dev/null || echo 0) kills and $(grep -c hang "$dir/events.txt" 2>/dev/null || echo 0) hangs sent; $report; $elapsed s in all; final weights identical to the uninterrupted run's: $same"
+  line="$layout: $steps steps, $(count_events kill "$dir/events.txt") kills and $(count_events hang "$dir/events.txt") hangs sent; $report; $elapsed s in all; final weights identical to the uninterrupted run's: $same"
   echo "$line" | tee -a "$summary"
 done
 echo "soak.sh: logs and states in $out" >&2
