@@ -133,9 +133,13 @@ for layout in $layouts; do
                                     for (k = n; k >= 1; k--) if (when[k] <= $1) { failed_at[r] = when[k]; kind[r] = what[k]; break }
                                     pending[r] = 1 }
     END {
-      for (i = 1; i <= r; i++) { c[kind[i]]++; sum[kind[i]] += recover[i]; if (recover[i] > worst[kind[i]]) worst[kind[i]] = recover[i] }
+      for (i = 1; i <= r; i++) { k = kind[i]; c[k]++; sum[k] += recover[i]; v[k, c[k]] = recover[i] }
       printf "restarts %d, lost steps %d", r, executed - last
-      for (k in c) printf ", recovery after a %s: mean %.1f s, worst %.1f s (%d)", k, sum[k] / c[k], worst[k], c[k]
+      for (k in c) {
+        for (i = 2; i <= c[k]; i++) for (j = i; j > 1 && v[k, j - 1] > v[k, j]; j--) { t = v[k, j]; v[k, j] = v[k, j - 1]; v[k, j - 1] = t }
+        printf ", recovery after a %s: median %.1f s, mean %.1f s, worst %.1f s (%d)", k, v[k, int((c[k] + 1) / 2)],
+               sum[k] / c[k], v[k, c[k]], c[k]
+      }
     }' "$dir/soak.log")
   line="$layout: $steps steps, $(count_events kill "$dir/events.txt") kills and $(count_events hang "$dir/events.txt") hangs sent; $report; $elapsed s in all; final weights identical to the uninterrupted run's: $same"
   echo "$line" | tee -a "$summary"
