@@ -1,5 +1,6 @@
 #pragma once
 
+#include <colo/amp/precision.h>
 #include <colo/booster/plugin_options.h>
 
 #include <c10/core/ScalarType.h>
@@ -12,7 +13,15 @@
 namespace colo::detail {
 
 // `communication_dtype` as the plugins read it (auto|fp32|fp16|bf16; auto, the default, is
-// nullopt): written only when set, and an error naming `owner` for a dtype no key spells.
+// nullopt).
+inline std::optional<c10::ScalarType> read_communication_dtype(OptionReader& in) {
+  const auto value = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
+                                   "dtype gradients are reduced in; auto: the precision's");
+  if (value == "auto") return std::nullopt;
+  return amp::to_dtype(amp::parse_precision(value));
+}
+
+// Its inverse: written only when set, and an error naming `owner` for a dtype no key spells.
 inline void write_communication_dtype(OptionWriter& out, const std::optional<c10::ScalarType>& dtype,
                                       const char* owner) {
   if (!dtype) return;

@@ -50,9 +50,7 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
             "host and device around each layer, decisions a graph replay cannot take; use torch_ddp or "
             "hybrid_parallel (one rank) with cuda_graphs=true, or cuda_graphs=false");
   }
-  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
-                                           "dtype gradients are reduced in; auto: the precision's");
-  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  if (const auto communication = detail::read_communication_dtype(in)) o.communication_dtype(communication);
   for (const auto& error : o.violations()) in.fail(error);
   for (const auto& error : parsed.optimizer().violations()) in.fail(error);
   in.finish();

@@ -120,9 +120,7 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                                       "ZeRO: gather updated weights during the next step (DDP without pipeline: reduce "
                                       "during backward)"));
   o.cpu_offload(in.get_bool("cpu_offload", false, "ZeRO: fp32 masters, optimizer state and step on the CPU"));
-  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
-                                           "dtype gradients are reduced in; auto: the precision's");
-  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  if (const auto communication = detail::read_communication_dtype(in)) o.communication_dtype(communication);
   const auto precision = PrecisionOptions::read(in, given);
   o.precision(precision.precision());
   o.max_grad_norm(precision.max_grad_norm());

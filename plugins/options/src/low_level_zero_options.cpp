@@ -29,9 +29,7 @@ LowLevelZeroOptions read_low_level_zero_options(OptionReader& in, const PluginOp
             "per-parameter hook and gathers the updated weights layer by layer, which a graph replay does not "
             "do; use torch_ddp or hybrid_parallel (one rank) with cuda_graphs=true, or cuda_graphs=false");
   }
-  const auto communication = in.get_choice("communication_dtype", "auto", {"auto", "fp32", "fp16", "bf16"},
-                                           "dtype gradients are reduced in; auto: the precision's");
-  if (communication != "auto") o.communication_dtype(amp::to_dtype(amp::parse_precision(communication)));
+  if (const auto communication = detail::read_communication_dtype(in)) o.communication_dtype(communication);
   // ZeRO-3 is another engine's (the GeminiOptimizer's): say which plugin runs it, in place of the
   // engine's own words for the same rule.
   const bool stage3 = o.stage() == 3;
