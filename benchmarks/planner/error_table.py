@@ -11,9 +11,11 @@ it drives colo's programs and does arithmetic.
   python3 benchmarks/planner/error_table.py --preset gpu1            # one GPU (the GPU machine)
   python3 benchmarks/planner/error_table.py --preset gpu2            # two GPUs of one node: the planner's
                                                                       # own top layouts, and pp 2 / tp 2
+  python3 benchmarks/planner/error_table.py --preset gpu4            # four GPUs: the planner's top layouts,
+                                                                      # and pp 2 x dp 2, tp 2 x dp 2, tp 2 x pp 2, pp 4
 
 Targets (issue 43): CPU ranks median |error| <= 15 %, none over 30 %; one GPU (and two, issue 45)
-median <= 10 %, none over 20 %. The machine should be quiet: a rank that shares its core with a build measures
+median <= 10 %, none over 20 %; four GPUs (issue 45) median <= 10 %. The machine should be quiet: a rank that shares its core with a build measures
 the build.
 """
 import argparse
@@ -96,14 +98,23 @@ GPU_LAYOUTS = [
 
 # Two GPUs: the planner's own top layouts per model (what a user would be told to run: the
 # issue's check), then the pipeline and tensor-parallel layouts whether ranked or not.
-GPU2_GLOBAL_BATCH = {"base": 512, "large": 256}
-GPU2_TOP = 4
-GPU2_FIXED = [
-    ("large", "hybrid_parallel dp1 pp2 tp1 zero0 1f1b mb8", 128),
-    ("large", "hybrid_parallel dp1 pp2 tp1 zero0 interleaved chunks2 mb8", 128),
-    ("large", "hybrid_parallel dp1 pp1 tp2 zero0", 128),
-    ("large", "hybrid_parallel dp1 pp1 tp2 sp zero0", 128),
-]
+# Four GPUs: the same, at 128 ViT-L images per GPU, with the mixed layouts (ZeRO-1 on dp where
+# there is a dp axis).
+MULTI_GPU = {
+    2: {"global_batch": {"base": 512, "large": 256}, "fixed": [
+        ("large", "hybrid_parallel dp1 pp2 tp1 zero0 1f1b mb8", 128),
+        ("large", "hybrid_parallel dp1 pp2 tp1 zero0 interleaved chunks2 mb8", 128),
+        ("large", "hybrid_parallel dp1 pp1 tp2 zero0", 128),
+        ("large", "hybrid_parallel dp1 pp1 tp2 sp zero0", 128),
+    ]},
+    4: {"global_batch": {"base": 1024, "large": 512}, "fixed": [
+        ("large", "hybrid_parallel dp2 pp2 tp1 zero1 1f1b mb8", 512),
+        ("large", "hybrid_parallel dp2 pp1 tp2 zero1", 512),
+        ("large", "hybrid_parallel dp1 pp2 tp2 zero0 1f1b mb8", 512),
+        ("large", "hybrid_parallel dp1 pp4 tp1 zero0 1f1b mb16", 512),
+    ]},
+}
+GPU_TOP = 4
 
 
 def run(command, env=None, log=None):
@@ -157,7 +168,7 @@ def bench_command(args, prediction, model, batch, world, precision, json_path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=["cpu", "cpu2", "gpu1", "gpu2"], default="cpu")
+    parser.add_argument("--preset", choices=["cpu", "cpu2", "gpu1", "gpu2", "gpu4"], default="cpu")
     parser.add_argument("--world-sizes", default="2,4,8", help="cpu: the CPU rank counts (cpu2: 2 only)")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--out-dir", default="planner_error")
@@ -190,9 +201,10 @@ def main():
         models = GPU_MODELS
         layouts = [(1, m, name, batch) for m, name, batch in GPU_LAYOUTS]
     else:
-        worlds = [2]
+        multi = int(args.preset[3:])
+        worlds = [multi]
         models = GPU_MODELS
-        layouts = [(2, m, name, batch) for m, name, batch in GPU2_FIXED]  # the planner's top ones join below
+        layouts = [(multi, m, name, batch) for m, name, batch in MULTI_GPU[multi]["fixed"]]  # + the planner's top
     if args.only:
         layouts = [l for l in layouts if args.only in l[2]]
 
@@ -201,14 +213,14 @@ def main():
     # benchmark's ranks will).
     profiles = {}
     for name, model in models.items():
-        if args.preset != "gpu2" and not any(l[1] == name for l in layouts):
+        if args.preset not in ("gpu2", "gpu4") and not any(l[1] == name for l in layouts):
             continue
         path = os.path.join(args.out_dir, f"profile_{name}.json")
         profiles[name] = path
         if args.reuse and os.path.exists(path):
             continue
         sizes = "1,2,4,8,16,32" if cpu else "8,16,32,64,128,256"
-        tp_sizes = "1,2,4" if cpu else ("1,2" if args.preset == "gpu2" else "1")
+        tp_sizes = "1,2,4" if cpu else ("1,2" if args.preset in ("gpu2", "gpu4") else "1")
         command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
                          "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
                          "--out", path]
@@ -232,16 +244,18 @@ def main():
                 flags += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
             cluster_flags[world] = flags
 
-    # The planner's own top layouts (gpu2): what it would tell a user of this machine to run.
-    if args.preset == "gpu2":
+    # The planner's own top layouts (gpu2, gpu4): what it would tell a user of this machine to run.
+    if args.preset in ("gpu2", "gpu4"):
+        multi = worlds[0]
+        global_batch = MULTI_GPU[multi]["global_batch"]
         for name in models:
             ranked_path = os.path.join(args.out_dir, f"ranked_{name}.json")
-            run([plan, *model_flags_plan(models[name]), "--world-size", "2", "--global-batch",
-                 str(GPU2_GLOBAL_BATCH[name]), "--precision", precision, "--profile", profiles[name],
-                 *cluster_flags[2], "--top", str(GPU2_TOP), "--out", "", "--json", ranked_path], env=env, log=log)
+            run([plan, *model_flags_plan(models[name]), "--world-size", str(multi), "--global-batch",
+                 str(global_batch[name]), "--precision", precision, "--profile", profiles[name],
+                 *cluster_flags[multi], "--top", str(GPU_TOP), "--out", "", "--json", ranked_path], env=env, log=log)
             with open(ranked_path) as f:
-                ranked = json.load(f)["ranked"][:GPU2_TOP]
-            top = [(2, name, r["layout"], GPU2_GLOBAL_BATCH[name]) for r in ranked]
+                ranked = json.load(f)["ranked"][:GPU_TOP]
+            top = [(multi, name, r["layout"], global_batch[name]) for r in ranked]
             layouts = top + [l for l in layouts if l not in top]
         if args.only:
             layouts = [l for l in layouts if args.only in l[2]]

@@ -10,7 +10,7 @@
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
-# build-graphs-pp graphs-pp two-gpu-pp-graphs pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
+# build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
 # build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
@@ -860,6 +860,47 @@ PY
           --mode tp "${peer_sp[@]}" "${tp_common[@]}" --json "$LOGS/peer_$tag.json" >"$LOGS/peer_$tag.log" 2>&1
         note "DTensor $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/peer_$tag.json" 2>/dev/null)"
         [ -f "$LOGS/peer_$tag.json" ] || grep -E "Error|error" "$LOGS/peer_$tag.log" | grep -v Warn | tail -2 >>"$LOGS/summary.txt"
+      done
+      ;;
+    four-gpu)
+      # Issue 45 on four GPUs: ViT-L/16 bf16, 128 images per GPU (global 512; one GPU: 128), pp 2 x dp 2,
+      # tp 2 x dp 2 and tp 2 x pp 2 with ZeRO stages on dp, pp 4 eager and with cuda_graphs, beside one
+      # GPU's torch_ddp (the denominator), dp 4 (torch_ddp, ZeRO-2) and the peers: PyTorch DDP and FSDP2 at
+      # 4 GPUs, torch.distributed.pipelining's 1F1B over 4 stages. COLO_FOUR_RUNS picks runs.
+      f_common=(--model large --precision bf16 --warmup-steps 4 --steps "${COLO_FOUR_STEPS:-12}" --peak-tflops 1)
+      hp=(--plugin hybrid_parallel)
+      for run in ${COLO_FOUR_RUNS:-ddp1 ddp4 zero2_4 peer_ddp4 peer_fsdp2_4 pp2dp2_z0 pp2dp2_z1 tp2dp2_z0 tp2dp2_z1 tp2dp2_z2 tp2pp2 pp4_16 pp4_16_graphs pp4_32_graphs peer_pp4_16}; do
+        nproc=4 opts=() batch=128
+        case $run in
+          ddp1) nproc=1 opts=(--plugin torch_ddp) ;;
+          ddp4) opts=(--plugin torch_ddp) ;;
+          zero2_4) opts=(--plugin low_level_zero --plugin-opt stage=2) ;;
+          peer_ddp4 | peer_fsdp2_4) ;;
+          pp2dp2_z0 | pp2dp2_z1) batch=256 opts=("${hp[@]}" --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt zero_stage=${run##*_z}) ;;
+          tp2dp2_z0 | tp2dp2_z1 | tp2dp2_z2) batch=256 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt zero_stage=${run##*_z}) ;;
+          tp2pp2) batch=512 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt pp_size=2 --plugin-opt num_microbatches=8) ;;
+          pp4_16) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16) ;;
+          pp4_16_graphs) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16 --plugin-opt cuda_graphs=true) ;;
+          pp4_32_graphs) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=32 --plugin-opt cuda_graphs=true) ;;
+          peer_pp4_16) batch=512 ;;
+          *) note "unknown four-gpu run $run"; continue ;;
+        esac
+        json=$LOGS/four_$run.json
+        case $run in
+          peer_ddp4 | peer_fsdp2_4)
+            mode=${run#peer_} && mode=${mode%_4}
+            timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 4 benchmarks/peers/timm_train_bench.py \
+              --mode "$mode" --batch-size $batch "${f_common[@]}" --json "$json" >"$LOGS/four_$run.log" 2>&1 ;;
+          peer_pp4_16)
+            timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 4 benchmarks/peers/torch_parallel_bench.py \
+              --mode pp --schedule 1F1B --num-microbatches 16 --batch-size $batch "${f_common[@]}" --json "$json" \
+              >"$LOGS/four_$run.log" 2>&1 ;;
+          *)
+            timeout 120 build-gpu/bin/colo-run --nproc-per-node $nproc build-gpu/bin/colo_vit_bench "${opts[@]}" \
+              --batch-size $batch "${f_common[@]}" --json "$json" >"$LOGS/four_$run.log" 2>&1 ;;
+        esac
+        note "four-gpu $run rc=$? (global batch $((nproc == 1 ? 128 : 512))): $(grep -ho '"images_per_s": *[0-9.]*' "$json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$json" 2>/dev/null) ($((SECONDS - start)) s)"
+        [ -f "$json" ] && cp "$json" "$OUT/" || grep -v '^\s*$' "$LOGS/four_$run.log" | tail -3 >>"$LOGS/summary.txt"
       done
       ;;
     two-gpu-faults)
