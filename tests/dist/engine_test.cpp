@@ -76,7 +76,7 @@ void expect_engine_trains_like_one_process(EngineParts parts, const std::string&
 
 std::shared_ptr<nn::LayerStack> engine_model() {
   auto model = make_vit();
-  broadcast_model(*model, torch::kCPU, *world());
+  broadcast_model(*model, device(), *world());
   return model;
 }
 
@@ -130,7 +130,7 @@ TEST(Engines, GeminiModelNeedsOnlyItsChunkOwner) {
   for (const auto& item : reference->canonical_named_parameters()) want.emplace(item.key(), item.value().grad());
 
   auto model = randomised();
-  broadcast_model(*model, torch::kCPU, *world());
+  broadcast_model(*model, device(), *world());
   auto chunks = std::make_shared<GeminiChunkOwner>(model, conditioned_adamw(*model), world(),
                                                    GeminiChunkOptions().chunk_size_mb(0.03).max_prefetch(1));
   ASSERT_GT(chunks->num_chunks(), 2u);
