@@ -179,6 +179,8 @@ def main():
     parser.add_argument("--gpu-memory-gib", type=float, help="gpu1: the GPU's memory (default: the cluster file's)")
     parser.add_argument("--only", help="run only layouts whose name contains this")
     parser.add_argument("--reuse", action="store_true", help="keep a profile/cluster already in --out-dir")
+    parser.add_argument("--marginal", action="store_true",
+                        help="profile with colo-plan profile --marginal (GPU: one call's cost beyond one call alone)")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     log = os.path.join(args.out_dir, "commands.log")
@@ -226,6 +228,8 @@ def main():
                          "--out", path]
         if cpu:
             command += ["--optimizer-sizes", "65536,262144,1048576"]
+        if args.marginal:
+            command.append("--marginal")
         run(command, env=env, log=log)
     cluster_flags = {}
     for world in worlds:

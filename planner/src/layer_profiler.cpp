@@ -18,6 +18,7 @@
 namespace colo::planner {
 namespace {
 
+using detail::marginal_seconds;
 using detail::median;
 using detail::seconds_now;
 using detail::synchronize;
@@ -85,14 +86,25 @@ Built build(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bo
   return b;
 }
 
+// One measurement of every time a layer has: seconds per call over `k` calls back to back.
+struct CallTimes {
+  double forward, backward, input_grad, weight_grad, checkpointed_forward, checkpointed_backward;
+};
+
+// The calls back to back a measurement makes (--back-to-back; 0: 4 on a GPU, 1 on the CPU).
+int calls_back_to_back(const ProfileOptions& o) {
+  return o.back_to_back() > 0 ? o.back_to_back() : (o.device().is_cuda() ? 4 : 1);
+}
+
 LayerTimes time_layer(const Built& built, int64_t samples, const ProfileOptions& o, c10::ScalarType dtype) {
   auto& layer = *built.layer;
   const auto device = o.device();
-  const int k = o.back_to_back() > 0 ? o.back_to_back() : (device.is_cuda() ? 4 : 1);
+  const int k_most = calls_back_to_back(o);
   std::vector<int64_t> shape{samples};
   shape.insert(shape.end(), built.input_shape.begin(), built.input_shape.end());
   std::vector<double> f, bw, bi, w, cf, cb;
-  for (int r = 0; r < o.warmup() + o.repeats(); ++r) {
+  // Every time of `k` calls back to back (the body of one repetition).
+  const auto measure = [&](const int k) {
     const auto inputs = [&] {
       std::vector<torch::Tensor> xs;
       for (int i = 0; i < k; ++i)
@@ -135,13 +147,27 @@ LayerTimes time_layer(const Built& built, int64_t samples, const ProfileOptions&
     const double checkpointed_backward = time([&](int i) { y[at(i)].backward(g); });
     layer.set_activation_checkpointing(false);
     y.assign(y.size(), torch::Tensor());
+    return CallTimes{forward, backward, input_grad, weight_grad, checkpointed_forward, checkpointed_backward};
+  };
+  for (int r = 0; r < o.warmup() + o.repeats(); ++r) {
+    auto t = measure(k_most);
+    if (o.marginal()) {
+      // The same with one call: what k calls cost beyond it is k - 1 calls' steady cost.
+      const auto one = measure(1);
+      t = CallTimes{marginal_seconds(t.forward, one.forward, k_most),
+                    marginal_seconds(t.backward, one.backward, k_most),
+                    marginal_seconds(t.input_grad, one.input_grad, k_most),
+                    marginal_seconds(t.weight_grad, one.weight_grad, k_most),
+                    marginal_seconds(t.checkpointed_forward, one.checkpointed_forward, k_most),
+                    marginal_seconds(t.checkpointed_backward, one.checkpointed_backward, k_most)};
+    }
     if (r < o.warmup()) continue;
-    f.push_back(forward);
-    bw.push_back(backward);
-    bi.push_back(input_grad);
-    w.push_back(weight_grad);
-    cf.push_back(checkpointed_forward);
-    cb.push_back(checkpointed_backward);
+    f.push_back(t.forward);
+    bw.push_back(t.backward);
+    bi.push_back(t.input_grad);
+    w.push_back(t.weight_grad);
+    cf.push_back(t.checkpointed_forward);
+    cb.push_back(t.checkpointed_backward);
   }
   LayerTimes t;
   t.samples = samples;
@@ -246,6 +272,12 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
     throw std::invalid_argument(fmt::format("--back-to-back {}: give the calls to time back to back (1 or more), "
                                             "or 0 for the device's default",
                                             o.back_to_back()));
+  }
+  if (o.marginal() && calls_back_to_back(o) < 2) {
+    throw std::invalid_argument(fmt::format(
+        "--marginal needs 2 or more calls back to back to subtract one call from, and --back-to-back is {} here{}: "
+        "give --back-to-back 2 or more, or leave --marginal out",
+        calls_back_to_back(o), o.back_to_back() == 0 ? " (the CPU's default: a CPU runs each call to its end)" : ""));
   }
   auto sizes = o.microbatches();
   std::sort(sizes.begin(), sizes.end());

@@ -27,6 +27,18 @@ inline double median(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
+// One call's steady cost from the mean seconds per call over k calls back to back (`per_call_of_k`)
+// and the seconds of one call alone (`one_call`): k calls take wait + k·c + tail and one takes
+// wait + c + tail (the device idle while the first call launches; the last call's kernels after
+// the CPU is done), so c = (k·per_call_of_k - one_call) / (k - 1). Noise can make that smaller
+// than makes sense: it is kept at or above half the k-call mean (no call costs less than half
+// its share of a run of k), and at k < 2 the k-call mean is returned as it is.
+inline double marginal_seconds(double per_call_of_k, double one_call, int k) {
+  if (k < 2) return per_call_of_k;
+  const double c = (k * per_call_of_k - one_call) / (k - 1);
+  return std::max(c, 0.5 * per_call_of_k);
+}
+
 // Least squares y = a + b·x; a clamped at >= 0 (a fixed cost), b at > 0 (refitted through the
 // origin when the intercept went negative).
 inline std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points) {

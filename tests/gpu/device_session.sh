@@ -1030,11 +1030,13 @@ PY
       # Issues 43 and 45: the planner's predictions against colo_vit_bench (benchmarks/planner/error_table.py)
       # for each preset in COLO_PLANNER_PRESETS ("gpu2 gpu1 cpu"): gpu1 on GPU 0, gpu2 over both GPUs,
       # cpu on this machine's CPU cores with the GPUs hidden (Gloo ranks one core each; needs build-onegpu's
-      # Gloo). COLO_PLANNER_ONLY limits the layouts (error_table.py --only); COLO_GPU_MEMORY_GIB the memory.
+      # Gloo). COLO_PLANNER_ONLY limits the layouts (error_table.py --only); COLO_GPU_MEMORY_GIB the memory;
+      # COLO_PLANNER_MARGINAL=1 profiles with colo-plan profile --marginal.
       mem=${COLO_GPU_MEMORY_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')}
       for preset in ${COLO_PLANNER_PRESETS:-gpu2 gpu1}; do
         only=()
         [ -n "${COLO_PLANNER_ONLY:-}" ] && only=(--only "$COLO_PLANNER_ONLY")
+        [ "${COLO_PLANNER_MARGINAL:-0}" = 1 ] && only+=(--marginal)
         extra=(--gpu-memory-gib "$mem")
         hide=()
         case $preset in cpu*) extra=(--world-sizes "${COLO_PLANNER_CPU_WORLDS:-2,4,8}"); hide=(env CUDA_VISIBLE_DEVICES=) ;; esac

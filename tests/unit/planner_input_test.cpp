@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "planner_fixture.h"
+#include "profiler_timing.h"
 
 namespace {
 
@@ -247,4 +248,38 @@ TEST(PlannerInput, ANegativeBackToBackCountIsRefusedBeforeMeasuring) {
   const auto profile = colo::planner::measure_profile(options.back_to_back(2));
   ASSERT_FALSE(profile.layers.empty());
   for (const auto& layer : profile.layers) EXPECT_GT(layer.points.at(0).forward, 0.0) << layer.layer;
+}
+
+// --marginal: one call's steady cost is what k calls cost beyond one call alone, kept at or above
+// half the k-call mean; it needs two or more calls back to back, and says which option to change.
+TEST(PlannerInput, MarginalTimingSubtractsOneCallAndNeedsTwoCallsBackToBack) {
+  using colo::planner::detail::marginal_seconds;
+  EXPECT_DOUBLE_EQ(marginal_seconds(1.0, 1.6, 4), 0.8);   // (4 · 1.0 - 1.6) / 3
+  EXPECT_DOUBLE_EQ(marginal_seconds(1.0, 2.4, 4), 1.6 / 3);
+  EXPECT_DOUBLE_EQ(marginal_seconds(1.0, 2.5, 4), 0.5);   // the floor, reached exactly
+  EXPECT_DOUBLE_EQ(marginal_seconds(1.0, 2.6, 4), 0.5);   // below it: held there
+  EXPECT_DOUBLE_EQ(marginal_seconds(1.0, 0.2, 1), 1.0);   // one call: nothing to subtract
+  EXPECT_DOUBLE_EQ(marginal_seconds(2.0, 2.0, 2), 2.0);   // no fixed cost: the mean itself
+
+  auto tiny = colo::nn::ViTConfig().image_size(8).patch_size(4).embed_dim(8).depth(1).num_heads(2).num_classes(3);
+  auto options = colo::planner::ProfileOptions(tiny).precision("fp32").microbatches({1}).repeats(1).warmup(0)
+                     .optimizer_sizes({16, 32}).marginal(true);
+  for (int k : {0, 1}) {  // 0: the CPU's default, one call
+    try {
+      colo::planner::measure_profile(options.back_to_back(k));
+      FAIL() << "--marginal with " << k << " calls back to back was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--marginal"), std::string::npos) << message;
+      EXPECT_NE(message.find("--back-to-back 2 or more"), std::string::npos) << message;
+    }
+  }
+  const auto profile = colo::planner::measure_profile(options.back_to_back(2));
+  ASSERT_FALSE(profile.layers.empty());
+  for (const auto& layer : profile.layers) {
+    const auto& t = layer.points.at(0);
+    EXPECT_GT(t.forward, 0.0) << layer.layer;
+    EXPECT_GT(t.backward, 0.0) << layer.layer;
+    EXPECT_GT(t.checkpointed_backward, 0.0) << layer.layer;
+  }
 }

@@ -73,6 +73,8 @@ int run_profile(const std::vector<std::string>& args) {
       ("warmup", po::value(&warmup)->default_value(2), "untimed repetitions first")
       ("back-to-back", po::value(&back_to_back)->default_value(0),
        "calls of a layer timed without a synchronisation between them (0: 4 on a GPU, 1 on the CPU)")
+      ("marginal", "also time one call and keep what a call costs beyond it (needs --back-to-back 2 or more; "
+                   "a GPU's default is 4)")
       ("optimizer-sizes", po::value(&optimizer_sizes), "elements of the Adam measurements (default: 1M,4M,16M)")
       ("largest-bytes", po::value(&largest)->default_value(16 << 20), "--collectives: the largest message")
       ("gpu-memory-gib", po::value(&memory), "--collectives: memory per rank to record (default: measured)")
@@ -141,7 +143,8 @@ int run_profile(const std::vector<std::string>& args) {
                      .device(cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU))
                      .repeats(repeats)
                      .warmup(warmup)
-                     .back_to_back(back_to_back);
+                     .back_to_back(back_to_back)
+                     .marginal(vm.count("marginal") > 0);
   if (!optimizer_sizes.empty()) options.optimizer_sizes(numbers<int64_t>("optimizer-sizes", optimizer_sizes));
   fmt::print("colo-plan profile: {} on {}, {}\n", model.name, options.device().str(), options.precision());
   std::fflush(stdout);

@@ -36,6 +36,12 @@ struct ProfileOptions {
   // synchronisation: timed alone, a small micro-batch's block costs more than inside a step
   // (docs/planning.md, "The error, measured").
   TORCH_ARG(int, back_to_back) = 0;
+  // Also time each layer with one call, and keep what a call costs beyond it (detail::
+  // marginal_seconds): the first call's wait for the device and the last one's tail drop out,
+  // which back-to-back timing only divides by the calls (on four H200s a ViT-L block at 32
+  // images was priced 24 % above its cost inside a pipeline; docs/planning.md). Needs 2 or more
+  // calls back to back; doubles the layer timing.
+  TORCH_ARG(bool, marginal) = false;
   // Elements of the Adam measurements (at least two sizes: a line is fitted through them).
   TORCH_ARG(std::vector<int64_t>, optimizer_sizes) = std::vector<int64_t>{1 << 20, 1 << 22, 1 << 24};
 };
