@@ -187,6 +187,7 @@ def main():
     plan = os.path.join(args.build, "bin", "colo-plan")
     colo_run = os.path.join(args.build, "bin", "colo-run")
     cpu = args.preset.startswith("cpu")
+    multi_gpu = args.preset in ("gpu2", "gpu4")  # the planner's own top layouts join the fixed ones
     args.steps = args.steps or (6 if cpu else 20)
     args.warmup = args.warmup or (2 if cpu else 5)
     precision = "fp32" if cpu else "bf16"
@@ -215,14 +216,14 @@ def main():
     # benchmark's ranks will).
     profiles = {}
     for name, model in models.items():
-        if args.preset not in ("gpu2", "gpu4") and not any(l[1] == name for l in layouts):
+        if not multi_gpu and not any(l[1] == name for l in layouts):
             continue
         path = os.path.join(args.out_dir, f"profile_{name}.json")
         profiles[name] = path
         if args.reuse and os.path.exists(path):
             continue
         sizes = "1,2,4,8,16,32" if cpu else "8,16,32,64,128,256"
-        tp_sizes = "1,2,4" if cpu else ("1,2" if args.preset in ("gpu2", "gpu4") else "1")
+        tp_sizes = "1,2,4" if cpu else ("1,2" if multi_gpu else "1")
         command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
                          "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
                          "--out", path]
@@ -249,7 +250,7 @@ def main():
             cluster_flags[world] = flags
 
     # The planner's own top layouts (gpu2, gpu4): what it would tell a user of this machine to run.
-    if args.preset in ("gpu2", "gpu4"):
+    if multi_gpu:
         multi = worlds[0]
         global_batch = MULTI_GPU[multi]["global_batch"]
         for name in models:
