@@ -357,6 +357,7 @@ int run(const Options& o) {
     inputs.world_size(world_size)
         .global_batch_size(global_batch)
         .accumulation_steps(o.grad_accum)
+        .sync_every_pass(o.sync_every_microbatch && !o.no_sync)
         .activation_checkpointing(o.activation_checkpointing)
         .device_is_gpu(device.is_cuda())
         .async_checkpoint(o.save_every > 0 && o.save_async);

@@ -82,6 +82,7 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
        {{"epochs", {Kind::kInteger, "epochs"}},
         {"batch_size", {Kind::kInteger, "batch-size"}},
         {"grad_accum", {Kind::kInteger, "grad-accum"}},
+        {"sync_every_microbatch", {Kind::kSwitch, "sync-every-microbatch"}},
         {"label_smoothing", {Kind::kReal, "label-smoothing"}},
         {"clip", {Kind::kReal, "clip"}},
         {"seed", {Kind::kInteger, "seed"}},

@@ -28,6 +28,7 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
   inputs.world_size(world)
       .global_batch_size(o.batch_size)
       .accumulation_steps(o.grad_accum)
+      .sync_every_pass(o.sync_every_microbatch)
       .activation_checkpointing(o.activation_checkpointing)
       .optimizer_states(o.optimizer == "adamw" ? 2 : 1)
       .async_checkpoint(o.save_async);
@@ -54,9 +55,10 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
   check_layout(o, plan.data_parallel_size, plan.pipelined);
   if (env.rank != 0) return 0;
   for (const auto& note : o.notes) fmt::print("{}\n", note);
-  fmt::print("train_vit --dry-run: {} on {} {} rank{}, global batch {} in {} pass{} per step{}\n", o.model, world,
+  fmt::print("train_vit --dry-run: {} on {} {} rank{}, global batch {} in {} pass{} per step{}{}\n", o.model, world,
              inputs.device_is_gpu() ? "GPU" : "CPU", world == 1 ? "" : "s", o.batch_size, o.grad_accum,
-             o.grad_accum == 1 ? "" : "es", o.activation_checkpointing ? ", activation checkpointing" : "");
+             o.grad_accum == 1 ? "" : "es", o.grad_accum > 1 && o.sync_every_microbatch ? " (each synchronised)" : "",
+             o.activation_checkpointing ? ", activation checkpointing" : "");
   fmt::print("model: {:.2f} M parameters ({:.2f} M trainable), {} layers; nothing was allocated\n",
              static_cast<double>(inputs.model.num_parameters()) / 1e6,
              static_cast<double>(inputs.model.num_trainable()) / 1e6, inputs.model.layers.size());

@@ -479,6 +479,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   colo::Trainer trainer(booster, b,
                         colo::TrainerOptions()
                             .grad_accum(o.grad_accum)
+                            .sync_every_microbatch(o.sync_every_microbatch)
                             .log_every(o.log_every)
                             .max_steps(o.max_steps)
                             .start_step(global_step)

@@ -173,6 +173,9 @@ po::options_description make_description(TrainOptions& o) {
        "batch-size / (data-parallel size x grad-accum), which must be a whole number")
       ("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum)->value_name("N"),
        "micro-batches accumulated per optimizer step (the first N-1 without gradient synchronisation)")
+      ("sync-every-microbatch", po::bool_switch(&o.sync_every_microbatch),
+       "with --grad-accum: synchronise the gradients after every micro-batch, so gemini and ZeRO-2 keep "
+       "no whole gradients between them (less memory, a little slower; --dry-run shows the difference)")
       ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer)->value_name("NAME"),
        "adamw (colo's HybridAdam) | lamb | sgd (momentum 0.9)")
       ("lr", po::value(&o.lr)->default_value(o.lr, fmt::format("{}", o.lr))->value_name("X"),
@@ -378,6 +381,11 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
   }
   if (!o.dry_run && (o.plan_world_size > 0 || o.gpu_memory_gib > 0)) {
     problems.emplace_back("--world-size and --gpu-memory-gib describe a plan: use them with --dry-run");
+  }
+  if (o.sync_every_microbatch && o.grad_accum == 1 && o.layout.empty()) {  // --layout auto picks the accumulation
+    problems.emplace_back(
+        "--sync-every-microbatch: with --grad-accum 1 every step is one micro-batch and synchronises already; "
+        "set --grad-accum above 1 or drop it");
   }
   if (o.grad_accum >= 1 && o.batch_size >= 1 && o.batch_size % o.grad_accum != 0) {
     problems.push_back(

@@ -78,6 +78,9 @@ struct TrainOptions {
   int64_t epochs = 6;
   int64_t batch_size = 128;  // global: images per optimizer step over all data-parallel ranks
   int64_t grad_accum = 1;
+  // Synchronise the gradients after every micro-batch (TrainerOptions::sync_every_microbatch):
+  // less memory under gemini and ZeRO-2 for a little speed.
+  bool sync_every_microbatch = false;
   std::string optimizer = "adamw";
   double lr = 2e-3;
   double warmup_epochs = 0.1;

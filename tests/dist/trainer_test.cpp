@@ -158,6 +158,38 @@ TEST(Trainer, MatchesTheHandWrittenLoopWithGradientAccumulation) {
   expect_trainer_matches_hand_loop("torch_ddp", {}, world(), 2, 2);
 }
 
+// After every micro-batch's backward: whether the ranks hold the same gradient (the data-parallel
+// average) or each its own shard's (under no_sync), for the model's last parameter.
+class GradientsAgree : public TrainerHook {
+ public:
+  void training_batch(Trainer& trainer, const at::Tensor&, const at::Tensor&) override {
+    const auto g = trainer.boosted().model->module().parameters().back().grad().detach().to(torch::kFloat64);
+    auto mean = g.clone();
+    trainer.world()->all_reduce(mean, dist::ReduceOp::kAvg).wait();
+    auto spread = torch::stack({(g - mean).abs().max(), mean.abs().max()});
+    trainer.world()->all_reduce(spread, dist::ReduceOp::kMax).wait();
+    spread = spread.cpu();
+    agreed.push_back(spread[0].item<double>() <= 1e-6 * spread[1].item<double>());
+  }
+  std::vector<bool> agreed;
+};
+
+TEST(Trainer, SyncEveryMicrobatchAveragesEachMicrobatchNotOnlyTheLast) {
+  if (world()->size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto agreement = [](bool sync_every_microbatch) {
+    auto run = boost_tiny("torch_ddp", {}, world(), 2, 100);
+    auto log = std::make_shared<GradientsAgree>();
+    Trainer trainer(*run.booster, run.boosted,
+                    TrainerOptions().grad_accum(3).sync_every_microbatch(sync_every_microbatch).max_steps(1).progress(false));
+    trainer.fit(*run.boosted.dataloader, 1, nullptr, 1, {log});
+    return log->agreed;
+  };
+  // Under no_sync only the step's last micro-batch is averaged; synchronised, every one is.
+  // (One step of three micro-batches of 2: 48 images leave each of 8 ranks three.)
+  EXPECT_EQ(agreement(false), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(agreement(true), std::vector<bool>(3, true));
+}
+
 TEST(Trainer, MatchesTheHandWrittenLoopUnderATwoStagePipeline) {
   if (world()->size() % 2 != 0) GTEST_SKIP() << "a pipeline of two stages needs an even world";
   auto group = consecutive_group(2, "trainer_pipeline");

@@ -1131,4 +1131,32 @@ TEST_F(TrainVitCli, DryRunReadsNoDataSet) {
       << folder.out;
 }
 
+// --sync-every-microbatch: each micro-batch's gradients are synchronised, so the plan keeps no whole
+// gradients between them (gemini, ZeRO-2); without accumulation it would do nothing and is refused.
+TEST_F(TrainVitCli, SyncEveryMicrobatchPlansNoWholeGradientsAndNeedsAccumulation) {
+  const auto gemini = [](std::vector<std::string> extra) {
+    return tiny(joined({"--plugin", "gemini", "--dry-run", "--world-size", "2"}, extra));
+  };
+  const Result accumulated = run(gemini({"--grad-accum", "2"}));
+  EXPECT_EQ(accumulated.exit_code, 0) << accumulated.err;
+  EXPECT_NE(accumulated.out.find("gradients kept whole for accumulation"), std::string::npos) << accumulated.out;
+  const Result synchronised = run(gemini({"--grad-accum", "2", "--sync-every-microbatch"}));
+  EXPECT_EQ(synchronised.exit_code, 0) << synchronised.err;
+  EXPECT_EQ(synchronised.out.find("gradients kept whole for accumulation"), std::string::npos) << synchronised.out;
+  EXPECT_NE(synchronised.out.find("in 2 passes per step (each synchronised)"), std::string::npos) << synchronised.out;
+
+  const Result alone = run(gemini({"--sync-every-microbatch"}));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--sync-every-microbatch: with --grad-accum 1 every step is one micro-batch"),
+            std::string::npos)
+      << alone.err;
+  // It trains, from the command line and from a config file's [train] section.
+  EXPECT_EQ(run(tiny({"--grad-accum", "2", "--sync-every-microbatch", "--max-steps", "2", "--epochs", "1"})).exit_code, 0);
+  const std::string config = files::join(dir_, "sync.json");
+  std::ofstream(config) << R"({"train": {"grad_accum": 2, "sync_every_microbatch": true}})";
+  const Result from_file = run(gemini({"--config", config}));
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.err;
+  EXPECT_NE(from_file.out.find("(each synchronised)"), std::string::npos) << from_file.out;
+}
+
 }  // namespace

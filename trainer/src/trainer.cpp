@@ -88,7 +88,7 @@ StepResult Trainer::run_step(data::DataLoader& loader) {
         result.losses.push_back(loss.detach());
         for (auto& hook : hooks_) hook->training_batch(*this, output.detach(), batch->criterion_targets());
       };
-      if (micro + 1 < accum) {
+      if (micro + 1 < accum && !options_.sync_every_microbatch()) {
         auto no_sync = booster_.no_sync(model, optimizer);
         forward_backward();
       } else {

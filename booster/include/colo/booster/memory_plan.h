@@ -25,6 +25,9 @@ struct MemoryPlanInputs {
   // Passes per step, all but the last under no_sync (which keeps the gradients whole between
   // synchronised passes).
   TORCH_ARG(int64_t, accumulation_steps) = 1;
+  // Every pass synchronises (no no_sync; colo_vit_bench --sync-every-microbatch): the sharding
+  // plugins reduce-scatter each pass into their shards, so no whole gradients are kept between passes.
+  TORCH_ARG(bool, sync_every_pass) = false;
   TORCH_ARG(bool, activation_checkpointing) = false;
   // fp32 values per parameter element the optimizer keeps besides the master (Adam: 2 moments).
   TORCH_ARG(int, optimizer_states) = 2;

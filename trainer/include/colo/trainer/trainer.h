@@ -27,6 +27,11 @@ struct TrainerOptions {
   // synchronisation. A pipelined plugin splits each batch into microbatches itself, so there it
   // must be 1 (fit() says so otherwise).
   TORCH_ARG(int64_t, grad_accum) = 1;
+  // Synchronise the gradients after every micro-batch instead (no no_sync): the sharding plugins
+  // then reduce-scatter each micro-batch into their shards and keep no whole gradients between
+  // them: the 6.45B ViT under gemini on two H200s peaked at 58.5 GiB instead of 69.6, at 5 % less
+  // speed with 16 micro-batches (benchmarks/RESULTS.md, 2026-11-27).
+  TORCH_ARG(bool, sync_every_microbatch) = false;
   // Optimizer steps between log points (collect/report, the progress line); the last step always
   // has one.
   TORCH_ARG(int64_t, log_every) = 50;
