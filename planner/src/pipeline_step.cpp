@@ -41,8 +41,10 @@ Breakdown pipelined_step(const PlanRequest& r, const Layout& l, const LayerCosts
   const int m = l.microbatches;
   const int stages = l.pp * l.chunks;
   const int64_t samples = r.global_batch / (static_cast<int64_t>(l.dp) * m);
-  const auto ranges = pipeline::partition_layers(costs.num_layers(), stages,
-                                                 pipeline::PartitionOptions().glue_last(costs.num_layers() > 1 ? 1 : 0));
+  // The plugin's own cut (its default, uniform): the same function's options.
+  const auto ranges = pipeline::partition_layers(
+      costs.num_layers(), stages,
+      pipeline::stack_partition_options(pipeline::PartitionMethod::kUniform, costs.num_layers(), stages));
   const auto lowered = caches.lowered(l.schedule, l.pp, m, l.chunks);
   const bool split = lowered->schedule.split_backward;
   const double send = collective_seconds(cluster, Collective::kSendRecv, costs.boundary_bytes(samples),

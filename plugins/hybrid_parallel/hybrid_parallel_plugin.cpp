@@ -40,8 +40,7 @@ std::shared_ptr<dist::ProcessGroupMesh> make_mesh(const PluginContext& context, 
 std::vector<pipeline::LayerRange> HybridParallelPlugin::partition(const std::vector<double>& layer_params,
                                                                   const HybridParallelOptions& o, int num_stages) {
   const int layers = static_cast<int>(layer_params.size());
-  pipeline::PartitionOptions options;
-  options.method(o.partition()).glue_last(layers > 1 ? 1 : 0);  // the head goes with the last block
+  auto options = pipeline::stack_partition_options(o.partition(), layers, num_stages);
   if (o.partition() == pipeline::PartitionMethod::kBalanced) options.layer_costs(layer_params);
   if (o.partition() == pipeline::PartitionMethod::kExplicit) options.layers_per_stage(o.layers_per_stage());
   try {

@@ -15,24 +15,22 @@ namespace {
 
 constexpr const char* kKeptWhole = "gradients kept whole for accumulation";
 
+colo::nn::ModelSummary small_vit() {
+  return colo::nn::summarize_vision_transformer(
+      colo::nn::ViTConfig().image_size(32).patch_size(8).embed_dim(64).depth(3).num_heads(4).num_classes(10));
+}
+
 // The bytes one rank of `plugin` plans for whole gradients, with `passes` passes per step.
 int64_t kept_whole(const std::string& plugin, const colo::PluginOptions& options, int64_t passes, bool sync_every_pass) {
   colo::MemoryPlanInputs inputs;
-  inputs.model = colo::nn::summarize_vision_transformer(
-      colo::nn::ViTConfig().image_size(32).patch_size(8).embed_dim(64).depth(3).num_heads(4).num_classes(10));
+  inputs.model = small_vit();
   inputs.world_size(2).global_batch_size(2 * 4 * passes).accumulation_steps(passes).sync_every_pass(sync_every_pass);
   return colo::Booster::plan_memory(plugin, options, inputs).ranks.at(0).bytes_of(kKeptWhole);
 }
 
-int64_t trainable_elements() {
-  return colo::nn::summarize_vision_transformer(
-             colo::nn::ViTConfig().image_size(32).patch_size(8).embed_dim(64).depth(3).num_heads(4).num_classes(10))
-      .num_trainable();
-}
-
 TEST(MemoryPlanAccumulation, NoSyncKeepsWholeGradientsAndSynchronisedPassesKeepNone) {
   const colo::PluginOptions bf16 = {{"precision", "bf16"}};
-  const int64_t whole_bf16 = 2 * trainable_elements();
+  const int64_t whole_bf16 = 2 * small_vit().num_trainable();
   colo::PluginOptions zero2 = bf16;
   zero2["stage"] = "2";
   for (const auto& [plugin, options] : {std::pair{std::string("gemini"), bf16}, std::pair{std::string("low_level_zero"), zero2}}) {

@@ -49,7 +49,22 @@ struct PartitionOptions {
   // block N-1, head (final norm + head)], glue_last 1 keeps the head with the last block: N + 1
   // layers to place, the patch embedding counting as one.
   TORCH_ARG(int, glue_last) = 0;
+  // The first `glue_first` layers always go with the layer after them, as glue_last does at the
+  // other end: glue_first 1 keeps the ViT's patch embedding with the first block, so that a uniform
+  // cut counts blocks alone.
+  TORCH_ARG(int, glue_first) = 0;
 };
+
+// How colo's pipelines cut a model's layer stack [input layer, blocks..., output layer] into
+// `num_stages` stages (the hybrid_parallel plugin, its memory plan and the layout planner alike):
+// the output layer always stays with the last block; under kUniform the input layer goes with the
+// first block, so that every stage gets as many blocks as the others (Colossal-AI's rule: neither
+// the embedding nor the head is counted). Counting the patch embedding as a layer had given ViT-B's
+// two stages 5 and 7 blocks, ViT-L's four 5, 6, 7 and 6. Under kExplicit and kBalanced the input
+// layer counts as a layer of its own (explicit counts include it). A stack that would then not
+// fill the stages keeps the input layer counted. The method's own inputs (costs, counts) are the
+// caller's to add.
+PartitionOptions stack_partition_options(PartitionMethod method, int num_layers, int num_stages);
 
 // Cuts a stack of `num_layers` layers into `num_stages` contiguous, non-empty ranges, one per
 // virtual stage (pp * chunks of them; stage s is chunk s / pp of rank s % pp), which together

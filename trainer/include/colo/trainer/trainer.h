@@ -24,7 +24,7 @@ class ProcessGroup;
 
 struct TrainerOptions {
   // Micro-batches (loader batches) per optimizer step; the first N-1 run without gradient
-  // synchronisation. A pipelined plugin splits each batch into microbatches itself, so there it
+  // synchronisation (under Booster::no_sync) unless sync_every_microbatch. A pipelined plugin splits each batch into microbatches itself, so there it
   // must be 1 (fit() says so otherwise).
   TORCH_ARG(int64_t, grad_accum) = 1;
   // Synchronise the gradients after every micro-batch instead (no no_sync): the sharding plugins

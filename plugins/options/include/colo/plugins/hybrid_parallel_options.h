@@ -40,6 +40,8 @@ struct HybridParallelOptions {
   TORCH_ARG(std::optional<pipeline::Schedule>, schedule_from_file) = std::nullopt;
   TORCH_ARG(int, num_model_chunks) = 1;
   // uniform or balanced; kExplicit has no key: parse() sets it where layers_per_stage is given.
+  // Uniform counts blocks: the input layer goes with the first, the head with the last
+  // (pipeline::stack_partition_options).
   TORCH_ARG(pipeline::PartitionMethod, partition) = pipeline::PartitionMethod::kUniform;
   TORCH_ARG(std::vector<int>, layers_per_stage) = {};
   // The dp axis: 0 all-reduce (DDP), 1 / 2 ZeRO over the dp group.
