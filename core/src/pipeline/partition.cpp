@@ -114,17 +114,17 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
     fail(fmt::format("glue_last must be in [0, {}) (it glues the stack's last layers to the one before them), got {}",
                      std::max(num_layers, 1), glue));
   }
-  const int head = options.glue_first();
-  if (head < 0 || head >= std::max(num_layers - glue, 1)) {
+  const int lead = options.glue_first();
+  if (lead < 0 || lead >= std::max(num_layers - glue, 1)) {
     fail(fmt::format("glue_first must be in [0, {}) (it glues the stack's first layers to the one after them, and "
                      "glue_last {} takes the last ones), got {}",
-                     std::max(num_layers - glue, 1), glue, head));
+                     std::max(num_layers - glue, 1), glue, lead));
   }
-  const int units = num_layers - glue - head;  // what is placed, the glued layers counting as one
+  const int units = num_layers - glue - lead;  // what is placed, the glued layers counting as one
   // Layers are counted one way in every message (num_layers, the stack's); the glued ones are
   // said to stay together, which is why they fill fewer stages than there are layers.
   std::string glued;
-  if (head > 0) glued += fmt::format("the first {} stay on one stage", head + 1);
+  if (lead > 0) glued += fmt::format("the first {} stay on one stage", lead + 1);
   if (glue > 0) glued += fmt::format("{}the last {} stay on one stage", glued.empty() ? "" : ", ", glue + 1);
   if (!glued.empty()) glued = " (" + glued + ")";
   if (units < num_stages) {
@@ -157,9 +157,9 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
           fail(fmt::format("layer {}'s cost is {}: costs must be finite and >= 0", i, costs[i]));
         }
       }
-      std::vector<double> unit_costs(costs.begin() + head, costs.begin() + head + units);
-      unit_costs.front() = std::accumulate(costs.begin(), costs.begin() + head + 1, 0.0);
-      unit_costs.back() = std::accumulate(costs.begin() + head + units - 1, costs.end(), 0.0);
+      std::vector<double> unit_costs(costs.begin() + lead, costs.begin() + lead + units);
+      unit_costs.front() = std::accumulate(costs.begin(), costs.begin() + lead + 1, 0.0);
+      unit_costs.back() = std::accumulate(costs.begin() + lead + units - 1, costs.end(), 0.0);
       if (units == 1) unit_costs.front() = std::accumulate(costs.begin(), costs.end(), 0.0);
       sizes = balanced_sizes(unit_costs, num_stages);
       break;
@@ -178,7 +178,7 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
         sum += sizes[s];
       }
       if (sum != units) {
-        fail(glue + head > 0 ? fmt::format("layers_per_stage sums to {}, but the {} layers count as {}{}: give counts "
+        fail(glue + lead > 0 ? fmt::format("layers_per_stage sums to {}, but the {} layers count as {}{}: give counts "
                                            "summing to {}",
                                            sum, num_layers, units, glued, units)
                       : fmt::format("layers_per_stage sums to {}, but there are {} layers", sum, num_layers));
@@ -188,7 +188,7 @@ std::vector<LayerRange> partition_layers(int num_layers, int num_stages, const P
   }
 
   std::vector<LayerRange> ranges;
-  int begin = head;  // the first unit stands for the first glue_first + 1 layers
+  int begin = lead;  // the first unit stands for the first glue_first + 1 layers
   for (int size : sizes) {
     ranges.push_back({begin, begin + size});
     begin += size;
