@@ -19,7 +19,7 @@ MemoryPlan LowLevelZeroPlugin::plan_memory(const PluginOptions& given, const Mem
   engine.device_is_gpu = in.device_is_gpu();
   const auto params = memory_planning::rank_parameters(in.model, 0, in.model.layers.size());
   auto parts = memory_planning::zero_engine_parts(params.trainable, params.frozen, engine);
-  if (in.accumulation_steps() > 1 && !in.sync_every_pass() && o.stage() == 2) {  // stage 1's gradients stay in the all-reduce buckets
+  if (in.keeps_gradients_between_passes() && o.stage() == 2) {  // stage 1's gradients stay in the all-reduce buckets
     int64_t trainable = 0;
     for (auto n : params.trainable) trainable += n;
     parts.push_back({"gradients kept whole for accumulation", memory_planning::bytes(trainable, amp::to_dtype(o.precision())),

@@ -28,6 +28,9 @@ struct MemoryPlanInputs {
   // Every pass synchronises (no no_sync; colo_vit_bench --sync-every-microbatch): the sharding
   // plugins reduce-scatter each pass into their shards, so no whole gradients are kept between passes.
   TORCH_ARG(bool, sync_every_pass) = false;
+  // Whether a rank keeps whole gradients between the passes of a step (several passes, no_sync).
+ public:
+  bool keeps_gradients_between_passes() const { return accumulation_steps_ > 1 && !sync_every_pass_; }
   TORCH_ARG(bool, activation_checkpointing) = false;
   // fp32 values per parameter element the optimizer keeps besides the master (Adam: 2 moments).
   TORCH_ARG(int, optimizer_states) = 2;
