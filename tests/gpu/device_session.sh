@@ -831,6 +831,9 @@ PY
           gpipe_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=gpipe --plugin-opt cuda_graphs=true) ;;
           inter_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt pp_style=interleaved --plugin-opt num_model_chunks=2 --plugin-opt cuda_graphs=true) ;;
           f1b_4_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=4 --plugin-opt cuda_graphs=true) ;;
+          # The cut before 75c588c (the patch embedding counted as a layer: 11 and 13 blocks), for the A/B.
+          f1b_8_oldcut) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt layers_per_stage=12,13) ;;
+          f1b_8_graphs_oldcut) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt cuda_graphs=true --plugin-opt layers_per_stage=12,13) ;;
           peer_f1b_8) ;;
           *) note "unknown two-gpu-pp-graphs run $run"; continue ;;
         esac
@@ -883,6 +886,9 @@ PY
           tp2dp2_z0 | tp2dp2_z1 | tp2dp2_z2) batch=256 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt zero_stage=${run##*_z}) ;;
           tp2pp2) batch=512 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt pp_size=2 --plugin-opt num_microbatches=8) ;;
           pp4_16) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16) ;;
+          # The cut before 75c588c (5, 6, 7 and 6 blocks), for the A/B.
+          pp4_16_oldcut) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16 --plugin-opt layers_per_stage=6,6,7,6) ;;
+          pp4_16_graphs_oldcut) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16 --plugin-opt cuda_graphs=true --plugin-opt layers_per_stage=6,6,7,6) ;;
           pp4_16_graphs) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16 --plugin-opt cuda_graphs=true) ;;
           pp4_32_graphs) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=32 --plugin-opt cuda_graphs=true) ;;
           peer_pp4_16) batch=512 ;;
