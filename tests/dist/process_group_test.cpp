@@ -382,6 +382,26 @@ TEST(ProcessGroup, TimeoutNamesTheMembersThatDidNotArrive) {
   world()->barrier().wait();
 }
 
+// A member that closes a group the moment new_subgroup returns must not break the group's
+// creation on a member still connecting: Gloo's pairs count as connected once the TCP handshake
+// is done, so without the closing barrier a fast member tore its sockets down while a slow one
+// was still accepting them ("Connection closed by peer" while creating; the dist_np8 flake of
+// 2026-11-27, where a plugin refused cuda_graphs right after making its mesh). Rank 1 arrives
+// late at every creation so that the others wait on it and then race to finish.
+TEST(ProcessGroup, AGroupClosedAtOnceByOneMemberIsWholeForTheOthers) {
+  COLO_SKIP_ON_NCCL_OR_ONE_RANK();
+  const int n = world()->size();
+  std::vector<int> all(static_cast<std::size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  for (int round = 0; round < 30; ++round) {
+    if (world()->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto group = world()->new_subgroup(all, "closed_at_once");
+    group->close();
+    for (const auto& shape : shapes_for(n)) ProcessGroupMesh mesh(world(), shape);  // made and dropped
+  }
+  world()->barrier().wait();
+}
+
 // close() lets work this rank queued finish first, then ends the group: every later operation
 // says the group is closed, closing again is harmless, and other groups keep working.
 TEST(ProcessGroup, ClosedGroupFinishesQueuedWorkThenRefusesOperations) {

@@ -40,6 +40,16 @@ compat::CommBackendPtr make_backend(Backend backend, const c10::intrusive_ptr<c1
   (void)sigpipe_ignored;
   auto created = compat::make_gloo_backend(peers.recording(store), rank, size, timeout, loopback_only);
   peers.learn(size);
+  // Gloo counts a pair as connected once its TCP handshake is done, before the peer has accepted
+  // it: a member that returned here and closed the group at once (a plugin refusing its options
+  // right after making its mesh) tore its sockets down while a slower member was still accepting
+  // them, which then failed with "Connection closed by peer". A barrier returns only once every
+  // member has connected every pair.
+  if (size > 1) {
+    c10d::BarrierOptions options;
+    options.timeout = timeout;
+    created->barrier(options)->wait();
+  }
   return created;
 }
 
