@@ -54,13 +54,33 @@ class ShardLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ShardLinear);
 
+// Encoder blocks in one call, as a pipeline stage runs them: each call's fixed costs are shared
+// by the chain, as they are by a stage's blocks (ProfileOptions::blocks_per_call). Checkpointed,
+// the chain keeps only its input and recomputes all of it: per block the same work as blocks
+// checkpointed one by one.
+class BlockChain : public nn::Layer {
+ public:
+  explicit BlockChain(std::vector<std::shared_ptr<nn::Layer>> blocks) : blocks_(std::move(blocks)) {
+    for (std::size_t i = 0; i < blocks_.size(); ++i) register_module(std::to_string(i), blocks_[i]);
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto y = x;
+    for (auto& block : blocks_) y = block->forward(y);
+    return y;
+  }
+
+ private:
+  std::vector<std::shared_ptr<nn::Layer>> blocks_;
+};
+
 struct Built {
   std::shared_ptr<nn::Layer> layer;
   std::vector<int64_t> input_shape;  // per sample
   bool input_grad = true;
+  int blocks = 1;  // layers chained in `layer`: its times are divided by this
 };
 
-Built build(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bool fp8) {
+Built build_one(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bool fp8) {
   Built b;
   const int64_t tokens = c.num_tokens();
   if (kind == "patch_embedding") {
@@ -84,6 +104,27 @@ Built build(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bo
     b.input_shape = {sp ? (tokens + tp - 1) / tp : tokens, c.embed_dim()};
   }
   return b;
+}
+
+// `kind` as measured: encoder blocks `chain` at a time, the patch embedding and the head alone
+// (a stage holds one of each at most).
+Built build(const std::string& kind, const nn::ViTConfig& c, int tp, bool sp, bool fp8, int chain) {
+  if (kind != "encoder_block" || chain <= 1) return build_one(kind, c, tp, sp, fp8);
+  std::vector<std::shared_ptr<nn::Layer>> blocks;
+  Built first;
+  for (int i = 0; i < chain; ++i) {
+    auto one = build_one(kind, c, tp, sp, fp8);
+    if (i == 0) first = one;
+    blocks.push_back(one.layer);
+  }
+  first.layer = std::make_shared<BlockChain>(std::move(blocks));
+  first.blocks = chain;
+  return first;
+}
+
+// The encoder blocks chained per call (0: 4 on a GPU, 1 on the CPU).
+int blocks_per_call(const ProfileOptions& o) {
+  return o.blocks_per_call() > 0 ? o.blocks_per_call() : (o.device().is_cuda() ? 4 : 1);
 }
 
 // One measurement of every time a layer has: seconds per call over `k` calls back to back.
@@ -169,14 +210,15 @@ LayerTimes time_layer(const Built& built, int64_t samples, const ProfileOptions&
     cf.push_back(t.checkpointed_forward);
     cb.push_back(t.checkpointed_backward);
   }
+  const double per = 1.0 / built.blocks;
   LayerTimes t;
   t.samples = samples;
-  t.forward = median(f);
-  t.backward = median(bw);
-  t.input_grad = median(bi);
-  t.weight_grad = std::max(median(w), 1e-7);
-  t.checkpointed_forward = median(cf);
-  t.checkpointed_backward = median(cb);
+  t.forward = median(f) * per;
+  t.backward = median(bw) * per;
+  t.input_grad = median(bi) * per;
+  t.weight_grad = std::max(median(w) * per, 1e-7);
+  t.checkpointed_forward = median(cf) * per;
+  t.checkpointed_backward = median(cb) * per;
   return t;
 }
 
@@ -273,6 +315,11 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
                                             "or 0 for the device's default",
                                             o.back_to_back()));
   }
+  if (o.blocks_per_call() < 0 || o.blocks_per_call() > c.depth()) {
+    throw std::invalid_argument(fmt::format("--blocks-per-call {}: give the encoder blocks to chain per timed call, "
+                                            "from 1 to the model's depth {}, or 0 for the device's default",
+                                            o.blocks_per_call(), c.depth()));
+  }
   if (o.marginal() && calls_back_to_back(o) < 2) {
     throw std::invalid_argument(fmt::format(
         "--marginal needs 2 or more calls back to back to subtract one call from, and --back-to-back is {} here{}: "
@@ -287,6 +334,9 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
   profile.device = o.device().str();
   profile.precision = o.precision();
   profile.threads = at::get_num_threads();
+  const int chain = std::min<int>(blocks_per_call(o), static_cast<int>(c.depth()));
+  profile.blocks_per_call = chain;
+  if (progress && chain > 1) progress(fmt::format("encoder blocks timed {} to a call (a block: the call's time / {})", chain, chain));
   profile.model = c;
   torch::manual_seed(0);
   struct Shard {
@@ -300,7 +350,7 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
     if (tp > 1 && o.sequence_parallel()) shards.push_back({"encoder_block", tp, true});
   }
   for (const auto& shard : shards) {
-    auto built = build(shard.kind, c, shard.tp, shard.sp, fp8);
+    auto built = build(shard.kind, c, shard.tp, shard.sp, fp8, chain);
     built.layer->to(o.device(), dtype);
     if (fp8 && shard.tp == 1) nn::use_fp8_linears(*built.layer, o.device());
     built.layer->train();

@@ -92,6 +92,7 @@ CostProfile parse_profile(const std::string& text, const std::string& source) {
     in.fail("precision", fmt::format("expected fp32, bf16, fp16 or fp8, got \"{}\"", p.precision));
   }
   p.threads = static_cast<int>(in.integer("threads", 0, 0));
+  p.blocks_per_call = static_cast<int>(in.integer("blocks_per_call", 1, 1));  // files before it: one block
   in.allow("description");
   in.allow("command");
   in.allow("date");
@@ -167,6 +168,7 @@ std::string to_json(const CostProfile& p) {
   nlohmann::json j = {{"device", p.device},
                       {"precision", p.precision},
                       {"threads", p.threads},
+                      {"blocks_per_call", p.blocks_per_call},
                       {"model",
                        {{"image_size", p.model.image_size()},
                         {"patch_size", p.model.patch_size()},

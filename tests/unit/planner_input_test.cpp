@@ -283,3 +283,54 @@ TEST(PlannerInput, MarginalTimingSubtractsOneCallAndNeedsTwoCallsBackToBack) {
     EXPECT_GT(t.checkpointed_backward, 0.0) << layer.layer;
   }
 }
+
+// Encoder blocks chained per timed call: outside 0 (the device's default) to the model's depth is
+// refused naming the flag, before anything is measured; a chain's length is recorded in the
+// profile and read back, and a profile written before the field existed reads as one block.
+TEST(PlannerInput, BlocksPerCallIsBoundedRecordedAndReadBack) {
+  auto tiny = colo::nn::ViTConfig().image_size(8).patch_size(4).embed_dim(8).depth(3).num_heads(2).num_classes(3);
+  auto options = colo::planner::ProfileOptions(tiny).precision("fp32").microbatches({1}).repeats(1).warmup(0)
+                     .optimizer_sizes({16, 32});
+  for (int chain : {-1, 4}) {  // below 0; one past the depth
+    try {
+      colo::planner::measure_profile(options.blocks_per_call(chain));
+      FAIL() << "blocks_per_call " << chain << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--blocks-per-call " + std::to_string(chain)), std::string::npos) << message;
+      EXPECT_NE(message.find("from 1 to the model's depth 3"), std::string::npos) << message;
+    }
+  }
+  const auto chained = colo::planner::measure_profile(options.blocks_per_call(3));  // the depth itself
+  EXPECT_EQ(chained.blocks_per_call, 3);
+  EXPECT_EQ(colo::planner::measure_profile(options.blocks_per_call(0)).blocks_per_call, 1);  // the CPU's default
+  for (const auto& layer : chained.layers) EXPECT_GT(layer.points.at(0).backward, 0.0) << layer.layer;
+  const auto text = colo::planner::to_json(chained);
+  EXPECT_EQ(colo::planner::parse_profile(text, "chained.json").blocks_per_call, 3);
+
+  std::ifstream in(fixture_path("profile.json"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  ASSERT_EQ(buffer.str().find("blocks_per_call"), std::string::npos) << "the fixture predates the field";
+  EXPECT_EQ(colo::planner::parse_profile(buffer.str(), "profile.json").blocks_per_call, 1);
+}
+
+// A chain's time is shared by its blocks: timing three blocks in one call gives a block about a
+// third of the chain, so a block's figure stays near one block timed alone (on the CPU a call has
+// no launch overhead to share), not three times it.
+TEST(PlannerInput, AChainedBlockCostsItsShareOfTheChain) {
+  auto small = colo::nn::ViTConfig().image_size(32).patch_size(4).embed_dim(64).depth(3).num_heads(4).num_classes(10);
+  auto options = colo::planner::ProfileOptions(small).precision("fp32").microbatches({8}).repeats(5).warmup(1)
+                     .optimizer_sizes({16, 32});
+  const auto block = [](const colo::planner::CostProfile& p) {
+    for (const auto& layer : p.layers) {
+      if (layer.layer == "encoder_block") return layer.points.at(0).forward + layer.points.at(0).backward;
+    }
+    return 0.0;
+  };
+  const double one = block(colo::planner::measure_profile(options.blocks_per_call(1)));
+  const double share = block(colo::planner::measure_profile(options.blocks_per_call(3)));
+  ASSERT_GT(one, 0.0);
+  EXPECT_GT(share / one, 0.5);
+  EXPECT_LT(share / one, 2.0);
+}

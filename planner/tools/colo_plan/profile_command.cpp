@@ -49,7 +49,7 @@ int run_profile(const std::vector<std::string>& args) {
   std::string model_name, precision, microbatches, tp, device_name, out_path, optimizer_sizes;
   int64_t image = 0, patch = 0, hidden = 0, depth = 0, heads = 0, classes = 0, largest = 16 << 20;
   double mlp = 0, memory = 0;
-  int repeats = 5, warmup = 2, back_to_back = 0;
+  int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0;
   po::options_description desc(
       "colo-plan profile: measures what the planner's prediction uses, on this machine.\n"
       "  colo-plan profile --model small --precision fp32 --microbatches 1,2,4,8 --tp 1,2 --out profile.json\n"
@@ -73,6 +73,9 @@ int run_profile(const std::vector<std::string>& args) {
       ("warmup", po::value(&warmup)->default_value(2), "untimed repetitions first")
       ("back-to-back", po::value(&back_to_back)->default_value(0),
        "calls of a layer timed without a synchronisation between them (0: 4 on a GPU, 1 on the CPU)")
+      ("blocks-per-call", po::value(&blocks_per_call)->default_value(0),
+       "encoder blocks chained in each timed call, as a pipeline stage runs them; a block's time is the chain's "
+       "divided by them (0: 4 on a GPU, 1 on the CPU)")
       ("marginal", "also time one call and keep what a call costs beyond it (needs --back-to-back 2 or more; "
                    "a GPU's default is 4)")
       ("optimizer-sizes", po::value(&optimizer_sizes), "elements of the Adam measurements (default: 1M,4M,16M)")
@@ -144,6 +147,7 @@ int run_profile(const std::vector<std::string>& args) {
                      .repeats(repeats)
                      .warmup(warmup)
                      .back_to_back(back_to_back)
+                     .blocks_per_call(blocks_per_call)
                      .marginal(vm.count("marginal") > 0);
   if (!optimizer_sizes.empty()) options.optimizer_sizes(numbers<int64_t>("optimizer-sizes", optimizer_sizes));
   fmt::print("colo-plan profile: {} on {}, {}\n", model.name, options.device().str(), options.precision());

@@ -49,6 +49,7 @@ struct CostProfile {
   std::string device;     // "cpu", "cuda" (with the device's name when known)
   std::string precision;  // fp32, bf16, fp16, fp8
   int threads = 0;        // intra-op threads of the CPU measurement
+  int blocks_per_call = 1;  // encoder blocks chained in each timed call (ProfileOptions::blocks_per_call)
   nn::ViTConfig model;
   std::vector<LayerProfile> layers;
   OptimizerTimes device_optimizer;
