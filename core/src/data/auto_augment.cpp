@@ -18,15 +18,25 @@ using K = AugmentOpKind;
 constexpr double kLevelDenom = 10.0;  // timm's _LEVEL_DENOM
 
 // timm's _RAND_TRANSFORMS and _RAND_INCREASING_TRANSFORMS.
-const std::vector<K> kRandTransforms = {K::kAutoContrast, K::kEqualize,  K::kInvert,  K::kRotate,
-                                        K::kPosterize,    K::kSolarize,  K::kSolarizeAdd, K::kColor,
-                                        K::kContrast,     K::kBrightness, K::kSharpness, K::kShearX,
+const std::vector<K> kRandTransforms = {K::kAutoContrast, K::kEqualize,      K::kInvert,       K::kRotate,
+                                        K::kPosterize,    K::kSolarize,      K::kSolarizeAdd,  K::kColor,
+                                        K::kContrast,     K::kBrightness,    K::kSharpness,    K::kShearX,
                                         K::kShearY,       K::kTranslateXRel, K::kTranslateYRel};
-const std::vector<K> kRandIncreasingTransforms = {
-    K::kAutoContrast,       K::kEqualize,           K::kInvert,      K::kRotate,
-    K::kPosterizeIncreasing, K::kSolarizeIncreasing, K::kSolarizeAdd, K::kColorIncreasing,
-    K::kContrastIncreasing, K::kBrightnessIncreasing, K::kSharpnessIncreasing, K::kShearX,
-    K::kShearY,             K::kTranslateXRel,      K::kTranslateYRel};
+const std::vector<K> kRandIncreasingTransforms = {K::kAutoContrast,
+                                                  K::kEqualize,
+                                                  K::kInvert,
+                                                  K::kRotate,
+                                                  K::kPosterizeIncreasing,
+                                                  K::kSolarizeIncreasing,
+                                                  K::kSolarizeAdd,
+                                                  K::kColorIncreasing,
+                                                  K::kContrastIncreasing,
+                                                  K::kBrightnessIncreasing,
+                                                  K::kSharpnessIncreasing,
+                                                  K::kShearX,
+                                                  K::kShearY,
+                                                  K::kTranslateXRel,
+                                                  K::kTranslateYRel};
 
 // timm's auto_augment_policy_original: ImageNet's policy from the AutoAugment paper.
 const std::vector<std::vector<PolicyOp>> kOriginalPolicy = {
@@ -104,28 +114,50 @@ bool is_geometric(K kind) {
 
 const char* to_string(AugmentOpKind kind) {
   switch (kind) {
-    case K::kAutoContrast: return "AutoContrast";
-    case K::kEqualize: return "Equalize";
-    case K::kInvert: return "Invert";
-    case K::kRotate: return "Rotate";
-    case K::kPosterize: return "Posterize";
-    case K::kPosterizeIncreasing: return "PosterizeIncreasing";
-    case K::kPosterizeOriginal: return "PosterizeOriginal";
-    case K::kSolarize: return "Solarize";
-    case K::kSolarizeIncreasing: return "SolarizeIncreasing";
-    case K::kSolarizeAdd: return "SolarizeAdd";
-    case K::kColor: return "Color";
-    case K::kColorIncreasing: return "ColorIncreasing";
-    case K::kContrast: return "Contrast";
-    case K::kContrastIncreasing: return "ContrastIncreasing";
-    case K::kBrightness: return "Brightness";
-    case K::kBrightnessIncreasing: return "BrightnessIncreasing";
-    case K::kSharpness: return "Sharpness";
-    case K::kSharpnessIncreasing: return "SharpnessIncreasing";
-    case K::kShearX: return "ShearX";
-    case K::kShearY: return "ShearY";
-    case K::kTranslateXRel: return "TranslateXRel";
-    case K::kTranslateYRel: return "TranslateYRel";
+    case K::kAutoContrast:
+      return "AutoContrast";
+    case K::kEqualize:
+      return "Equalize";
+    case K::kInvert:
+      return "Invert";
+    case K::kRotate:
+      return "Rotate";
+    case K::kPosterize:
+      return "Posterize";
+    case K::kPosterizeIncreasing:
+      return "PosterizeIncreasing";
+    case K::kPosterizeOriginal:
+      return "PosterizeOriginal";
+    case K::kSolarize:
+      return "Solarize";
+    case K::kSolarizeIncreasing:
+      return "SolarizeIncreasing";
+    case K::kSolarizeAdd:
+      return "SolarizeAdd";
+    case K::kColor:
+      return "Color";
+    case K::kColorIncreasing:
+      return "ColorIncreasing";
+    case K::kContrast:
+      return "Contrast";
+    case K::kContrastIncreasing:
+      return "ContrastIncreasing";
+    case K::kBrightness:
+      return "Brightness";
+    case K::kBrightnessIncreasing:
+      return "BrightnessIncreasing";
+    case K::kSharpness:
+      return "Sharpness";
+    case K::kSharpnessIncreasing:
+      return "SharpnessIncreasing";
+    case K::kShearX:
+      return "ShearX";
+    case K::kShearY:
+      return "ShearY";
+    case K::kTranslateXRel:
+      return "TranslateXRel";
+    case K::kTranslateYRel:
+      return "TranslateYRel";
   }
   return "?";
 }
@@ -178,30 +210,43 @@ double level_to_arg(AugmentOpKind kind, double level, bool negate) {
   return 0;
 }
 
-ByteImage apply_augment_op(const ByteImage& image, AugmentOpKind kind, double magnitude, bool negate,
-                           Resample resample, const FillColor& fill) {
+ByteImage apply_augment_op(const ByteImage& image, AugmentOpKind kind, double magnitude, bool negate, Resample resample,
+                           const FillColor& fill) {
   const double arg = level_to_arg(kind, magnitude, negate);
   switch (kind) {
-    case K::kAutoContrast: return pil::auto_contrast(image);
-    case K::kEqualize: return pil::equalize(image);
-    case K::kInvert: return pil::invert(image);
-    case K::kRotate: return pil::rotate(image, arg, resample, fill);
+    case K::kAutoContrast:
+      return pil::auto_contrast(image);
+    case K::kEqualize:
+      return pil::equalize(image);
+    case K::kInvert:
+      return pil::invert(image);
+    case K::kRotate:
+      return pil::rotate(image, arg, resample, fill);
     case K::kPosterize:
     case K::kPosterizeIncreasing:
-    case K::kPosterizeOriginal: return pil::posterize(image, static_cast<int>(arg));
+    case K::kPosterizeOriginal:
+      return pil::posterize(image, static_cast<int>(arg));
     case K::kSolarize:
-    case K::kSolarizeIncreasing: return pil::solarize(image, static_cast<int>(arg));
-    case K::kSolarizeAdd: return pil::solarize_add(image, static_cast<int>(arg));
+    case K::kSolarizeIncreasing:
+      return pil::solarize(image, static_cast<int>(arg));
+    case K::kSolarizeAdd:
+      return pil::solarize_add(image, static_cast<int>(arg));
     case K::kColor:
-    case K::kColorIncreasing: return pil::color(image, arg);
+    case K::kColorIncreasing:
+      return pil::color(image, arg);
     case K::kContrast:
-    case K::kContrastIncreasing: return pil::contrast(image, arg);
+    case K::kContrastIncreasing:
+      return pil::contrast(image, arg);
     case K::kBrightness:
-    case K::kBrightnessIncreasing: return pil::brightness(image, arg);
+    case K::kBrightnessIncreasing:
+      return pil::brightness(image, arg);
     case K::kSharpness:
-    case K::kSharpnessIncreasing: return pil::sharpness(image, arg);
-    case K::kShearX: return pil::affine(image, {1, arg, 0, 0, 1, 0}, resample, fill);
-    case K::kShearY: return pil::affine(image, {1, 0, 0, arg, 1, 0}, resample, fill);
+    case K::kSharpnessIncreasing:
+      return pil::sharpness(image, arg);
+    case K::kShearX:
+      return pil::affine(image, {1, arg, 0, 0, 1, 0}, resample, fill);
+    case K::kShearY:
+      return pil::affine(image, {1, 0, 0, arg, 1, 0}, resample, fill);
     case K::kTranslateXRel:
       return pil::affine(image, {1, 0, arg * static_cast<double>(image.width), 0, 1, 0}, resample, fill);
     case K::kTranslateYRel:
@@ -282,8 +327,8 @@ AugmentPolicy AugmentPolicy::auto_augment(const std::string& config) {
     begin = next;
     const auto [key, value] = split_section(section);
     if (key != "mstd") {
-      throw std::invalid_argument(fmt::format("{}: section \"{}\" is not an AutoAugment option; {}", what, section,
-                                              kAutoExample));
+      throw std::invalid_argument(
+          fmt::format("{}: section \"{}\" is not an AutoAugment option; {}", what, section, kAutoExample));
     }
     policy.magnitude_std_ = parse_mstd(what, value, kAutoExample);
   }
@@ -331,7 +376,7 @@ ByteImage AugmentPolicy::apply(const ByteImage& image, uint64_t seed, const Fill
 }
 
 std::string AugmentPolicy::description() const {
-  const std::string noise = magnitude_std_ == 0            ? ""
+  const std::string noise = magnitude_std_ == 0          ? ""
                             : std::isinf(magnitude_std_) ? ", magnitude uniform in [0, m]"
                                                          : fmt::format(", magnitude noise std {:g}", magnitude_std_);
   if (is_rand_augment()) {

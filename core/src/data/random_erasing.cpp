@@ -18,9 +18,12 @@ constexpr uint64_t kValueStream = 0x76616cULL;
 
 const char* to_string(ErasingMode mode) {
   switch (mode) {
-    case ErasingMode::kConst: return "const";
-    case ErasingMode::kRand: return "rand";
-    case ErasingMode::kPixel: return "pixel";
+    case ErasingMode::kConst:
+      return "const";
+    case ErasingMode::kRand:
+      return "rand";
+    case ErasingMode::kPixel:
+      return "pixel";
   }
   return "?";
 }

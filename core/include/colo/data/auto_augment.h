@@ -52,8 +52,8 @@ bool has_random_sign(AugmentOpKind kind);
 double level_to_arg(AugmentOpKind kind, double magnitude, bool negate);
 
 // timm's op (NAME_TO_OP) at `magnitude` with its sign; `resample` and `fill` for the geometric ops.
-ByteImage apply_augment_op(const ByteImage& image, AugmentOpKind kind, double magnitude, bool negate,
-                           Resample resample, const FillColor& fill);
+ByteImage apply_augment_op(const ByteImage& image, AugmentOpKind kind, double magnitude, bool negate, Resample resample,
+                           const FillColor& fill);
 
 // One op of a policy, as timm's AugmentOp: applied with probability `prob` at `magnitude`.
 struct PolicyOp {
@@ -87,7 +87,7 @@ class AugmentPolicy {
 
   const std::string& config() const { return config_; }
   bool is_rand_augment() const { return !choices_.empty(); }
-  const std::vector<AugmentOpKind>& choices() const { return choices_; }               // RandAugment
+  const std::vector<AugmentOpKind>& choices() const { return choices_; }                    // RandAugment
   const std::vector<std::vector<PolicyOp>>& sub_policies() const { return sub_policies_; }  // AutoAugment
   int64_t num_layers() const { return num_layers_; }
   double prob() const { return prob_; }

@@ -20,7 +20,8 @@ struct ByteImage {
   std::vector<uint8_t> pixels;  // channels * height * width
 
   ByteImage() = default;
-  ByteImage(int64_t c, int64_t h, int64_t w) : channels(c), height(h), width(w), pixels(static_cast<size_t>(c * h * w)) {}
+  ByteImage(int64_t c, int64_t h, int64_t w)
+      : channels(c), height(h), width(w), pixels(static_cast<size_t>(c * h * w)) {}
   uint8_t& at(int64_t c, int64_t y, int64_t x) { return pixels[static_cast<size_t>((c * height + y) * width + x)]; }
   uint8_t at(int64_t c, int64_t y, int64_t x) const {
     return pixels[static_cast<size_t>((c * height + y) * width + x)];
@@ -41,10 +42,10 @@ using FillColor = std::array<uint8_t, 3>;
 
 namespace pil {
 
-ByteImage auto_contrast(const ByteImage& image);  // ImageOps.autocontrast(image), cutoff 0
-ByteImage equalize(const ByteImage& image);       // ImageOps.equalize
-ByteImage invert(const ByteImage& image);         // ImageOps.invert
-ByteImage solarize(const ByteImage& image, int threshold);           // values >= threshold inverted
+ByteImage auto_contrast(const ByteImage& image);                               // ImageOps.autocontrast(image), cutoff 0
+ByteImage equalize(const ByteImage& image);                                    // ImageOps.equalize
+ByteImage invert(const ByteImage& image);                                      // ImageOps.invert
+ByteImage solarize(const ByteImage& image, int threshold);                     // values >= threshold inverted
 ByteImage solarize_add(const ByteImage& image, int add, int threshold = 128);  // timm's solarize_add
 // ImageOps.posterize keeping `bits` high bits; bits >= 8 leaves the image (timm), bits <= 0 keeps
 // none (black: what Pillow before 10 and TensorFlow give; Pillow 13 raises instead).
