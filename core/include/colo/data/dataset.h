@@ -35,6 +35,9 @@ struct Normalization {
 // create_transform orders them: one of timm's policies (auto_augment.h) on the image as 8-bit
 // pixels, filled with the normalisation mean, and after normalising, timm's random erasing.
 struct Augmentation {
+  // Crop and flip as before the policies existed (Augmentation{4, true}); the rest by name.
+  /* implicit */ Augmentation(int64_t padding = 0, bool flip = false) : crop_padding(padding), horizontal_flip(flip) {}
+
   int64_t crop_padding = 0;
   bool horizontal_flip = false;
   std::string rand_augment;  // timm's RandAugment string, e.g. "rand-m9-mstd0.5-inc1"; empty: off

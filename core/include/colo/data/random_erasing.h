@@ -20,6 +20,8 @@ const char* to_string(ErasingMode mode);
 ErasingMode erasing_mode_from_string(const std::string& text);
 
 struct RandomErasingOptions {
+  /* implicit */ RandomErasingOptions(double p = 0.0, ErasingMode m = ErasingMode::kConst) : probability(p), mode(m) {}
+
   double probability = 0.0;  // 0: off (timm's --reprob; 0.25 in DeiT's recipe)
   ErasingMode mode = ErasingMode::kConst;
   double min_area = 0.02;
