@@ -478,6 +478,12 @@ TEST_F(TrainVitCli, TimmAugmentationsFromTheCommandLineAndConfigFiles) {
             std::string::npos)
       << file.out;
   EXPECT_NE(file.out.find("augment: random erasing with probability 0.25, mode pixel"), std::string::npos) << file.out;
+  const Result dry = run(tiny({"--dry-run", "--augment", "1", "--auto-augment", "original", "--reprob", "0.25"}));
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("augment: AutoAugment original: one of timm's 25 `original` ImageNet sub-policies per image"),
+            std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("augment: random erasing with probability 0.25, mode const"), std::string::npos) << dry.out;
   const std::string wrong = files::join(dir_, "wrong.json");
   std::ofstream(wrong) << R"({"data": {"augment": true, "auto_augment": 1}})";
   const Result typed = run(tiny({"--config", wrong}));
