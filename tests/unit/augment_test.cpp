@@ -97,9 +97,10 @@ TEST(RandAugmentOps, EveryOpGivesTimmsBytes) {
       max_diff = std::max(max_diff, d);
     }
     if (c["raised"]) {
-      // timm with Pillow 13 raises on posterize to 0 bits; colo keeps no bit (black), as Pillow
-      // before 10 and TensorFlow's AutoAugment do (the oracle wrote black).
-      EXPECT_EQ(name, "PosterizeIncreasing");
+      // timm with Pillow 13 raises on posterize to 0 bits (PosterizeIncreasing at 10, Posterize
+      // below 2.5); colo keeps no bit (black), as Pillow before 10 and TensorFlow's AutoAugment
+      // do (the oracle wrote black).
+      EXPECT_TRUE(name == "PosterizeIncreasing" || name == "Posterize") << name;
     }
     const bool geometric = has_random_sign(kind) && name.find("Increasing") == std::string::npos;
     if (geometric) {

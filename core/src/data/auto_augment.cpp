@@ -310,8 +310,9 @@ AugmentPolicy AugmentPolicy::auto_augment(const std::string& config) {
   const size_t dash = config.find('-');
   const std::string name = config.substr(0, dash);
   if (name == "rand") {
-    throw std::invalid_argument(
-        fmt::format("{}: a RandAugment string goes into rand_augment (--rand-augment), not auto_augment", what));
+    throw std::invalid_argument(fmt::format(
+        "{}: a RandAugment string goes into rand_augment (--rand-augment), not auto_augment; for AutoAugment {}", what,
+        kAutoExample));
   }
   if (name == "v0" || name == "v0r" || name == "originalr" || name == "3a") {
     throw std::invalid_argument(
