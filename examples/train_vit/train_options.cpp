@@ -456,21 +456,30 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
     problems.push_back(fmt::format("--attn-drop-rate {}: must be in [0, 1)", o.attn_drop_rate));
   }
   try {
-    if (const auto augmentation = timm_augmentation(o, {})) {
-      if (!o.augment) {
-        problems.emplace_back(
-            "--rand-augment, --auto-augment and --reprob act on the training augmentation: add "
-            "--augment 1 (timm applies them after the random crop and flip)");
-      }
-      // ImageTransform's checks, on an RGB image.
-      (void)colo::data::ImageTransform({*augmentation, 0, colo::data::Normalization{{0.5, 0.5, 0.5}, {1, 1, 1}}, 0},
-                                       {3, 8, 8});
-    }
+    (void)colo::data::erasing_mode_from_string(o.remode);
   } catch (const std::invalid_argument& e) {
-    std::string message = e.what();
-    const std::string prefix = "ImageTransform for 3x8x8 images: ";
-    if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
-    problems.push_back(fmt::format("--rand-augment / --auto-augment / --reprob / --remode: {}", message));
+    problems.push_back(fmt::format("--remode: {}", e.what()));
+  }
+  if (!o.rand_augment.empty() || !o.auto_augment.empty() || o.reprob != 0) {
+    if (!o.augment) {
+      problems.emplace_back(
+          "--rand-augment, --auto-augment and --reprob act on the training augmentation: add "
+          "--augment 1 (timm applies them after the random crop and flip)");
+    }
+    colo::data::Augmentation augmentation;
+    augmentation.rand_augment = o.rand_augment;
+    augmentation.auto_augment = o.auto_augment;
+    augmentation.random_erasing.probability = o.reprob;
+    try {
+      // ImageTransform's checks (the strings, one policy, the probability), on an RGB image.
+      (void)colo::data::ImageTransform({augmentation, 0, colo::data::Normalization{{0.5, 0.5, 0.5}, {1, 1, 1}}, 0},
+                                       {3, 8, 8});
+    } catch (const std::invalid_argument& e) {
+      std::string message = e.what();
+      const std::string prefix = "ImageTransform for 3x8x8 images: ";
+      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+      problems.push_back(fmt::format("--rand-augment / --auto-augment / --reprob: {}", message));
+    }
   }
   try {
     if (const auto mixup = mixup_options(o)) (void)colo::data::Mixup(*mixup, 1);  // its checks
