@@ -1,8 +1,9 @@
 #include "dry_run.h"
 
 #include <colo/booster/booster.h>
-#include <colo/engine/memory_size.h>
 #include <colo/booster/plugin_registry.h>
+#include <colo/data/auto_augment.h>
+#include <colo/engine/memory_size.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/resnet.h>
 #include <fmt/format.h>
@@ -62,6 +63,14 @@ int print_memory_plan(const TrainOptions& o, const colo::nn::ViTConfig& config, 
   fmt::print("model: {:.2f} M parameters ({:.2f} M trainable), {} layers; nothing was allocated\n",
              static_cast<double>(inputs.model.num_parameters()) / 1e6,
              static_cast<double>(inputs.model.num_trainable()) / 1e6, inputs.model.layers.size());
+  // The training augmentation's policy and erasing, checked already (parse_train_options).
+  if (!o.rand_augment.empty()) {
+    fmt::print("augment: {}\n", colo::data::AugmentPolicy::rand_augment(o.rand_augment).description());
+  }
+  if (!o.auto_augment.empty()) {
+    fmt::print("augment: {}\n", colo::data::AugmentPolicy::auto_augment(o.auto_augment).description());
+  }
+  if (o.reprob > 0) fmt::print("augment: random erasing with probability {:g}, mode {}\n", o.reprob, o.remode);
   fmt::print("{}", plan.to_string());
   std::fflush(stdout);
   return 0;

@@ -10,6 +10,7 @@
 #include <colo/trainer/trainer.h>
 #include <colo/trainer/trainer_hooks.h>
 #include <colo/checkpoint/atomic_file.h>
+#include <colo/data/auto_augment.h>
 #include <colo/data/cifar10.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/dataset_error.h>
@@ -210,6 +211,7 @@ colo::data::DataLoaderOptions train_loader_options(const TrainOptions& o, const 
       .drop_last(true)  // every optimizer step sees a full global batch
       .seed(o.seed)
       .augment(o.augment)
+      .augmentation(train_vit::timm_augmentation(o, dataset.default_augmentation()))
       .mixup(train_vit::mixup_options(o))
       .image_size(config.image_size() == dataset.image_shape().height ? 0 : config.image_size())
       .num_workers(workers)
@@ -428,6 +430,18 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
+  if (const auto& a = train_loader.options().augmentation(); a && o.augment) {
+    if (!a->rand_augment.empty()) {
+      console.print("augment: {}", colo::data::AugmentPolicy::rand_augment(a->rand_augment).description());
+    }
+    if (!a->auto_augment.empty()) {
+      console.print("augment: {}", colo::data::AugmentPolicy::auto_augment(a->auto_augment).description());
+    }
+    if (a->random_erasing.enabled()) {
+      console.print("augment: random erasing with probability {:g}, mode {}", a->random_erasing.probability,
+                    colo::data::to_string(a->random_erasing.mode));
+    }
+  }
   if (const auto& m = train_loader.options().mixup()) {
     console.print("mixup: alpha {:g}, cutmix alpha {:g}{}, prob {:g}, switch prob {:g}, per {}, label smoothing {:g} in "
                   "the soft targets{}",

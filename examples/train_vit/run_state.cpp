@@ -57,28 +57,35 @@ nlohmann::json run_record(const TrainOptions& o, int world_size, const RunOrigin
       o.dataset == "synthetic" || o.data_dir.empty() ? "" : colo::files::canonical_or_absolute(o.data_dir);
   nlohmann::json normalization = nullptr;
   if (origin.normalization) normalization = {{"mean", origin.normalization->mean}, {"std", origin.normalization->std}};
-  return {{"world_size", world_size},
-          {"dataset", o.dataset},
-          {"data_dir", data_dir},
-          {"init", origin.init},
-          {"init_normalization", normalization},
-          {"synthetic_samples", o.synthetic_samples},
-          {"batch_size", o.batch_size},
-          {"grad_accum", o.grad_accum},
-          {"seed", o.seed},
-          {"augment", o.augment},
-          {"mixup", fmt::format("mixup {} cutmix {} minmax '{}' prob {} switch {} mode {} off {}", o.mixup_alpha,
-                                o.cutmix_alpha, o.cutmix_minmax, o.mixup_prob, o.mixup_switch_prob, o.mixup_mode,
-                                o.mixup_off_epoch)},
-          {"epochs", o.epochs},
-          {"lr", o.lr},
-          {"warmup", o.warmup_epochs},
-          {"schedule", fmt::format("{} per {} warmup steps {} step {} milestones [{}] gamma {}", o.schedule,
-                                   o.schedule_per, o.warmup_steps ? std::to_string(*o.warmup_steps) : "-",
-                                   o.lr_step_epochs, fmt::join(o.lr_milestones, ","), o.lr_gamma)},
-          {"optimizer", o.optimizer},
-          {"weight_decay", o.weight_decay},
-          {"precision", o.precision}};
+  nlohmann::json record = {
+      {"world_size", world_size},
+      {"dataset", o.dataset},
+      {"data_dir", data_dir},
+      {"init", origin.init},
+      {"init_normalization", normalization},
+      {"synthetic_samples", o.synthetic_samples},
+      {"batch_size", o.batch_size},
+      {"grad_accum", o.grad_accum},
+      {"seed", o.seed},
+      {"augment", o.augment},
+      {"mixup",
+       fmt::format("mixup {} cutmix {} minmax '{}' prob {} switch {} mode {} off {}", o.mixup_alpha, o.cutmix_alpha,
+                   o.cutmix_minmax, o.mixup_prob, o.mixup_switch_prob, o.mixup_mode, o.mixup_off_epoch)},
+      {"epochs", o.epochs},
+      {"lr", o.lr},
+      {"warmup", o.warmup_epochs},
+      {"schedule", fmt::format("{} per {} warmup steps {} step {} milestones [{}] gamma {}", o.schedule, o.schedule_per,
+                               o.warmup_steps ? std::to_string(*o.warmup_steps) : "-", o.lr_step_epochs,
+                               fmt::join(o.lr_milestones, ","), o.lr_gamma)},
+      {"optimizer", o.optimizer},
+      {"weight_decay", o.weight_decay},
+      {"precision", o.precision}};
+  // Recorded only when used, so that a state saved before these options existed still matches.
+  if (!o.rand_augment.empty() || !o.auto_augment.empty() || o.reprob > 0) {
+    record["timm_augment"] =
+        fmt::format("rand '{}' auto '{}' reprob {} remode {}", o.rand_augment, o.auto_augment, o.reprob, o.remode);
+  }
+  return record;
 }
 
 std::vector<std::string> check_resume(const TrainOptions& o, int world_size, const RunOrigin& origin,

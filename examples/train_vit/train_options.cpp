@@ -1,8 +1,8 @@
 #include "train_options.h"
 
 #include <colo/booster/closest_match.h>
+#include <colo/data/image_transform.h>
 #include <colo/engine/memory_size.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -163,7 +163,19 @@ po::options_description make_description(TrainOptions& o) {
       ("augment", po::value(&o.augment)->default_value(o.augment)->value_name("0|1"),
        "1: random crop and horizontal flip for training (the data set's default recipe; imagefolder: "
        "RandomResizedCrop and flip); off by default, as it slows learning down in the few epochs of the main job "
-       "(use it for long runs)");
+       "(use it for long runs)")
+      ("rand-augment", po::value(&o.rand_augment)->value_name("CONFIG"),
+       "with --augment 1: timm's RandAugment after the crop and flip, from timm's string (its --aa), e.g. "
+       "rand-m9-mstd0.5-inc1 (DeiT's): m magnitude 0-10, n ops per image, p probability per op, mstd magnitude "
+       "noise, inc1 increasing-severity ops")
+      ("auto-augment", po::value(&o.auto_augment)->value_name("POLICY"),
+       "with --augment 1: timm's AutoAugment policy instead: original (the AutoAugment paper's ImageNet policy; "
+       "original-mstd0.5 adds magnitude noise)")
+      ("reprob", po::value(&o.reprob)->default_value(o.reprob)->value_name("P"),
+       "with --augment 1: timm's random erasing probability, on the normalised image; 0: off (DeiT: 0.25)")
+      ("remode", po::value(&o.remode)->default_value(o.remode)->value_name("MODE"),
+       "random erasing's values: const (0, the mean colour), rand (a normal value per channel) or pixel (per "
+       "pixel, DeiT's)");
 
   po::options_description training("Training", kHelpWidth, kHelpWidth / 2);
   training.add_options()
@@ -444,6 +456,32 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
     problems.push_back(fmt::format("--attn-drop-rate {}: must be in [0, 1)", o.attn_drop_rate));
   }
   try {
+    (void)colo::data::erasing_mode_from_string(o.remode);
+  } catch (const std::invalid_argument& e) {
+    problems.push_back(fmt::format("--remode: {}", e.what()));
+  }
+  if (!o.rand_augment.empty() || !o.auto_augment.empty() || o.reprob != 0) {
+    if (!o.augment) {
+      problems.emplace_back(
+          "--rand-augment, --auto-augment and --reprob act on the training augmentation: add "
+          "--augment 1 (timm applies them after the random crop and flip)");
+    }
+    colo::data::Augmentation augmentation;
+    augmentation.rand_augment = o.rand_augment;
+    augmentation.auto_augment = o.auto_augment;
+    augmentation.random_erasing.probability = o.reprob;
+    try {
+      // ImageTransform's checks (the strings, one policy, the probability), on an RGB image.
+      (void)colo::data::ImageTransform({augmentation, 0, colo::data::Normalization{{0.5, 0.5, 0.5}, {1, 1, 1}}, 0},
+                                       {3, 8, 8});
+    } catch (const std::invalid_argument& e) {
+      std::string message = e.what();
+      const std::string prefix = "ImageTransform for 3x8x8 images: ";
+      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+      problems.push_back(fmt::format("--rand-augment / --auto-augment / --reprob: {}", message));
+    }
+  }
+  try {
     if (const auto mixup = mixup_options(o)) (void)colo::data::Mixup(*mixup, 1);  // its checks
   } catch (const std::invalid_argument& e) {
     problems.push_back(fmt::format("--mixup / --cutmix: {}", e.what()));
@@ -503,6 +541,18 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
 
   if (!problems.empty()) throw usage_error(problems);
   return o;
+}
+
+std::optional<colo::data::Augmentation> timm_augmentation(const TrainOptions& o, const colo::data::Augmentation& base) {
+  // The mode is checked even when erasing is off, so that a typo is not silently ignored.
+  const auto mode = colo::data::erasing_mode_from_string(o.remode);
+  if (o.rand_augment.empty() && o.auto_augment.empty() && o.reprob == 0) return std::nullopt;
+  colo::data::Augmentation augmentation = base;
+  augmentation.rand_augment = o.rand_augment;
+  augmentation.auto_augment = o.auto_augment;
+  augmentation.random_erasing.probability = o.reprob;
+  augmentation.random_erasing.mode = mode;
+  return augmentation;
 }
 
 std::optional<colo::data::MixupOptions> mixup_options(const TrainOptions& o) {

@@ -57,6 +57,12 @@ struct TrainOptions {
   std::string data_dir;  // empty: the library's default directory for the data set
   int64_t synthetic_samples = 10000;
   bool augment = false;  // random crop + flip: slower to learn, pays off only in long schedules
+  // timm's policies and random erasing on top of --augment (issue 38; colo::data::Augmentation):
+  // --rand-augment "rand-m9-mstd0.5-inc1" or --auto-augment "original", --reprob P, --remode MODE.
+  std::string rand_augment;
+  std::string auto_augment;
+  double reprob = 0.0;
+  std::string remode = "const";
   // Loader threads per rank (0: for an image folder, this rank's share of the cores less the
   // one that trains; 1 for the in-memory data sets).
   int64_t workers = 0;
@@ -167,6 +173,12 @@ colo::nn::ViTConfig make_vit_config(const TrainOptions& options, const colo::dat
 // The loader's mixing options from --mixup, --cutmix and their companions; nullopt when both are
 // off. Throws UsageError for a malformed --cutmix-minmax or --mixup-mode.
 std::optional<colo::data::MixupOptions> mixup_options(const TrainOptions& options);
+
+// The data set's default augmentation with --rand-augment, --auto-augment, --reprob and --remode
+// added; nullopt when none of them is given (the data set's default alone). Throws
+// std::invalid_argument for a malformed string or mode.
+std::optional<colo::data::Augmentation> timm_augmentation(const TrainOptions& options,
+                                                          const colo::data::Augmentation& base);
 
 // The names --model accepts ("custom" last).
 std::vector<std::string> model_names();

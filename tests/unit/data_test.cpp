@@ -819,32 +819,40 @@ TEST(DataLoaderTest, PrefetchingGivesTheSameBatches) {
 }
 
 TEST(DataLoaderTest, ResumesMidEpochExactly) {
-  const auto data = std::make_shared<SyntheticDataset>(45, ImageShape{2, 5, 5}, 4, 8);
-  const auto options = DataLoaderOptions(4).shuffle(true).seed(5).augment(true).augmentation(Augmentation{1, true});
-  for (const int64_t prefetch : {0, 2}) {
-    DataLoader full(data, DataLoaderOptions(options).prefetch(prefetch));
-    full.set_epoch(2);
-    const auto epoch2 = drain(full);
-    full.set_epoch(3);
-    const auto epoch3 = drain(full);
+  // Crop and flip; then with timm's RandAugment and random erasing too (issue 38), whose draws
+  // also come from each image's seed.
+  Augmentation timm{1, true};
+  timm.rand_augment = "rand-m9-mstd0.5-inc1";
+  timm.random_erasing = {0.5, ErasingMode::kPixel};
+  for (const auto& [shape, augmentation] :
+       {std::pair{ImageShape{2, 5, 5}, Augmentation{1, true}}, std::pair{ImageShape{3, 7, 6}, timm}}) {
+    const auto data = std::make_shared<SyntheticDataset>(45, shape, 4, 8);
+    const auto options = DataLoaderOptions(4).shuffle(true).seed(5).augment(true).augmentation(augmentation);
+    for (const int64_t prefetch : {0, 2}) {
+      DataLoader full(data, DataLoaderOptions(options).prefetch(prefetch));
+      full.set_epoch(2);
+      const auto epoch2 = drain(full);
+      full.set_epoch(3);
+      const auto epoch3 = drain(full);
 
-    DataLoader first(data, DataLoaderOptions(options).prefetch(prefetch));
-    first.set_epoch(2);
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(first.next().has_value());
-    const DataLoaderState state = first.state();
-    EXPECT_EQ(state, (DataLoaderState{2, 3}));
+      DataLoader first(data, DataLoaderOptions(options).prefetch(prefetch));
+      first.set_epoch(2);
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(first.next().has_value());
+      const DataLoaderState state = first.state();
+      EXPECT_EQ(state, (DataLoaderState{2, 3}));
 
-    DataLoader resumed(data, DataLoaderOptions(options).prefetch(prefetch));
-    resumed.load_state(state);
-    EXPECT_EQ(resumed.epoch(), 2);
-    const auto rest = drain(resumed);
-    expect_same_batches(rest, std::vector<Batch>(epoch2.begin() + 3, epoch2.end()),
-                        "resumed epoch, prefetch " + std::to_string(prefetch));
-    resumed.set_epoch(3);
-    expect_same_batches(drain(resumed), epoch3, "epoch after resuming");
-    // Going back within a loader works too.
-    resumed.load_state({2, 10});
-    expect_same_batches(drain(resumed), std::vector<Batch>(epoch2.begin() + 10, epoch2.end()), "load_state again");
+      DataLoader resumed(data, DataLoaderOptions(options).prefetch(prefetch));
+      resumed.load_state(state);
+      EXPECT_EQ(resumed.epoch(), 2);
+      const auto rest = drain(resumed);
+      expect_same_batches(rest, std::vector<Batch>(epoch2.begin() + 3, epoch2.end()),
+                          "resumed epoch, prefetch " + std::to_string(prefetch));
+      resumed.set_epoch(3);
+      expect_same_batches(drain(resumed), epoch3, "epoch after resuming");
+      // Going back within a loader works too.
+      resumed.load_state({2, 10});
+      expect_same_batches(drain(resumed), std::vector<Batch>(epoch2.begin() + 10, epoch2.end()), "load_state again");
+    }
   }
 }
 

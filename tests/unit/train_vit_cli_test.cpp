@@ -450,6 +450,47 @@ TEST_F(TrainVitCli, MixupOptionsFromTheCommandLineAndConfigFiles) {
       << file.out;
 }
 
+// timm's RandAugment / AutoAugment / random erasing (issue 38): bad strings are usage errors that
+// say what to write, the options need --augment 1, and the config file's keys reach the run.
+TEST_F(TrainVitCli, TimmAugmentationsFromTheCommandLineAndConfigFiles) {
+  const Result magnitude = run(tiny({"--augment", "1", "--rand-augment", "rand-m99"}));
+  EXPECT_EQ(magnitude.exit_code, 2);
+  EXPECT_NE(magnitude.err.find("rand_augment \"rand-m99\": section \"m99\" needs an integer magnitude in [0, 10]"),
+            std::string::npos)
+      << magnitude.err;
+  EXPECT_NE(magnitude.err.find("rand-m9-mstd0.5-inc1"), std::string::npos) << magnitude.err;
+  const Result policy = run(tiny({"--augment", "1", "--auto-augment", "imagenet", "--remode", "random"}));
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_NE(policy.err.find("unknown AutoAugment policy \"imagenet\"; write \"original\""), std::string::npos)
+      << policy.err;
+  EXPECT_NE(policy.err.find("random erasing mode \"random\": write const"), std::string::npos) << policy.err;
+  const Result alone = run(tiny({"--rand-augment", "rand-m9-mstd0.5-inc1"}));
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("add --augment 1"), std::string::npos) << alone.err;
+
+  const std::string config = files::join(dir_, "augment.json");
+  std::ofstream(config) << R"({"data": {"augment": true, "rand_augment": "rand-m9-mstd0.5-inc1", "reprob": 0.25,
+                                         "remode": "pixel"}})";
+  const Result file = run(tiny({"--config", config, "--max-steps", "2"}));
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_NE(file.out.find("augment: RandAugment rand-m9-mstd0.5-inc1: 2 of 15 ops per image, each with probability "
+                          "0.5 at magnitude 9, magnitude noise std 0.5"),
+            std::string::npos)
+      << file.out;
+  EXPECT_NE(file.out.find("augment: random erasing with probability 0.25, mode pixel"), std::string::npos) << file.out;
+  const Result dry = run(tiny({"--dry-run", "--augment", "1", "--auto-augment", "original", "--reprob", "0.25"}));
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("augment: AutoAugment original: one of timm's 25 `original` ImageNet sub-policies per image"),
+            std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("augment: random erasing with probability 0.25, mode const"), std::string::npos) << dry.out;
+  const std::string wrong = files::join(dir_, "wrong.json");
+  std::ofstream(wrong) << R"({"data": {"augment": true, "auto_augment": 1}})";
+  const Result typed = run(tiny({"--config", wrong}));
+  EXPECT_EQ(typed.exit_code, 2);
+  EXPECT_NE(typed.err.find("data.auto_augment: expected a string"), std::string::npos) << typed.err;
+}
+
 // step -> "lr" of the "train" records of a --metrics file (the rate each step used).
 std::map<int64_t, double> rates(const std::string& metrics) {
   std::map<int64_t, double> by_step;

@@ -10,6 +10,13 @@
 #include "seed_mix.h"
 
 namespace colo::data {
+namespace {
+
+// Streams of a sample seed for the policy and the erasing (the crop and flip use the seed itself).
+constexpr uint64_t kPolicyStream = 0x706f6c6963ULL;
+constexpr uint64_t kErasingStream = 0x6572617365ULL;
+
+}  // namespace
 
 ImageTransform::ImageTransform(Options options, ImageShape input_shape)
     : options_(std::move(options)), input_shape_(input_shape), output_shape_(input_shape) {
@@ -37,10 +44,35 @@ ImageTransform::ImageTransform(Options options, ImageShape input_shape)
       errors.push_back(fmt::format("normalisation std must be positive, got [{}]", fmt::join(n->std, ", ")));
     }
   }
+  const Augmentation& a = options_.augmentation;
+  if (!a.rand_augment.empty() && !a.auto_augment.empty()) {
+    errors.push_back(fmt::format("rand_augment \"{}\" and auto_augment \"{}\": give one of them (timm applies one)",
+                                 a.rand_augment, a.auto_augment));
+  }
+  try {
+    if (!a.rand_augment.empty()) policy_ = AugmentPolicy::rand_augment(a.rand_augment);
+    if (!a.auto_augment.empty()) policy_ = AugmentPolicy::auto_augment(a.auto_augment);
+  } catch (const std::invalid_argument& e) {
+    errors.emplace_back(e.what());
+  }
+  if (policy_ && input_shape.channels != 1 && input_shape.channels != 3) {
+    errors.push_back(fmt::format("{} needs 1- or 3-channel images (PIL's L or RGB), got {}", a.rand_augment + a.auto_augment,
+                                 input_shape.channels));
+  }
+  const RandomErasingOptions& e = a.random_erasing;
+  if (!(e.probability >= 0 && e.probability <= 1)) {
+    errors.push_back(fmt::format("random_erasing probability must be in [0, 1] (0: off), got {}", e.probability));
+  }
+  if (!(e.min_area > 0 && e.min_area <= e.max_area && e.max_area <= 1) || !(e.min_aspect > 0 && e.min_aspect <= 1)) {
+    errors.push_back(fmt::format("random_erasing needs 0 < min_area <= max_area <= 1 and 0 < min_aspect <= 1, got "
+                                 "[{}, {}] and {}",
+                                 e.min_area, e.max_area, e.min_aspect));
+  }
   if (!errors.empty()) {
     throw std::invalid_argument(fmt::format("ImageTransform for {}x{}x{} images: {}", input_shape.channels,
                                             input_shape.height, input_shape.width, fmt::join(errors, "; ")));
   }
+  fill_ = fill_from_mean(options_.normalization ? options_.normalization->mean : std::vector<double>{});
   if (options_.image_size > 0) output_shape_.height = output_shape_.width = options_.image_size;
   if (options_.channels > 0) output_shape_.channels = options_.channels;
   if (const auto& n = options_.normalization) {
@@ -92,6 +124,10 @@ torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std:
   }
   if (mean_.defined()) out = (out - mean_) / std_;
   if (output_shape_.channels != input_shape_.channels) out = out.expand({-1, output_shape_.channels, -1, -1});
+  if (options_.augmentation.random_erasing.enabled()) {
+    out = out.is_same(images) ? images.clone() : out.contiguous();
+    erase(out, sample_seeds);
+  }
   // A fresh, contiguous tensor either way: the caller may pin it or write to it.
   return out.is_same(images) ? images.clone() : out.contiguous();
 }
@@ -118,8 +154,23 @@ torch::Tensor ImageTransform::augment(const torch::Tensor& images, const std::ve
     const bool flip = options_.augmentation.horizontal_flip && (detail::mix64(seed + 2) & 1) != 0;
     auto crop = padded[i].narrow(1, top, height).narrow(2, left, width);
     out[i].copy_(flip ? crop.flip({2}) : crop);
+    if (policy_) {
+      // timm's ops on the 8-bit image PIL would hold.
+      const torch::Tensor image = out[i].contiguous();
+      const ByteImage bytes = to_byte_image(image.data_ptr<float>(), image.size(0), height, width);
+      const ByteImage augmented = policy_->apply(bytes, detail::combine_seeds(seed, kPolicyStream), fill_);
+      from_byte_image(augmented, out[i].data_ptr<float>());
+    }
   }
   return out;
+}
+
+void ImageTransform::erase(torch::Tensor& images, const std::vector<uint64_t>& sample_seeds) const {
+  for (int64_t i = 0; i < images.size(0); ++i) {
+    torch::Tensor image = images[i];
+    random_erase(image, options_.augmentation.random_erasing,
+                 detail::combine_seeds(sample_seeds[static_cast<size_t>(i)], kErasingStream));
+  }
 }
 
 }  // namespace colo::data

@@ -1,4 +1,5 @@
 list(APPEND COLO_CORE_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/auto_augment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cifar10.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
@@ -12,7 +13,9 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/image_resample.cpp
   ${CMAKE_CURRENT_LIST_DIR}/jpeg_codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixup.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pil_image_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/png_codec.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/random_erasing.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_transform.cpp
   ${CMAKE_CURRENT_LIST_DIR}/in_memory_dataset.cpp
   ${CMAKE_CURRENT_LIST_DIR}/synthetic_dataset.cpp)

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <colo/data/batch.h>
+#include <colo/data/random_erasing.h>
 
 #include <cstdint>
 #include <string>
@@ -30,12 +31,23 @@ struct Normalization {
 
 // The augmentations small-image training uses (torchvision's RandomCrop(size, padding) and
 // RandomHorizontalFlip): pad every side with crop_padding black pixels, crop back to the
-// original size at a random offset, and mirror left-right with probability 1/2.
+// original size at a random offset, and mirror left-right with probability 1/2. Then, as timm's
+// create_transform orders them: one of timm's policies (auto_augment.h) on the image as 8-bit
+// pixels, filled with the normalisation mean, and after normalising, timm's random erasing.
 struct Augmentation {
+  // Crop and flip as before the policies existed (Augmentation{4, true}); the rest by name.
+  /* implicit */ Augmentation(int64_t padding = 0, bool flip = false) : crop_padding(padding), horizontal_flip(flip) {}
+
   int64_t crop_padding = 0;
   bool horizontal_flip = false;
+  std::string rand_augment;  // timm's RandAugment string, e.g. "rand-m9-mstd0.5-inc1"; empty: off
+  std::string auto_augment;  // timm's AutoAugment policy: "original" (optionally "-mstd<x>"); empty: off
+  RandomErasingOptions random_erasing;  // off unless its probability is positive
 
-  bool enabled() const { return crop_padding > 0 || horizontal_flip; }
+  bool enabled() const {
+    return crop_padding > 0 || horizontal_flip || !rand_augment.empty() || !auto_augment.empty() ||
+           random_erasing.enabled();
+  }
 };
 
 // An image classification data set with random access. Implementations are immutable after
