@@ -44,9 +44,9 @@ struct ProfileOptions {
   TORCH_ARG(bool, marginal) = false;
   // Encoder blocks run in one call, as a pipeline stage or a whole model runs them (0: 4 on a GPU,
   // 1 on the CPU); a block's times are the chain's divided by its length. One block timed alone
-  // pays a call's fixed costs (the autograd engine's hand-over, the first kernel's wait) that a
-  // stage of several blocks shares: on four H200s a ViT-L block at 32 images was priced at 1.91 ms
-  // alone against ~1.2-1.4 ms inside a pipeline (benchmarks/RESULTS.md, 2026-11-27, 8a0b75d).
+  // pays whatever a forward or backward call costs beyond its blocks, which a stage of several
+  // blocks shares: on four H200s a ViT-L block at 32 images was priced at 1.91 ms alone against
+  // ~1.2-1.4 ms inside a pipeline, 1.41 ms four to a call (benchmarks/RESULTS.md, 2026-11-27).
   TORCH_ARG(int, blocks_per_call) = 0;
   // Elements of the Adam measurements (at least two sizes: a line is fitted through them).
   TORCH_ARG(std::vector<int64_t>, optimizer_sizes) = std::vector<int64_t>{1 << 20, 1 << 22, 1 << 24};
