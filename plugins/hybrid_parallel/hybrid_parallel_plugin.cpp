@@ -68,16 +68,13 @@ std::vector<double> layer_params(const nn::LayerStack& model) {
 
 HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const PluginContext& context)
     : Plugin(context), options_(HybridParallelOptions::parse(options)) {
-  // Refused before the mesh is made: a refusal needs no groups (and makes none to close again).
+  context_.mesh = make_mesh(context_, options_);
+  const auto& mesh = *context_.mesh;
   if (options_.cuda_graphs()) {
     if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
       throw std::invalid_argument(
           fmt::format("hybrid_parallel: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
     }
-  }
-  context_.mesh = make_mesh(context_, options_);
-  const auto& mesh = *context_.mesh;
-  if (options_.cuda_graphs()) {
     // The reduction after the backward graphs is written (reduce_after_graph_backward) but its
     // capture failed on two H200s (2026-11-26: "operation would make the legacy stream depend on a
     // capturing blocking stream" at the first forward, the data-parallel gradient hooks being live

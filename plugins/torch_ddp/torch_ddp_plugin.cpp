@@ -24,6 +24,7 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
   if (!context_.world) {
     throw std::invalid_argument("torch_ddp needs the job's world process group in its PluginContext");
   }
+  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::dp_pp_tp_shape(context_.world->size(), 1, 1));
   if (options_.cuda_graphs()) {
     if (auto why = nn::cuda_graphs_unavailable_reason(context_.device)) {
       throw std::invalid_argument(fmt::format("torch_ddp: cuda_graphs=true cannot run: {}; set cuda_graphs=false", *why));
@@ -37,8 +38,6 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
           context_.world->size()));
     }
   }
-  // After the refusals: a refused plugin makes no groups.
-  context_.mesh = std::make_shared<dist::ProcessGroupMesh>(context_.world, dist::dp_pp_tp_shape(context_.world->size(), 1, 1));
 }
 
 Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
