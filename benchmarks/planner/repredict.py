@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from error_table import CPU_MODEL, GPU_MODELS, model_flags_plan  # noqa: E402  (the models the table measured)
+
 
 def parse_profile_arg(text):
     name, _, rest = text.partition(":")
@@ -43,7 +46,11 @@ def main():
     plan = os.path.join(args.build, "bin", "colo-plan")
     profiles = [parse_profile_arg(p) for p in args.profile]
     with open(args.results) as f:
-        rows = json.load(f)["rows"]
+        results = json.load(f)
+    rows = results["rows"]
+    cpu = results.get("preset", "").startswith("cpu")
+    models = {"small": CPU_MODEL} if cpu else GPU_MODELS
+    precision = "fp32" if cpu else "bf16"
     errors = {name: [] for name, _ in profiles}
     print("| model | layout | global batch | measured images/s | " +
           " | ".join(f"{name} predicted (error)" for name, _ in profiles) + " |")
@@ -57,8 +64,8 @@ def main():
                 if not path:
                     cells.append("-")
                     continue
-                command = [plan, "--model", row["model"], "--world-size", str(row["world_size"]), "--global-batch",
-                           str(row["global_batch"]), "--precision", "bf16", "--profile", path,
+                command = [plan, *model_flags_plan(models[row["model"]]), "--world-size", str(row["world_size"]),
+                           "--global-batch", str(row["global_batch"]), "--precision", precision, "--profile", path,
                            "--explain", row["layout"], "--json", out]
                 if row["world_size"] > 1:
                     command += ["--cluster", args.cluster]
