@@ -1,3 +1,4 @@
+#include <colo/env/elastic.h>
 #include <colo/env/fault_injection.h>
 
 #include <fmt/format.h>
@@ -142,6 +143,9 @@ void inject_fault_before_start(int rank) {
   for (const Fault& fault : all) {
     if (fault.kind == Fault::Kind::kNoStart && fault.rank == rank && fault.restart == restart) {
       announce(fault, rank, "before the rendezvous");
+      // As a slot that fails its start-up probe does: colo-run --elastic leaves it out.
+      leave_elastic_note(text("COLO_RUN_REPORTS").value_or(""), ElasticNote::kCannotStart, rank,
+                         fmt::format("COLO_FAULT's nostart fault on rank {}", rank));
       std::_Exit(3);
     }
   }

@@ -18,7 +18,8 @@
 //            not for nostart
 //   kind     crash: the rank kills itself with SIGKILL (no clean-up, no flush, as kill -9 does);
 //            hang: the rank stops making progress for ever (its peers' collective timeout,
-//            COLO_TIMEOUT_MS, must catch it); nostart: the rank exits with code 3 before it
+//            COLO_TIMEOUT_MS, must catch it); nostart: the rank leaves colo-run a cannot-start note
+//            (colo/env/elastic.h) and exits with code 3 before it
 //            joins the job's store (no process group forms)
 //   restart  the fault fires only in the attempt with this COLO_RESTART_COUNT (colo-run
 //            --max-restarts exports it; unset counts as 0); default 0, so that a restarted job
