@@ -41,6 +41,7 @@ nlohmann::json progress_json(const TrainingProgress& progress, int world_size, c
           {"global_step", progress.global_step},
           {"data_epoch", progress.data.epoch},
           {"data_next_batch", progress.data.next_batch},
+          {"data_images_per_batch", progress.data.images_per_batch},
           {"world_size", world_size},
           {"plugin", plugin}};
 }
@@ -216,6 +217,8 @@ TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& 
     progress.global_step = json.at("global_step").get<int64_t>();
     progress.data.epoch = json.at("data_epoch").get<int64_t>();
     progress.data.next_batch = json.at("data_next_batch").get<int64_t>();
+    // Absent from states saved before it was recorded: the loader's own unit is assumed.
+    progress.data.images_per_batch = json.value("data_images_per_batch", int64_t{0});
     const int saved_world = json.at("world_size").get<int>();
 
     load_model(*boosted.model, dir);

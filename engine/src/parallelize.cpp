@@ -79,6 +79,21 @@ int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulati
   return global_batch / parts;
 }
 
+std::optional<int64_t> accumulation_keeping_global_batch(int64_t global_batch, int64_t dp_size, int64_t planned_dp,
+                                                         int64_t planned_accumulation) {
+  if (global_batch < 1 || dp_size < 1 || planned_dp < 1 || planned_accumulation < 1) {
+    throw std::invalid_argument(
+        fmt::format("accumulation_keeping_global_batch: global batch {}, {} data-parallel ranks, planned {} x {} "
+                    "accumulation: each must be at least 1",
+                    global_batch, dp_size, planned_dp, planned_accumulation));
+  }
+  const int64_t planned_parts = planned_dp * planned_accumulation;
+  for (int64_t a = (planned_parts + dp_size - 1) / dp_size; a * dp_size <= global_batch; ++a) {
+    if (global_batch % (a * dp_size) == 0) return a;
+  }
+  return std::nullopt;
+}
+
 void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_group, const std::string& plugin) {
   try {
     loader.reshard(dp_group.size(), dp_group.rank());

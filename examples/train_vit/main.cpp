@@ -27,6 +27,7 @@
 #include <colo/nn/vision_transformer.h>
 #include <colo/optim/hybrid_adam.h>
 #include <colo/optim/lamb.h>
+#include <colo/env/elastic.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -45,6 +46,7 @@
 #include "auto_layout.h"
 #include "compute_threads.h"
 #include "dry_run.h"
+#include "elastic.h"
 #include "layout_checks.h"
 #include "run_state.h"
 #include "schedule.h"
@@ -230,13 +232,15 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   const auto job_start = Clock::now();
   const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
   train_vit::set_compute_threads(threads);
+  // Under colo-run --elastic the run is planned (and recorded) for the largest world.
+  const train_vit::ElasticRun elastic = train_vit::elastic_run(env);
 
   // Before the rendezvous: a state that is not there, a directory this run cannot save into (rank
   // 0 opens and locks it for the run), missing weights, a missing data set or an impossible model
   // fail at once, on their own.
   std::optional<train_vit::ResumedState> resumed;
   if (o.resume_dir == train_vit::kResumeAuto) {
-    resumed = train_vit::find_own_state(o, env.world_size);
+    resumed = train_vit::find_own_state(o, elastic.planned_world);
     if (resumed) o.init.clear();  // the saved run started from it (checked); its weights replace --init's
   } else if (!o.resume_dir.empty()) {
     resumed = train_vit::find_resumed_state(o.resume_dir);
@@ -252,7 +256,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   }
   if (resumed) {
     origin = train_vit::resumed_origin(o, *resumed, resume_notes);
-    const auto changes = train_vit::check_resume(o, env.world_size, origin, *resumed);
+    const auto changes = train_vit::check_resume(o, elastic.planned_world, origin, *resumed);
     resume_notes.insert(resume_notes.end(), changes.begin(), changes.end());
   }
   const auto& normalization = origin.normalization;
@@ -275,8 +279,8 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   } catch (const colo::PluginError& e) {
     throw UsageError(fmt::format("--plugin {}: {}", o.plugin, e.what()));
   } catch (const std::invalid_argument& e) {
-    throw UsageError(
-        fmt::format("--plugin {} rejected its options ({}): {}", o.plugin, train_vit::plugin_option_origins(o), e.what()));
+    train_vit::throw_layout_error(elastic, fmt::format("--plugin {} rejected its options ({}): {}", o.plugin,
+                                                       train_vit::plugin_option_origins(o), e.what()));
   }
   const auto world = plugin->context().world;
   const int rank = world ? world->rank() : 0;
@@ -329,7 +333,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
     // precision this machine cannot run (fp8 without float8 products: the message says why).
     const std::string what = e.what();
     if (what.rfind("precision=fp8:", 0) == 0) throw UsageError(fmt::format("--precision fp8: {}", what.substr(15)));
-    throw UsageError(fmt::format("--plugin {} cannot train this model so: {}", o.plugin, what));
+    train_vit::throw_layout_error(elastic, fmt::format("--plugin {} cannot train this model so: {}", o.plugin, what));
   }
   // precision=fp8: which linear layers multiply in float8 (the plugin turned them on).
   const std::string fp8_line = o.precision == "fp8" ? colo::nn::fp8_coverage(*model).summary() : "";
@@ -340,8 +344,19 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // peers share batches); a plugin without a layout runs on one replica.
   const int64_t dp_size = b.mesh ? b.mesh->size(colo::dist::MeshAxis::kDp) : 1;
   const int64_t dp_rank = b.mesh ? b.mesh->coordinate(colo::dist::MeshAxis::kDp) : 0;
+  // In a world colo-run --elastic shrank, more accumulation keeps the planned global batch; the
+  // run record keeps the planned value, so that every attempt resumes the same run.
+  std::vector<std::string> elastic_notes;
+  const int64_t planned_grad_accum = o.grad_accum;
+  o.grad_accum = train_vit::elastic_grad_accum(o, elastic, dp_size, plugin->supports_pipeline(), elastic_notes);
   // What --dry-run checks too, through the same function.
-  const int64_t micro_batch = train_vit::check_layout(o, dp_size, plugin->supports_pipeline());
+  const int64_t micro_batch = [&] {
+    try {
+      return train_vit::check_layout(o, dp_size, plugin->supports_pipeline());
+    } catch (const UsageError& e) {
+      train_vit::throw_layout_error(elastic, e.what());
+    }
+  }();
   if (b.dataloader->options().batch_size() != micro_batch) {
     // Same object the plugin holds, rebuilt with the right batch (and the plugin's sharding).
     *b.dataloader = colo::data::DataLoader(
@@ -430,6 +445,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   }
   console.print("data: {}, {} training / {} test images; global batch {} = {} x {} per rank x {} accumulation",
                 o.dataset, data.train->size(), data.test->size(), o.batch_size, dp_size, micro_batch, o.grad_accum);
+  for (const auto& note : elastic_notes) console.print("{}", note);
   if (const auto& a = train_loader.options().augmentation(); a && o.augment) {
     if (!a->rand_augment.empty()) {
       console.print("augment: {}", colo::data::AugmentPolicy::rand_augment(a->rand_augment).description());
@@ -472,10 +488,12 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (tensorboard) hooks.push_back(tensorboard);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
+    TrainOptions recorded = o;  // as planned: an elastic run's every attempt records the same run
+    recorded.grad_accum = planned_grad_accum;
     const auto saving = colo::CheckpointOptions()
                             .every_steps(o.checkpoint_every)
                             .extra_files({{train_vit::kRunRecordFile,
-                                           train_vit::run_record(o, world_size, origin).dump(2) + "\n"}})
+                                           train_vit::run_record(recorded, elastic.planned_world, origin).dump(2) + "\n"}})
                             .save(colo::SaveOptions().async(o.save_async));
     // Rank 0 holds the directory it opened at start-up; the other ranks write into its staging.
     hooks.push_back(save_directory ? std::make_shared<colo::CheckpointHook>(save_directory, saving)
@@ -541,6 +559,11 @@ int main(int argc, char** argv) {
   }
   try {
     return run(options, env);
+  } catch (const train_vit::WorldSizeUnusable& e) {
+    // colo-run --elastic reads the note and tries a smaller world.
+    colo::env::leave_elastic_note(env.run_reports, colo::env::ElasticNote::kWorldSizeUnusable, env.rank, e.what());
+    print_error(e.what(), false);
+    return 2;
   } catch (const UsageError& e) {
     print_error(e.what(), true);
     return 2;

@@ -153,6 +153,89 @@ TEST_F(ColoRunRestart, BadMaxRestartsIsRefused) {
   EXPECT_CONTAINS(nodes.err, "--max-restarts with --nnodes > 1 is not implemented yet");
 }
 
+// --elastic 2:4: the slot whose rank could not start (its cannot-start note, colo/env/elastic.h) is
+// left out for good, the remaining GPUs renumbered through the inherited CUDA_VISIBLE_DEVICES; a
+// world the program refuses (its world-size-unusable note, with a usage error's status) sends
+// colo-run to the next smaller one; every attempt is told the planned world.
+TEST_F(ColoRunRestart, ElasticLeavesOutASlotThatCannotStartAndTriesSmallerWorldsTheProgramRefuses) {
+  const std::string script =
+      "echo \"attempt $COLO_RESTART_COUNT rank $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE planned "
+      "$COLO_ELASTIC_MAX_WORLD devices $CUDA_VISIBLE_DEVICES\"; "
+      "if [ $COLO_RESTART_COUNT = 0 ]; then "
+      "  if [ $RANK = 1 ]; then echo 'GPU 5 is gone' >$COLO_RUN_REPORTS/cannot-start.1; exit 3; fi; sleep 30; fi; "
+      "if [ $WORLD_SIZE = 3 ]; then echo 'tp 2 does not divide 3' >$COLO_RUN_REPORTS/world-size-unusable.$RANK; "
+      "exit 2; fi; sleep 0.2";
+  const Result r = run({"--elastic", "2:4", "--max-restarts", "2", "sh", "-c", script}, "CUDA_VISIBLE_DEVICES=4,5,6,7");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_CONTAINS(r.err, "colo-run: elastic: leaving out slot 1 (GPU 5) from now on: local rank 1 could not start: "
+                         "GPU 5 is gone");
+  EXPECT_CONTAINS(r.err, "colo-run: restart 1 of 2 (COLO_RESTART_COUNT=1): starting 3 of 4 ranks "
+                         "(CUDA_VISIBLE_DEVICES=4,6,7) again");
+  EXPECT_CONTAINS(r.err, "colo-run: elastic: the program cannot run on 3 ranks (rank ");
+  EXPECT_CONTAINS(r.err, "tp 2 does not divide 3)");
+  EXPECT_CONTAINS(r.err, "colo-run: restart 2 of 2 (COLO_RESTART_COUNT=2): starting 2 of 4 ranks "
+                         "(CUDA_VISIBLE_DEVICES=4,6) again");
+  EXPECT_CONTAINS(r.out, "[rank 0] attempt 2 rank 0/2 local 0/2 planned 4 devices 4,6");
+  EXPECT_CONTAINS(r.out, "[rank 1] attempt 2 rank 1/2 local 1/2 planned 4 devices 4,6");
+  EXPECT_EQ(count_of(r.out, "attempt 2 "), 2u) << r.out;
+  // Without an inherited list the slots' own numbers stand for their GPUs; a note is read only
+  // under --elastic (a plain restart starts every rank again).
+  const Result own = run({"--elastic", "1:3", "--max-restarts", "1", "sh", "-c",
+                          "echo \"attempt $COLO_RESTART_COUNT $WORLD_SIZE devices ${CUDA_VISIBLE_DEVICES-unset}\"; "
+                          "if [ $COLO_RESTART_COUNT = 0 ]; then if [ $RANK = 0 ]; then echo no "
+                          ">$COLO_RUN_REPORTS/cannot-start.0; exit 3; fi; sleep 30; fi"},
+                         "-u CUDA_VISIBLE_DEVICES");
+  ASSERT_EQ(own.exit_code, 0) << own.out << own.err;
+  EXPECT_CONTAINS(own.out, "[rank 1] attempt 1 2 devices 1,2");
+  const Result plain = run({"--nproc-per-node", "2", "--max-restarts", "1", "sh", "-c",
+                            "echo \"attempt $COLO_RESTART_COUNT $WORLD_SIZE ${COLO_ELASTIC_MAX_WORLD-none}\"; "
+                            "if [ $COLO_RESTART_COUNT = 0 ]; then if [ $RANK = 0 ]; then echo no "
+                            ">$COLO_RUN_REPORTS/cannot-start.0; exit 3; fi; sleep 30; fi"},
+                           "COLO_ELASTIC_MAX_WORLD=9");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_CONTAINS(plain.out, "[rank 1] attempt 1 2 none");
+  EXPECT_LACKS(plain.err, "elastic");
+}
+
+// Below MIN the job stops and says why: too few slots can start, or the program refuses every
+// world from MIN up.
+TEST_F(ColoRunRestart, ElasticStopsBelowItsMinimumAndSaysWhy) {
+  const Result slots = run({"--elastic", "3:4", "--max-restarts", "5", "sh", "-c",
+                            "if [ $RANK -ge 2 ]; then echo dead >$COLO_RUN_REPORTS/cannot-start.$RANK; exit 3; fi; "
+                            "sleep 30"});
+  EXPECT_EQ(slots.exit_code, 3) << slots.err;
+  EXPECT_CONTAINS(slots.err, "colo-run: elastic: stopping: only 2 of the node's 4 slots can start, fewer than "
+                             "--elastic's MIN 3");
+  const Result worlds = run({"--elastic", "3:4", "--max-restarts", "5", "sh", "-c",
+                             "if [ $WORLD_SIZE != 2 ]; then echo \"no $WORLD_SIZE\" "
+                             ">$COLO_RUN_REPORTS/world-size-unusable.$RANK; exit 2; fi"});
+  EXPECT_EQ(worlds.exit_code, 2) << worlds.err;
+  EXPECT_CONTAINS(worlds.err, "colo-run: elastic: the program cannot run on 4 ranks");
+  EXPECT_CONTAINS(worlds.err, "colo-run: restart 1 of 5 (COLO_RESTART_COUNT=1): starting 3 of 4 ranks again");
+  EXPECT_CONTAINS(worlds.err, "colo-run: elastic: stopping: the program cannot use more than 2 ranks here, fewer "
+                              "than --elastic's MIN 3");
+  EXPECT_LACKS(worlds.err, "restart 2");
+}
+
+TEST_F(ColoRunRestart, BadElasticIsRefused) {
+  for (const char* bad : {"3:2", "0:2", "2", "a:4", "2:", ":4", "2:4:6", "-1:4"}) {
+    const Result r = run({"--elastic", bad, "--max-restarts", "1", "true"});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_CONTAINS(r.err, std::string("--elastic '") + bad + "': the form is MIN:MAX");
+  }
+  Result r = run({"--elastic", "2:4", "--nproc-per-node", "3", "--max-restarts", "1", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--nproc-per-node 3 and --elastic 2:4: an elastic job starts MAX ranks");
+  EXPECT_EQ(run({"--elastic", "2:2", "--nproc-per-node", "2", "--max-restarts", "1", "true"}).exit_code, 0);
+  r = run({"--elastic", "1:2", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--elastic changes the world only when the job starts again: add --max-restarts N");
+  r = run({"--elastic", "1:2", "--max-restarts", "1", "--nnodes", "2", "--master-port", "29999", "true"},
+          "COLO_JOB_TOKEN=" + std::string(64, 'a'));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--elastic with --nnodes > 1 is not implemented yet");
+}
+
 // A rank of the first attempt escapes colo-run's stop (setsid) and, once the job has restarted,
 // tries to join it as rank 1 through the same TCP store port: with the first attempt's token it
 // is refused, and the second attempt's own rank 1 joins.

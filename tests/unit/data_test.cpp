@@ -864,6 +864,58 @@ TEST(DataLoaderTest, LoadStateRejectsAStateFromAnotherLoader) {
   EXPECT_FALSE(loader.next().has_value());
 }
 
+// colo-run --elastic: a state saved by 4 replicas of 3 images a batch resumes 3 replicas of 2 at
+// the same image of the epoch's order (batch k of all replicas together is images [k * R * B,
+// (k + 1) * R * B) of the permutation), and refuses a shape whose batches do not land there.
+TEST(DataLoaderTest, AStateSavedOverOtherReplicasResumesAtTheSameImage) {
+  const auto data = index_dataset(60);
+  auto options = [](int64_t batch, int64_t replicas, int64_t rank) {
+    return DataLoaderOptions(batch).shuffle(true).seed(3).drop_last(true).normalize(false).num_replicas(replicas).rank(
+        rank);
+  };
+  DataLoader saver(data, options(3, 4, 2));
+  saver.set_epoch(1);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(saver.next().has_value());
+  const DataLoaderState state = saver.state();
+  EXPECT_EQ(state.images_per_batch, 12);
+
+  DataLoader whole(data, options(12, 1, 0));  // the epoch as one replica takes it, 12 at a time
+  whole.set_epoch(1);
+  const auto reference = drain(whole);
+  ASSERT_EQ(reference.size(), 5u);
+  std::vector<std::vector<int64_t>> resumed(2);  // images of the 3 replicas' next 4 batches, 12 per pair
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    DataLoader loader(data, options(2, 3, rank));
+    loader.load_state(state);
+    EXPECT_EQ(loader.state().next_batch, 4);
+    for (int k = 0; k < 4; ++k) {
+      const auto ids = sample_ids(*loader.next());
+      resumed[k / 2].insert(resumed[k / 2].end(), ids.begin(), ids.end());
+    }
+  }
+  for (int step = 0; step < 2; ++step) {
+    auto expected = sample_ids(reference[2 + step]);
+    std::sort(expected.begin(), expected.end());
+    std::sort(resumed[step].begin(), resumed[step].end());
+    EXPECT_EQ(resumed[step], expected) << "step " << step;
+  }
+  // 24 images are no whole number of batches of 10 (5 replicas x 2).
+  DataLoader five(data, options(2, 5, 0));
+  EXPECT_CONTAINS(invalid_argument([&] { five.load_state(state); }), ("no whole number of this loader's batches of 10"));
+  // 24 images are 2 batches of 12 on 2 replicas x 6 and 1 replica x 12, and exactly the end of
+  // the epoch for 1 replica x 24.
+  DataLoader two(data, options(6, 2, 1));
+  two.load_state(state);
+  EXPECT_EQ(two.state().next_batch, 2);
+  DataLoader one(data, options(24, 1, 0));
+  one.load_state(state);
+  EXPECT_EQ(one.state().next_batch, 1);
+  // A state without its unit (saved before it was recorded) is taken in the loader's own.
+  DataLoader old(data, options(2, 3, 0));
+  old.load_state({1, 2});
+  EXPECT_EQ(old.state().next_batch, 2);
+}
+
 TEST(DataLoaderTest, RangeForContinuesFromTheCurrentPosition) {
   const auto data = index_dataset(30);
   DataLoader reference(data, DataLoaderOptions(4).shuffle(true));

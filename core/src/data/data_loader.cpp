@@ -394,14 +394,33 @@ void DataLoader::reshard(int64_t num_replicas, int64_t rank) {
 }
 
 void DataLoader::load_state(const DataLoaderState& state) {
-  if (state.epoch < 0 || state.next_batch < 0 || state.next_batch > num_batches()) {
+  int64_t next_batch = state.next_batch;
+  const int64_t own_unit = options_.batch_size() * sampler_.num_replicas();
+  if (state.images_per_batch < 0) {
+    throw std::invalid_argument(
+        fmt::format("DataLoader::load_state: images_per_batch {} is negative", state.images_per_batch));
+  }
+  if (state.images_per_batch > 0 && state.images_per_batch != own_unit && next_batch >= 0) {
+    // Saved by a loader of another shape: the same image of the epoch, in this loader's batches.
+    const int64_t images = next_batch * state.images_per_batch;
+    if (images % own_unit != 0) {
+      throw std::invalid_argument(fmt::format(
+          "DataLoader::load_state: the state is {} batches of {} images (over all replicas) into epoch {}, {} images, "
+          "which is no whole number of this loader's batches of {} ({} x {} replicas); resume with a batch size and "
+          "replica count whose product divides {}",
+          next_batch, state.images_per_batch, state.epoch, images, own_unit, options_.batch_size(),
+          sampler_.num_replicas(), images));
+    }
+    next_batch = images / own_unit;
+  }
+  if (state.epoch < 0 || next_batch < 0 || next_batch > num_batches()) {
     throw std::invalid_argument(fmt::format(
         "DataLoader::load_state: batch {} of epoch {} does not exist in this loader ({} batches per epoch); was the "
         "state saved with another data set, batch size or number of data-parallel replicas?",
-        state.next_batch, state.epoch, num_batches()));
+        next_batch, state.epoch, num_batches()));
   }
   sampler_.set_epoch(state.epoch);
-  restart(state.next_batch);
+  restart(next_batch);
 }
 
 int64_t DataLoader::num_batches() const { return producer_->num_batches(); }

@@ -38,10 +38,43 @@ po::options_description launcher_options() {
        "when a rank fails (non-zero exit, signal, a collective's timeout), stop every rank and start "
        "the whole job again, up to N times (default 0), with a fresh rendezvous and job token each "
        "time; the ranks see the attempt as COLO_RESTART_COUNT (0 first). One node only for now")
+      ("elastic", po::value<std::string>()->value_name("MIN:MAX"),
+       "elastic data parallelism (with --max-restarts): start MAX ranks; a restart leaves out the "
+       "slots whose rank could not start (a GPU that failed the start-up probe) and tries smaller "
+       "worlds while the program cannot use one, never fewer than MIN ranks. The program keeps its "
+       "global batch (COLO_ELASTIC_MAX_WORLD says the world it was planned for). One node only")
       ("no-prefix", "pass the ranks' output through without the '[rank R] ' prefix")
       ("check", "instead of a program, start N copies of colo-run that verify their environment");
   // clang-format on
   return desc;
+}
+
+// --elastic MIN:MAX: 1 <= MIN <= MAX; MAX ranks are started (an --nproc-per-node must say the same).
+void parse_elastic(const std::string& text, bool nproc_given, LaunchConfig& config, std::vector<std::string>& problems) {
+  const auto colon = text.find(':');
+  auto whole = [](const std::string& part, int* value) {
+    if (part.empty() || part.size() > 9 || part.find_first_not_of("0123456789") != std::string::npos) return false;
+    *value = std::stoi(part);
+    return true;
+  };
+  int min = 0, max = 0;
+  if (colon == std::string::npos || !whole(text.substr(0, colon), &min) || !whole(text.substr(colon + 1), &max) ||
+      min < 1 || min > max) {
+    problems.push_back(fmt::format(
+        "--elastic '{}': the form is MIN:MAX, whole numbers with 1 <= MIN <= MAX (ranks per node: at most MAX are "
+        "started, never fewer than MIN), e.g. --elastic 2:4",
+        text));
+    return;
+  }
+  if (nproc_given && config.nproc_per_node != max) {
+    problems.push_back(fmt::format("--nproc-per-node {} and --elastic {}: an elastic job starts MAX ranks; drop "
+                                   "--nproc-per-node or make it {}",
+                                   config.nproc_per_node, text, max));
+    return;
+  }
+  config.elastic_min = min;
+  config.elastic_max = max;
+  config.nproc_per_node = max;
 }
 
 // Boost.Program_options cannot stop at the first positional argument, and the program's own
@@ -106,6 +139,7 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
 
   // Every violated rule at once, so a long command line is fixed in one go.
   std::vector<std::string> problems;
+  if (vm.count("elastic")) parse_elastic(vm["elastic"].as<std::string>(), vm.count("nproc-per-node") != 0, config, problems);
   if (config.nproc_per_node < 1) {
     problems.push_back(
         fmt::format("--nproc-per-node must be at least 1 (got {})", config.nproc_per_node));
@@ -155,6 +189,14 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
         "--max-restarts with --nnodes > 1 is not implemented yet (the nodes would have to agree on each restart "
         "through the store); restart a multi-node job from outside, or run it on one node");
   }
+  if (config.elastic_max > 0 && config.nnodes > 1) {
+    problems.push_back(
+        "--elastic with --nnodes > 1 is not implemented yet (the nodes would have to agree on the world of each "
+        "attempt through the store); run an elastic job on one node");
+  }
+  if (config.elastic_max > 0 && config.max_restarts == 0) {
+    problems.push_back("--elastic changes the world only when the job starts again: add --max-restarts N (N >= 1)");
+  }
   if (!std::isfinite(config.grace_period_s) || config.grace_period_s < 0) {
     problems.push_back(fmt::format("--grace-period must be a number of seconds >= 0 (got {})",
                                    config.grace_period_s));
@@ -192,6 +234,13 @@ std::string usage() {
           "port and a job token derived for that attempt, so that no rank left from an earlier\n"
           "attempt can join; COLO_RESTART_COUNT says which attempt a rank is in. When the restarts\n"
           "are spent, colo-run says so and exits with the last failure's status.\n"
+          "With --elastic MIN:MAX as well, a restart may start fewer ranks: a slot whose rank\n"
+          "could not start (its GPU failed the start-up probe) is left out for good, its GPUs\n"
+          "renumbered through CUDA_VISIBLE_DEVICES, and while the program cannot use a world (it\n"
+          "says so: its pipeline and tensor parallelism do not divide it, or its global batch\n"
+          "does not split) the next smaller one is tried; each attempt counts as a restart, and\n"
+          "below MIN ranks the job stops. COLO_ELASTIC_MAX_WORLD tells the ranks the world the\n"
+          "run was planned for (train_vit keeps the global batch by accumulating more).\n"
           "Warns when the ranks outnumber the cores (or the GPUs) available. Options end at "
           "PROGRAM.\n\n"
           "Who may join: on one node the ranks meet through a store file in a fresh directory\n"

@@ -1,11 +1,18 @@
 // run_job: what a job needs before its ranks start (job.h), and its restarts (--max-restarts).
+#include <colo/env/elastic.h>
 #include <colo/env/variables.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fmt/ranges.h>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "job.h"
 #include "job_token.h"
@@ -18,10 +25,37 @@ namespace {
 // The status colo's programs (and colo-run) exit with for a bad command line or environment.
 constexpr int kUsageErrorStatus = 2;
 
+// What the ranks of a failed attempt told colo-run --elastic (colo/env/elastic.h), read before
+// the attempt's report directory goes.
+struct ElasticNotes {
+  std::vector<std::pair<int, std::string>> cannot_start;  // local rank, why
+  std::optional<std::pair<int, std::string>> world_size_unusable;  // the first rank to say so, why
+};
+
+struct Attempt {
+  JobOutcome outcome;
+  ElasticNotes notes;
+};
+
+ElasticNotes read_elastic_notes(const LaunchConfig& config) {
+  ElasticNotes notes;
+  for (int local = 0; local < config.nproc_per_node; ++local) {
+    const int rank = config.node_rank * config.nproc_per_node + local;
+    if (auto why = env::read_elastic_note(config.run_reports, env::ElasticNote::kCannotStart, rank)) {
+      notes.cannot_start.emplace_back(local, *why);
+    }
+    if (auto why = env::read_elastic_note(config.run_reports, env::ElasticNote::kWorldSizeUnusable, rank);
+        why && !notes.world_size_unusable) {
+      notes.world_size_unusable.emplace(rank, *why);
+    }
+  }
+  return notes;
+}
+
 // One attempt: its own store file (in a fresh directory, with "auto"), its own port where
 // colo-run picked it, its own report directory and its own token, so that a process left from an
 // earlier attempt (one that escaped colo-run's stop) cannot join this one's rendezvous.
-JobOutcome run_attempt(LaunchConfig config, const LaunchConfig& given) {
+Attempt run_attempt(LaunchConfig config, const LaunchConfig& given) {
   if (config.restart_count > 0) {
     config.job_token = restart_job_token(config.job_token, config.restart_count);
     if (given.master_port == 0) config.master_port = pick_free_port(config.master_addr);
@@ -39,11 +73,91 @@ JobOutcome run_attempt(LaunchConfig config, const LaunchConfig& given) {
   // Where ranks leave notes for colo-run (lost peers); removed with the attempt.
   files::TemporaryDirectory reports("colo-run-");
   config.run_reports = reports.path();
-  JobOutcome outcome = supervise(config);
+  Attempt attempt{supervise(config), {}};
+  if (config.elastic_max > 0 && attempt.outcome.rank_failed) attempt.notes = read_elastic_notes(config);
   // The last FileStore user normally deletes the file; after a failure nobody did.
   if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
-  return outcome;
+  return attempt;
 }
+
+std::vector<std::string> split_devices(const char* list) {
+  std::vector<std::string> devices;
+  if (list == nullptr) return devices;
+  std::string item;
+  for (const char* c = list;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      devices.push_back(item);
+      item.clear();
+      if (*c == '\0') break;
+    } else {
+      item += *c;
+    }
+  }
+  return devices;
+}
+
+// --elastic's slots: the node's MAX places for a rank (a GPU each), those left out for good
+// (their rank could not start) and the largest world the program has not refused.
+class ElasticSlots {
+ public:
+  explicit ElasticSlots(const LaunchConfig& config)
+      : min_(config.elastic_min), cap_(config.elastic_max), inherited_(split_devices(std::getenv("CUDA_VISIBLE_DEVICES"))) {
+    for (int slot = 0; slot < config.elastic_max; ++slot) live_.push_back(slot);
+  }
+
+  // The ranks the next attempt starts (never below MIN: checked by the caller through size()).
+  int size() const { return std::min<int>(cap_, static_cast<int>(live_.size())); }
+
+  // Points `config` at the next attempt's slots: its rank count and, once the slots are not the
+  // node's first ones, the GPUs they stand for (CUDA_VISIBLE_DEVICES, the inherited list's
+  // entries where one was set).
+  void configure(LaunchConfig& config) const {
+    config.nproc_per_node = size();
+    config.elastic_devices.clear();
+    bool first_ones = true;
+    for (int local = 0; local < size(); ++local) first_ones = first_ones && live_[local] == local;
+    if (first_ones) return;
+    for (int local = 0; local < size(); ++local) {
+      const int slot = live_[local];
+      config.elastic_devices.push_back(slot < static_cast<int>(inherited_.size()) ? inherited_[slot]
+                                                                                 : std::to_string(slot));
+    }
+  }
+
+  std::string device_of(int local) const {
+    const int slot = live_[local];
+    return slot < static_cast<int>(inherited_.size()) ? inherited_[slot] : std::to_string(slot);
+  }
+
+  // Takes what the failed attempt's ranks said; returns what colo-run prints about it.
+  std::vector<std::string> take(const ElasticNotes& notes, int attempt_size) {
+    std::vector<std::string> said;
+    std::vector<int> gone;
+    for (const auto& [local, why] : notes.cannot_start) {
+      said.push_back(fmt::format("elastic: leaving out slot {} (GPU {}) from now on: local rank {} could not start: {}",
+                                 live_[local], device_of(local), local, why));
+      gone.push_back(live_[local]);
+    }
+    for (int slot : gone) live_.erase(std::find(live_.begin(), live_.end(), slot));
+    if (notes.world_size_unusable) {
+      cap_ = std::min(cap_, attempt_size - 1);
+      said.push_back(fmt::format("elastic: the program cannot run on {} rank{} (rank {}: {})", attempt_size,
+                                 attempt_size == 1 ? "" : "s", notes.world_size_unusable->first,
+                                 notes.world_size_unusable->second));
+    }
+    return said;
+  }
+
+  int min() const { return min_; }
+  int live() const { return static_cast<int>(live_.size()); }
+  int cap() const { return cap_; }
+
+ private:
+  int min_;
+  int cap_;
+  std::vector<std::string> inherited_;
+  std::vector<int> live_;
+};
 
 }  // namespace
 
@@ -76,11 +190,21 @@ int run_job(LaunchConfig config) {
   if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
     print_to(STDERR_FILENO, "{}\n", *warning);
   }
+  std::optional<ElasticSlots> slots;
+  if (config.elastic_max > 0) slots.emplace(config);
   for (;;) {
     const auto started = std::chrono::steady_clock::now();
-    const JobOutcome outcome = run_attempt(config, given);
+    const int attempt_size = config.nproc_per_node;
+    const Attempt attempt = run_attempt(config, given);
+    const JobOutcome& outcome = attempt.outcome;
     if (outcome.exit_code == 0 || !outcome.rank_failed || config.max_restarts == 0) return outcome.exit_code;
-    if (outcome.exit_code == kUsageErrorStatus) {
+    std::vector<std::string> elastic_said;
+    if (slots) elastic_said = slots->take(attempt.notes, attempt_size);
+    for (const auto& line : elastic_said) print_to(STDERR_FILENO, "colo-run: {}\n", line);
+    // A program that refused this world (it says so in a note, with a usage error's status) may
+    // run on a smaller one; any other usage error would fail again.
+    const bool refused_world = slots && attempt.notes.world_size_unusable.has_value();
+    if (outcome.exit_code == kUsageErrorStatus && !refused_world) {
       print_to(STDERR_FILENO,
                "colo-run: not restarting: a rank exited with status {}, a usage error (the same command would fail "
                "again); fix what it said\n",
@@ -88,6 +212,15 @@ int run_job(LaunchConfig config) {
       return outcome.exit_code;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (slots && slots->size() < slots->min()) {
+      print_to(STDERR_FILENO,
+               "colo-run: elastic: stopping: {}, fewer than --elastic's MIN {}; the last failure, after {:.1f} s: {}\n",
+               slots->live() < slots->min()
+                   ? fmt::format("only {} of the node's {} slots can start", slots->live(), config.elastic_max)
+                   : fmt::format("the program cannot use more than {} rank{} here", slots->cap(), slots->cap() == 1 ? "" : "s"),
+               slots->min(), seconds, outcome.cause);
+      return outcome.exit_code;
+    }
     if (config.restart_count >= config.max_restarts) {
       print_to(STDERR_FILENO,
                "colo-run: the job failed and its restarts are spent (--max-restarts {}: {} attempts in all); the "
@@ -96,10 +229,16 @@ int run_job(LaunchConfig config) {
       return outcome.exit_code;
     }
     ++config.restart_count;
+    if (slots) slots->configure(config);
     print_to(STDERR_FILENO,
-             "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting every rank again after {:.1f} s, "
-             "because {}\n",
-             config.restart_count, config.max_restarts, config.restart_count, seconds, outcome.cause);
+             "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting {} again after {:.1f} s, because {}\n",
+             config.restart_count, config.max_restarts, config.restart_count,
+             !slots ? std::string("every rank")
+                    : fmt::format("{} of {} ranks{}", config.nproc_per_node, config.elastic_max,
+                                  config.elastic_devices.empty()
+                                      ? std::string()
+                                      : fmt::format(" (CUDA_VISIBLE_DEVICES={})", fmt::join(config.elastic_devices, ","))),
+             seconds, outcome.cause);
   }
 }
 

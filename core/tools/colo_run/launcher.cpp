@@ -3,7 +3,9 @@
 // (parse_args, usage), job.cpp (the supervisor), self_check.cpp (--check), posix.cpp.
 #include "launcher.h"
 
+#include <colo/env/elastic.h>
 #include <colo/files/files.h>
+#include <fmt/ranges.h>
 #include <fmt/format.h>
 #include <netdb.h>
 #include <sys/stat.h>
@@ -49,6 +51,12 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank) {
   if (!config.rdzv_file.empty()) env.emplace_back("COLO_RDZV_FILE", config.rdzv_file);
   if (!config.job_token.empty()) env.emplace_back("COLO_JOB_TOKEN", config.job_token);
   if (!config.run_reports.empty()) env.emplace_back("COLO_RUN_REPORTS", config.run_reports);
+  if (config.elastic_max > 0) {
+    env.emplace_back(env::kElasticMaxWorldVariable, std::to_string(config.nnodes * config.elastic_max));
+  }
+  if (!config.elastic_devices.empty()) {
+    env.emplace_back("CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(config.elastic_devices, ",")));
+  }
   return env;
 }
 
@@ -58,13 +66,19 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
   static const std::set<std::string> owned = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
       "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE",   "COLO_JOB_TOKEN",
-      "COLO_RUN_REPORTS", "COLO_RESTART_COUNT"};
+      "COLO_RUN_REPORTS", "COLO_RESTART_COUNT", env::kElasticMaxWorldVariable};
+  // And what this attempt sets besides (CUDA_VISIBLE_DEVICES once --elastic left a GPU out).
+  const EnvVars set = make_rank_env(config, local_rank);
+  auto set_here = [&](const std::string& name) {
+    return std::any_of(set.begin(), set.end(), [&](const auto& variable) { return variable.first == name; });
+  };
   std::vector<std::string> entries;
   for (char** entry = environ_entries; *entry != nullptr; ++entry) {
     std::string item = *entry;
-    if (owned.count(item.substr(0, item.find('='))) == 0) entries.push_back(std::move(item));
+    const std::string name = item.substr(0, item.find('='));
+    if (owned.count(name) == 0 && !set_here(name)) entries.push_back(std::move(item));
   }
-  for (const auto& [name, value] : make_rank_env(config, local_rank)) entries.push_back(name + "=" + value);
+  for (const auto& [name, value] : set) entries.push_back(name + "=" + value);
   // The NCCL watchdog's defaults (launcher.h), all or none: a user who configures any of them
   // (or the flight recorder) gets exactly what they set.
   auto given = [&](const std::string& name) {

@@ -47,6 +47,12 @@ struct LaunchConfig {
   // started (0 first), exported as COLO_RESTART_COUNT.
   int max_restarts = 0;
   int restart_count = 0;
+  // --elastic MIN:MAX (0:0 when not elastic): nproc_per_node is the attempt's rank count, at most
+  // MAX. elastic_devices: the GPUs the attempt's local ranks use, in order, exported as
+  // CUDA_VISIBLE_DEVICES once a slot has been left out (empty: the node's own numbering).
+  int elastic_min = 0;
+  int elastic_max = 0;
+  std::vector<std::string> elastic_devices;
   bool prefix_output = true;
   bool self_check = false;  // --check: run the launcher's own self-check instead of a program
   bool show_help = false;
@@ -70,7 +76,8 @@ std::string usage();
 
 // The variables colo-run sets for local rank `local_rank` (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER, COLO_RESTART_COUNT and, where resolved,
-// COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS). `config` must be resolved (master_port
+// COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS; under --elastic COLO_ELASTIC_MAX_WORLD and,
+// once a slot is left out, CUDA_VISIBLE_DEVICES). `config` must be resolved (master_port
 // set, rdzv_file not "auto"); throws std::invalid_argument otherwise.
 EnvVars make_rank_env(const LaunchConfig& config, int local_rank);
 

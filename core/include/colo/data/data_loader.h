@@ -74,9 +74,18 @@ struct DataLoaderOptions {
 // Where a loader is: the epoch and the index of the batch next() returns next. Saving it with a
 // checkpoint and loading it into a loader built with the same data set and options resumes the
 // exact sequence of batches (augmentation included).
+//
+// images_per_batch is the unit of next_batch: the images one batch holds over all replicas
+// (batch_size x num_replicas) in the loader that saved the state; 0 where unknown (a state saved
+// before it was recorded: the loading loader's own is assumed). A loader of another shape (fewer
+// replicas with larger or more batches, as after colo-run --elastic left ranks out) resumes at
+// the same image of the same epoch's order: with drop_last, batch k of every replica together
+// holds images [k * images_per_batch, (k + 1) * images_per_batch) of the epoch's permutation
+// whatever the shape (DistributedSampler). Equality compares the position (epoch, next_batch).
 struct DataLoaderState {
   int64_t epoch = 0;
   int64_t next_batch = 0;
+  int64_t images_per_batch = 0;
 
   bool operator==(const DataLoaderState& other) const { return epoch == other.epoch && next_batch == other.next_batch; }
   bool operator!=(const DataLoaderState& other) const { return !(*this == other); }
@@ -127,8 +136,12 @@ class DataLoader {
   // Splits the data set over other data-parallel replicas (keeps the epoch, restarts it at batch 0).
   void reshard(int64_t num_replicas, int64_t rank);
 
-  DataLoaderState state() const { return {epoch(), next_batch_}; }
-  // Throws std::invalid_argument for a negative epoch or a batch index beyond num_batches().
+  DataLoaderState state() const {
+    return {epoch(), next_batch_, options_.batch_size() * sampler_.num_replicas()};
+  }
+  // Throws std::invalid_argument for a negative epoch, a batch index beyond num_batches(), or a
+  // state in another unit (images_per_batch) whose position is not a whole number of this
+  // loader's batches.
   void load_state(const DataLoaderState& state);
 
   int64_t epoch() const { return sampler_.epoch(); }

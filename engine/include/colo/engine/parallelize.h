@@ -1,5 +1,6 @@
 #pragma once
 
+
 // The steps every plugin's boost() is composed of, each a small function
 // over the process group it works on, the way torchtitan applies one parallelism after another:
 // torch_ddp and low_level_zero call them with the world as the data-parallel group,
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace colo::data {
@@ -69,5 +71,15 @@ void shard_dataloader(data::DataLoader& loader, const dist::ProcessGroup& dp_gro
 // use when the batch does not split evenly: a run and its memory plan (MemoryPlan::samples_per_pass)
 // both split through here, so a plan refuses what the run refuses.
 int64_t per_rank_batch(int64_t global_batch, int64_t dp_size, int64_t accumulation_steps);
+
+// A job planned for `planned_dp` data-parallel ranks x `planned_accumulation` passes per step that
+// runs on `dp_size` ranks instead (colo-run --elastic left some out: colo/env/elastic.h) keeps its
+// global batch, and so its training math up to summation order, by accumulating more: the
+// smallest accumulation a with dp_size * a >= planned_dp * planned_accumulation (no rank takes a
+// larger micro-batch than planned, so what fitted in memory still fits) that splits the batch
+// evenly. nullopt when none does (dp_size does not divide the global batch). Throws
+// std::invalid_argument for a value below 1.
+std::optional<int64_t> accumulation_keeping_global_batch(int64_t global_batch, int64_t dp_size, int64_t planned_dp,
+                                                         int64_t planned_accumulation);
 
 }  // namespace colo
