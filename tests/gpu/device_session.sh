@@ -11,6 +11,7 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
+# elastic-gpu (colo-run --elastic on every GPU, issue 36)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
 # build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
@@ -668,7 +669,7 @@ PY
         cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
           cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_dist_tests colo_plugin_torch_ddp \
             colo_plugin_low_level_zero colo_plugin_gemini colo_plugin_hybrid_parallel colo_gpu_kernel_tests colo_gpu_vit_parity colo_gpu_graph_tests \
-            colo-plan
+            colo-plan train_vit
       } >"$LOGS/build.log" 2>&1
       note "build-multi rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
@@ -1032,6 +1033,33 @@ PY
         note "save-stall $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/save_$tag.json" 2>/dev/null) $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d.get('saves') or {}; print('stall_s', s.get('stall_s'))" "$LOGS/save_$tag.json" 2>/dev/null)"
         cp "$LOGS/save_$tag.json" "$OUT/" 2>/dev/null
       done
+      ;;
+    elastic-gpu)
+      # Issue 36 on GPUs: train_vit (gemini, fp32, a small ViT on synthetic data) on every GPU under
+      # colo-run --elastic 1:N; rank 1 is killed after step 6 and its GPU then fails to start
+      # (COLO_FAULT nostart): the job goes on with N-1 GPUs, renumbered through CUDA_VISIBLE_DEVICES,
+      # and the global batch kept; per-step losses against an uninterrupted run on N GPUs.
+      el_common=(--dataset synthetic --synthetic-samples 960 --image-size 32 --model custom --patch-size 8 --embed-dim 64
+        --depth 4 --heads 4 --batch-size 24 --log-every 1 --eval-batch-size 96 --epochs 100 --max-steps 40
+        --checkpoint-every 5 --resume auto --plugin gemini --precision fp32)
+      rm -rf /tmp/colo-elastic && mkdir -p /tmp/colo-elastic
+      COLO_TIMEOUT_MS=30000 COLO_FAULT="rank=1,step=6,kind=crash;rank=1,kind=nostart,restart=1" timeout 300 \
+        build-gpu/bin/colo-run --elastic "1:$ngpu" --max-restarts 3 --grace-period 2 build-gpu/bin/train_vit \
+        "${el_common[@]}" --save /tmp/colo-elastic/elastic --metrics "$LOGS/elastic.jsonl" >"$LOGS/elastic.out" 2>"$LOGS/elastic.err"
+      note "elastic-gpu elastic rc=$? ($((SECONDS - start)) s): $(grep -h '^colo-run: \(elastic\|restart\)' "$LOGS/elastic.err" | tr '\n' ' ')"
+      grep -h "elastic:\|train_vit: plugin" "$LOGS/elastic.out" | tail -2 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      timeout 200 build-gpu/bin/colo-run --nproc-per-node "$ngpu" build-gpu/bin/train_vit "${el_common[@]}" \
+        --save /tmp/colo-elastic/clean --metrics "$LOGS/elastic_clean.jsonl" >"$LOGS/elastic_clean.out" 2>&1
+      note "elastic-gpu uninterrupted rc=$? ($((SECONDS - start)) s)"
+      python3 - "$LOGS/elastic.jsonl" "$LOGS/elastic_clean.jsonl" <<'PY' 2>&1 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if r["event"] == "train"}
+e, c = losses(sys.argv[1]), losses(sys.argv[2])
+after = {s: abs(e[s] - c[s]) for s in c if s > 6 and s in e}
+print(f"elastic-gpu: {len(after)} steps after the change compared (of {len(c)}), largest |loss - uninterrupted| "
+      f"{max(after.values()):.3g}, first five {[f'{after[s]:.2g}' for s in sorted(after)[:5]]}")
+PY
       ;;
     planner-error)
       # Issues 43 and 45: the planner's predictions against colo_vit_bench (benchmarks/planner/error_table.py)
