@@ -11,7 +11,7 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
-# elastic-gpu (colo-run --elastic on every GPU, issue 36)
+# elastic-gpu (colo-run --elastic on every GPU, issue 36) profile-stability (colo-plan profile's run-to-run spread)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
 # build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
@@ -1060,6 +1060,19 @@ after = {s: abs(e[s] - c[s]) for s in c if s > 6 and s in e}
 print(f"elastic-gpu: {len(after)} steps after the change compared (of {len(c)}), largest |loss - uninterrupted| "
       f"{max(after.values()):.3g}, first five {[f'{after[s]:.2g}' for s in sorted(after)[:5]]}")
 PY
+      ;;
+    profile-stability)
+      # Issue 43: how much colo-plan profile's small-microbatch block times move between runs and
+      # with the timing options (ViT-L, tp 1, micro-batches 16/32/64 on GPU 0): the pipeline rows'
+      # error follows them. Needs colo-plan (build-multi, or: cmake --build build-gpu --target colo-plan).
+      for run in "first:" "again:" "marginal:--marginal" "chain12:--blocks-per-call=12" "repeats9:--repeats=9"; do
+        IFS=: read -r tag extra <<<"$run"
+        extra_args=()
+        [ -n "$extra" ] && extra_args=("$extra")
+        CUDA_VISIBLE_DEVICES=0 timeout 200 build-gpu/bin/colo-plan profile --model large --precision bf16 --microbatches 16,32,64 \
+          --tp 1 "${extra_args[@]}" --out "$LOGS/stability_$tag.json" >"$LOGS/stability_$tag.log" 2>&1
+        note "profile-stability $tag rc=$? ($((SECONDS - start)) s): $(grep 'encoder_block tp 1' "$LOGS/stability_$tag.log" | sed 's/checkpointed.*//' | tr '\n' ' ')"
+      done
       ;;
     planner-error)
       # Issues 43 and 45: the planner's predictions against colo_vit_bench (benchmarks/planner/error_table.py)
