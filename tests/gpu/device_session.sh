@@ -1021,14 +1021,16 @@ PY
       done
       ;;
     save-stall)
-      # Issue 36: what a save costs the training loop on one GPU, ViT-L/16 bf16 batch 64 under torch_ddp:
-      # no saves, a save every 100 steps, the same with --save-async (colo_vit_bench's saves.stall_s).
-      for run in "none:" "sync:--save-every 100 --save-dir /tmp/ckpt_sync" "async:--save-every 100 --save-dir /tmp/ckpt_async --save-async"; do
+      # Issue 36: what a save costs the training loop on one GPU, ViT-L/16 bf16 batch 64 (COLO_SAVE_BATCH)
+      # under torch_ddp: no saves, a save every 100 steps (COLO_SAVE_EVERY), the same with --save-async
+      # (colo_vit_bench's saves.stall_s).
+      every=${COLO_SAVE_EVERY:-100}
+      for run in "none:" "sync:--save-every $every --save-dir /tmp/ckpt_sync" "async:--save-every $every --save-dir /tmp/ckpt_async --save-async"; do
         tag=${run%%:*}
         read -ra extra <<<"${run#*:}"
         rm -rf /tmp/ckpt_sync /tmp/ckpt_async
         timeout 200 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp --model large \
-          --batch-size 64 --precision bf16 --warmup-steps 10 --steps "${COLO_SAVE_STEPS:-350}" --peak-tflops 1 "${extra[@]}" \
+          --batch-size "${COLO_SAVE_BATCH:-64}" --precision bf16 --warmup-steps 10 --steps "${COLO_SAVE_STEPS:-350}" --peak-tflops 1 "${extra[@]}" \
           --json "$LOGS/save_$tag.json" >"$LOGS/save_$tag.log" 2>&1
         note "save-stall $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/save_$tag.json" 2>/dev/null) $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d.get('saves') or {}; print('stall_s', s.get('stall_s'))" "$LOGS/save_$tag.json" 2>/dev/null)"
         cp "$LOGS/save_$tag.json" "$OUT/" 2>/dev/null
