@@ -458,6 +458,9 @@ int run(const Options& o) {
   reset_peak_memory(device);
   b.model->train();
   for (int64_t i = 0; i < o.warmup_steps; ++i) train_step();
+  // As the Trainer's CheckpointHook does: the pinned copies' memory is allocated before the timed
+  // steps, not in the first save's stall.
+  if (o.save_every > 0 && o.save_async) booster.reserve_async_save(b);
   synchronize(device);
   if (world) world->barrier().wait();
 

@@ -154,6 +154,29 @@ void Booster::save_state(const Boosted& boosted, const TrainingProgress& progres
   if (when_complete) when_complete();
 }
 
+int64_t Booster::reserve_async_save(const Boosted& boosted) {
+  wait_for_save();  // one host copy at a time, as for a save
+  detail::DeferredWrites writes;
+  writes.pinned = plugin_->context().device.is_cuda();
+  auto& io = plugin_->checkpoint_io();
+  io.defer_writes_to(&writes);
+  int64_t bytes = 0;
+  io.count_host_copies(&bytes);
+  try {
+    save_model(*boosted.model, "", {});
+    save_optimizer(*boosted.optimizer, "", {});
+  } catch (...) {
+    io.defer_writes_to(nullptr);
+    io.count_host_copies(nullptr);
+    throw;
+  }
+  io.defer_writes_to(nullptr);
+  io.count_host_copies(nullptr);
+  // `writes` and the host copies its closures own go here, unrun: the pinned blocks return to
+  // LibTorch's cache, where the next save's copies of the same sizes find them.
+  return bytes;
+}
+
 void Booster::write_state_async(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
                                 const SaveOptions& options, std::function<void()> when_complete) {
   const int rank = world_rank(*plugin_);

@@ -80,6 +80,7 @@ torch::Tensor CheckpointIO::host_copy(const torch::Tensor& tensor) const {
   if (!deferred_) return source.to(torch::kCPU).contiguous();
   auto copy = torch::empty(source.sizes(), source.options().device(torch::kCPU).pinned_memory(deferred_->pinned));
   copy.copy_(source);  // blocking: done when this returns, whatever the device
+  if (copied_bytes_) *copied_bytes_ += static_cast<int64_t>(copy.nbytes());
   return copy;
 }
 

@@ -311,6 +311,53 @@ TEST(AsyncSave, AResumeFromAnAsynchronousSaveContinuesExactlyUnderEveryPlugin) {
 
 // The plan's host copy is the bytes the asynchronous save copies on rank 0: the model's and the
 // optimizer's full state (the optimizer's step counts, one number per tensor, left out).
+// Booster::reserve_async_save takes the host copies an asynchronous save takes (their bytes: the
+// writer's whole state; under a pipeline each stage's writer its part) and drops them: it writes nothing, leaves the state as it was, and the
+// saves after it, synchronous and asynchronous, write what they always do.
+TEST(AsyncSave, AReservationCountsTheSavesCopiesWritesNothingAndChangesNoSave) {
+  for (const auto& layout : async_save_layouts()) {
+    SCOPED_TRACE(describe(layout));
+    const auto sync_dir = shared_directory("async_reserve_sync");
+    const auto async_dir = shared_directory("async_reserve_async");
+    AsyncSaveRun run(layout, 7);
+    run.train(1);
+    const auto model_before = async_snapshot(run.b.model->full_state());
+    int64_t state_bytes = 0;
+    for (const auto& [name, tensor] : run.b.model->full_state()) state_bytes += tensor.numel() * tensor.element_size();
+    for (const auto& [name, tensor] : run.b.optimizer->full_state().tensors) {
+      state_bytes += tensor.numel() * tensor.element_size();
+    }
+    const int64_t reserved = run.booster->reserve_async_save(run.b);
+    // Every rank's copies together are the whole state once (each writer copies its part).
+    auto total = torch::tensor({reserved}, torch::kLong).to(device());
+    world()->all_reduce(total).wait();
+    const int64_t reserved_everywhere = total.item<int64_t>();
+    if (layout.plugin != "hybrid_parallel") {
+      EXPECT_EQ(reserved, world()->rank() == 0 ? state_bytes : 0);
+      EXPECT_EQ(reserved_everywhere, state_bytes);
+    } else {
+      // A pipeline's stages each copy their own part (this rank's full_state is its stage's).
+      EXPECT_GE(reserved_everywhere, state_bytes);
+      EXPECT_GT(state_bytes, 0);
+    }
+    for (const auto& [name, tensor] : run.b.model->full_state()) {
+      EXPECT_TRUE(torch::equal(tensor.detach().to(torch::kCPU), model_before.at(name))) << name;
+    }
+    EXPECT_FALSE(files::exists(files::join(sync_dir, "training_state.json")));
+    // A synchronous save after it writes at once (nothing is left deferred), an asynchronous one
+    // the same files.
+    run.booster->save_state(run.b, run.progress(1), sync_dir);
+    world()->barrier().wait();
+    EXPECT_TRUE(files::exists(files::join(sync_dir, "training_state.json")));
+    run.booster->save_state(run.b, run.progress(1), async_dir, SaveOptions().async(true));
+    run.booster->wait_for_save();
+    world()->barrier().wait();
+    if (world()->rank() == 0) expect_same_files(async_dir, sync_dir);
+    remove_shared_directory(sync_dir);
+    remove_shared_directory(async_dir);
+  }
+}
+
 TEST(AsyncSave, TheMemoryPlanCountsTheHostCopyOnRankZero) {
   for (const auto& layout : async_save_layouts()) {
     if (layout.plugin == "hybrid_parallel") continue;  // pipelined: the plan's figure is an upper bound

@@ -61,6 +61,14 @@ void CheckpointHook::before_fit(Trainer& trainer) {
     options_.state_directory().resumed_from(latest);
   }
   open(trainer);
+  if (options_.save().async()) {
+    // The first save's pinned host memory, allocated now rather than in a step's stall.
+    const int64_t bytes = trainer.booster().reserve_async_save(trainer.boosted());
+    if (trainer.booster().plugin().context().device.is_cuda()) {
+      trainer.print(fmt::format("asynchronous saves: {:.2f} GiB of pinned host memory reserved for the state's copies",
+                                static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0)));
+    }
+  }
   if (latest.empty()) return;
   const TrainingProgress progress = trainer.booster().load_state(trainer.boosted(), latest);
   trainer.continue_from_step(progress.global_step);

@@ -60,6 +60,9 @@ class CheckpointIO {
   // their collective part (gathers over the ranks) at once, take host copies of what they would
   // write, and queue the file writes in `writes` for the background writer instead of writing.
   void defer_writes_to(detail::DeferredWrites* writes) { deferred_ = writes; }
+  // While set (non-null), every host copy taken for deferred writes adds its bytes here
+  // (Booster::reserve_async_save counts what a save copies).
+  void count_host_copies(int64_t* bytes) { copied_bytes_ = bytes; }
 
  protected:
   // Runs `write` now, or queues it for the background writer while writes are deferred.
@@ -86,6 +89,7 @@ class CheckpointIO {
 
  private:
   detail::DeferredWrites* deferred_ = nullptr;
+  int64_t* copied_bytes_ = nullptr;
 };
 
 }  // namespace colo
