@@ -1,20 +1,20 @@
 // run_job: what a job needs before its ranks start (job.h), and its restarts (--max-restarts).
-#include <colo/env/elastic.h>
 #include <colo/env/variables.h>
 #include <colo/files/files.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fmt/ranges.h>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "job.h"
+#include "elastic_slots.h"
 #include "job_token.h"
 #include "node_capacity.h"
 #include "output.h"
@@ -25,32 +25,11 @@ namespace {
 // The status colo's programs (and colo-run) exit with for a bad command line or environment.
 constexpr int kUsageErrorStatus = 2;
 
-// What the ranks of a failed attempt told colo-run --elastic (colo/env/elastic.h), read before
-// the attempt's report directory goes.
-struct ElasticNotes {
-  std::vector<std::pair<int, std::string>> cannot_start;  // local rank, why
-  std::optional<std::pair<int, std::string>> world_size_unusable;  // the first rank to say so, why
-};
-
+// How one attempt ended, and under --elastic what its ranks said in their notes.
 struct Attempt {
   JobOutcome outcome;
   ElasticNotes notes;
 };
-
-ElasticNotes read_elastic_notes(const LaunchConfig& config) {
-  ElasticNotes notes;
-  for (int local = 0; local < config.nproc_per_node; ++local) {
-    const int rank = config.node_rank * config.nproc_per_node + local;
-    if (auto why = env::read_elastic_note(config.run_reports, env::ElasticNote::kCannotStart, rank)) {
-      notes.cannot_start.emplace_back(local, *why);
-    }
-    if (auto why = env::read_elastic_note(config.run_reports, env::ElasticNote::kWorldSizeUnusable, rank);
-        why && !notes.world_size_unusable) {
-      notes.world_size_unusable.emplace(rank, *why);
-    }
-  }
-  return notes;
-}
 
 // One attempt: its own store file (in a fresh directory, with "auto"), its own port where
 // colo-run picked it, its own report directory and its own token, so that a process left from an
@@ -80,84 +59,6 @@ Attempt run_attempt(LaunchConfig config, const LaunchConfig& given) {
   return attempt;
 }
 
-std::vector<std::string> split_devices(const char* list) {
-  std::vector<std::string> devices;
-  if (list == nullptr) return devices;
-  std::string item;
-  for (const char* c = list;; ++c) {
-    if (*c == ',' || *c == '\0') {
-      devices.push_back(item);
-      item.clear();
-      if (*c == '\0') break;
-    } else {
-      item += *c;
-    }
-  }
-  return devices;
-}
-
-// --elastic's slots: the node's MAX places for a rank (a GPU each), those left out for good
-// (their rank could not start) and the largest world the program has not refused.
-class ElasticSlots {
- public:
-  explicit ElasticSlots(const LaunchConfig& config)
-      : min_(config.elastic_min), cap_(config.elastic_max), inherited_(split_devices(std::getenv("CUDA_VISIBLE_DEVICES"))) {
-    for (int slot = 0; slot < config.elastic_max; ++slot) live_.push_back(slot);
-  }
-
-  // The ranks the next attempt starts (never below MIN: checked by the caller through size()).
-  int size() const { return std::min<int>(cap_, static_cast<int>(live_.size())); }
-
-  // Points `config` at the next attempt's slots: its rank count and, once the slots are not the
-  // node's first ones, the GPUs they stand for (CUDA_VISIBLE_DEVICES, the inherited list's
-  // entries where one was set).
-  void configure(LaunchConfig& config) const {
-    config.nproc_per_node = size();
-    config.elastic_devices.clear();
-    bool first_ones = true;
-    for (int local = 0; local < size(); ++local) first_ones = first_ones && live_[local] == local;
-    if (first_ones) return;
-    for (int local = 0; local < size(); ++local) {
-      const int slot = live_[local];
-      config.elastic_devices.push_back(slot < static_cast<int>(inherited_.size()) ? inherited_[slot]
-                                                                                 : std::to_string(slot));
-    }
-  }
-
-  std::string device_of(int local) const {
-    const int slot = live_[local];
-    return slot < static_cast<int>(inherited_.size()) ? inherited_[slot] : std::to_string(slot);
-  }
-
-  // Takes what the failed attempt's ranks said; returns what colo-run prints about it.
-  std::vector<std::string> take(const ElasticNotes& notes, int attempt_size) {
-    std::vector<std::string> said;
-    std::vector<int> gone;
-    for (const auto& [local, why] : notes.cannot_start) {
-      said.push_back(fmt::format("elastic: leaving out slot {} (GPU {}) from now on: local rank {} could not start: {}",
-                                 live_[local], device_of(local), local, why));
-      gone.push_back(live_[local]);
-    }
-    for (int slot : gone) live_.erase(std::find(live_.begin(), live_.end(), slot));
-    if (notes.world_size_unusable) {
-      cap_ = std::min(cap_, attempt_size - 1);
-      said.push_back(fmt::format("elastic: the program cannot run on {} rank{} (rank {}: {})", attempt_size,
-                                 attempt_size == 1 ? "" : "s", notes.world_size_unusable->first,
-                                 notes.world_size_unusable->second));
-    }
-    return said;
-  }
-
-  int min() const { return min_; }
-  int live() const { return static_cast<int>(live_.size()); }
-  int cap() const { return cap_; }
-
- private:
-  int min_;
-  int cap_;
-  std::vector<std::string> inherited_;
-  std::vector<int> live_;
-};
 
 }  // namespace
 
@@ -191,7 +92,7 @@ int run_job(LaunchConfig config) {
     print_to(STDERR_FILENO, "{}\n", *warning);
   }
   std::optional<ElasticSlots> slots;
-  if (config.elastic_max > 0) slots.emplace(config);
+  if (config.elastic_max > 0) slots.emplace(config, split_devices(std::getenv("CUDA_VISIBLE_DEVICES")));
   for (;;) {
     const auto started = std::chrono::steady_clock::now();
     const int attempt_size = config.nproc_per_node;

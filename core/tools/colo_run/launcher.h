@@ -10,7 +10,8 @@
 // output, and stops the whole job when any rank fails. Linux only (process groups, signalfd,
 // PR_SET_PDEATHSIG). The logic lives here rather than in main.cpp so that parsing and the rank
 // environment can be reasoned about (and tested through the binary) on their own. One file per
-// job: command_line.cpp (parse_args, usage), job.cpp (the supervisor), self_check.cpp (--check,
+// job: command_line.cpp (parse_args, usage), job.cpp (the supervisor), job_setup.cpp (each attempt,
+// --max-restarts), elastic_slots.cpp (--elastic's slots), self_check.cpp (--check,
 // check_rank_main), launcher.cpp (run, make_rank_env, pick_free_port); file helpers come from
 // colo::files (colo/files/files.h), which libcolo_core shares.
 namespace colo::launcher {
