@@ -234,6 +234,9 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   train_vit::set_compute_threads(threads);
   // Under colo-run --elastic the run is planned (and recorded) for the largest world.
   const train_vit::ElasticRun elastic = train_vit::elastic_run(env);
+  // The run record holds the command line's accumulation: --layout auto and an elastic shrink
+  // change the one a run takes, and a restart must still recognise its own state.
+  const int64_t command_line_grad_accum = o.grad_accum;
 
   // Before the rendezvous: a state that is not there, a directory this run cannot save into (rank
   // 0 opens and locks it for the run), missing weights, a missing data set or an impossible model
@@ -344,10 +347,8 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   // peers share batches); a plugin without a layout runs on one replica.
   const int64_t dp_size = b.mesh ? b.mesh->size(colo::dist::MeshAxis::kDp) : 1;
   const int64_t dp_rank = b.mesh ? b.mesh->coordinate(colo::dist::MeshAxis::kDp) : 0;
-  // In a world colo-run --elastic shrank, more accumulation keeps the planned global batch; the
-  // run record keeps the planned value, so that every attempt resumes the same run.
+  // In a world colo-run --elastic shrank, more accumulation keeps the planned global batch.
   std::vector<std::string> elastic_notes;
-  const int64_t planned_grad_accum = o.grad_accum;
   o.grad_accum = train_vit::elastic_grad_accum(o, elastic, dp_size, plugin->supports_pipeline(), elastic_notes);
   // What --dry-run checks too, through the same function.
   const int64_t micro_batch = [&] {
@@ -488,8 +489,8 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
   if (tensorboard) hooks.push_back(tensorboard);
   if (o.dataset == "imagefolder") hooks.push_back(std::make_shared<UnreadableImagesNote>(data));
   if (!o.save_dir.empty()) {
-    TrainOptions recorded = o;  // as planned: an elastic run's every attempt records the same run
-    recorded.grad_accum = planned_grad_accum;
+    TrainOptions recorded = o;  // as given: every attempt of a run records the same run
+    recorded.grad_accum = command_line_grad_accum;
     const auto saving = colo::CheckpointOptions()
                             .every_steps(o.checkpoint_every)
                             .extra_files({{train_vit::kRunRecordFile,

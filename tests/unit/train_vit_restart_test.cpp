@@ -210,6 +210,32 @@ TEST_F(TrainVitRestart, AnElasticRunThatLosesARankGoesOnWithFewerRanksAndTheSame
   }
 }
 
+// --layout auto --resume auto: the run record holds the command line's accumulation, not the
+// plan's, so a restart that plans the same layout again continues its own run. The fixture's
+// cluster (tests/unit/planner_fixtures) with 0.04 GiB per rank makes the plan accumulate 2 passes.
+TEST_F(TrainVitRestart, ResumeAutoUnderLayoutAutoContinuesItsOwnRunWhenThePlanAccumulates) {
+  std::string cluster = read_file(std::string(COLO_SOURCE_DIR) + "/tests/unit/planner_fixtures/cluster.json");
+  const auto at = cluster.find("\"memory_gib\": 4");
+  ASSERT_NE(at, std::string::npos);
+  cluster.replace(at, std::string("\"memory_gib\": 4").size(), "\"memory_gib\": 0.04");
+  std::ofstream(path("small.json")) << cluster;
+  auto args = [&](const std::string& steps) {
+    return std::vector<std::string>{
+        "--layout", "auto", "--layout-cluster", path("small.json"), "--layout-profile",
+        std::string(COLO_SOURCE_DIR) + "/tests/unit/planner_fixtures/profile.json", "--dataset", "synthetic",
+        "--synthetic-samples", "512", "--model", "custom", "--image-size", "32", "--patch-size", "8", "--embed-dim",
+        "64", "--depth", "5", "--heads", "4", "--mlp-ratio", "2", "--batch-size", "256", "--threads", "1", "--epochs",
+        "2", "--save", path("ckpt"), "--checkpoint-every", "1", "--resume", "auto", "--max-steps", steps};
+  };
+  const Result first = run({}, args("1"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_CONTAINS(first.out + first.err, "torch_ddp dp1 accum2");
+  const Result again = run({}, args("2"));
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_CONTAINS(again.out, "resumed from");
+  EXPECT_CONTAINS(again.out, "step-00000001");
+}
+
 // A fault that fires before the rendezvous (nostart) fails the job's first attempt; the restart
 // starts well; a bad COLO_FAULT is refused by name before the job forms.
 TEST_F(TrainVitRestart, ARankThatFailsToStartIsRestartedAndABadFaultIsRefused) {
