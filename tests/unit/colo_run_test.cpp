@@ -359,6 +359,20 @@ TEST(ColoRun, NoPrefixPassesOutputThroughUntouched) {
   EXPECT_EQ(r.err, "e\n");
 }
 
+// colo-run tells its ranks that it prefixes their lines (colo's Logger then leaves its own
+// "[rank R] " out); with --no-prefix it does not, and an inherited value never passes through.
+TEST(ColoRun, TellsTheRanksWhetherItPrefixesTheirLines) {
+  Result r = run_colo({"--nproc-per-node", "1", "sh", "-c", "echo \"prefixes ${COLO_RUN_PREFIXES_OUTPUT-unset}\""},
+                      {{"COLO_RUN_PREFIXES_OUTPUT", "7"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] prefixes 1\n");
+  r = run_colo({"--no-prefix", "--nproc-per-node", "1", "sh", "-c",
+                "echo \"prefixes ${COLO_RUN_PREFIXES_OUTPUT-unset}\""},
+               {{"COLO_RUN_PREFIXES_OUTPUT", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "prefixes unset\n");
+}
+
 TEST(ColoRun, ProgramArgumentsAreNotParsedAsOptions) {
   Result r = run_colo(
       {"--nproc-per-node", "1", "sh", "-c", "echo \"$@\"", "sh", "--foo", "--nproc-per-node", "9"});

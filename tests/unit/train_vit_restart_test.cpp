@@ -198,6 +198,9 @@ TEST_F(TrainVitRestart, AnElasticRunThatLosesARankGoesOnWithFewerRanksAndTheSame
                                  "start: COLO_FAULT's nostart fault on rank 3");
     for (const auto& line : c.said) EXPECT_CONTAINS(elastic.out + elastic.err, line);
     EXPECT_CONTAINS(elastic.out, "resumed from");
+    // The Booster's warning about the other world, with colo-run's rank prefix only.
+    EXPECT_CONTAINS(elastic.err, "[rank 0] WARN ");
+    EXPECT_LACKS(elastic.err, "[rank 0] [rank 0]");
     const Result clean = run({kColoRun, "--nproc-per-node", "4"}, args("clean"));
     ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
     const auto expected = losses_of(path("clean.jsonl"));

@@ -51,6 +51,8 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank) {
   if (!config.rdzv_file.empty()) env.emplace_back("COLO_RDZV_FILE", config.rdzv_file);
   if (!config.job_token.empty()) env.emplace_back("COLO_JOB_TOKEN", config.job_token);
   if (!config.run_reports.empty()) env.emplace_back("COLO_RUN_REPORTS", config.run_reports);
+  // colo's Logger then leaves out the "[rank R] " colo-run puts before every line anyway.
+  if (config.prefix_output) env.emplace_back("COLO_RUN_PREFIXES_OUTPUT", "1");
   if (config.elastic_max > 0) {
     env.emplace_back(env::kElasticMaxWorldVariable, std::to_string(config.nnodes * config.elastic_max));
   }
@@ -66,7 +68,7 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
   static const std::set<std::string> owned = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE", "GROUP_RANK",
       "MASTER_ADDR", "MASTER_PORT", "COLO_LAUNCHER", "COLO_RDZV_FILE",   "COLO_JOB_TOKEN",
-      "COLO_RUN_REPORTS", "COLO_RESTART_COUNT", env::kElasticMaxWorldVariable};
+      "COLO_RUN_REPORTS", "COLO_RESTART_COUNT", env::kElasticMaxWorldVariable, "COLO_RUN_PREFIXES_OUTPUT"};
   // And what this attempt sets besides (CUDA_VISIBLE_DEVICES once --elastic left a GPU out).
   const EnvVars set = make_rank_env(config, local_rank);
   auto set_here = [&](const std::string& name) {

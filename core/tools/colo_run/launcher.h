@@ -77,7 +77,8 @@ std::string usage();
 
 // The variables colo-run sets for local rank `local_rank` (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, COLO_LAUNCHER, COLO_RESTART_COUNT and, where resolved,
-// COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS; under --elastic COLO_ELASTIC_MAX_WORLD and,
+// COLO_RDZV_FILE, COLO_JOB_TOKEN and COLO_RUN_REPORTS; COLO_RUN_PREFIXES_OUTPUT=1 unless --no-prefix;
+// under --elastic COLO_ELASTIC_MAX_WORLD and,
 // once a slot is left out, CUDA_VISIBLE_DEVICES). `config` must be resolved (master_port
 // set, rdzv_file not "auto"); throws std::invalid_argument otherwise.
 EnvVars make_rank_env(const LaunchConfig& config, int local_rank);

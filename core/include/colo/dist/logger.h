@@ -6,6 +6,12 @@
 
 namespace colo::dist {
 
+// The line Logger writes: "[rank R] LEVEL message" in a world of several ranks, without the rank
+// where the launcher prefixes every line with it already (colo-run does unless --no-prefix, and
+// says so in COLO_RUN_PREFIXES_OUTPUT=1): one "[rank R] ", never two.
+std::string log_line(int rank, int world_size, const char* level, const std::string& message, bool launcher_prefixes);
+inline constexpr const char* kLauncherPrefixesVariable = "COLO_RUN_PREFIXES_OUTPUT";
+
 // Writes lines prefixed with the rank ("[rank 1] ...") to stderr, whole lines at a time so
 // that ranks' output does not interleave mid-line.
 class Logger {
