@@ -157,14 +157,24 @@ void Booster::save_state(const Boosted& boosted, const TrainingProgress& progres
 int64_t Booster::reserve_async_save(const Boosted& boosted) {
   wait_for_save();  // one host copy at a time, as for a save
   detail::DeferredWrites writes;
+  int64_t bytes = 0;
+  queue_state_writes(boosted, "", {}, writes, &bytes);
+  // `writes` and the host copies its closures own go here, unrun: the pinned blocks return to
+  // LibTorch's cache, where the next save's copies of the same sizes find them.
+  return bytes;
+}
+
+void Booster::queue_state_writes(const Boosted& boosted, const std::string& dir, const SaveOptions& options,
+                                 detail::DeferredWrites& writes, int64_t* copied_bytes) {
   writes.pinned = plugin_->context().device.is_cuda();
+  // The save_* calls gather (collectives, on this thread) and queue their writes with host copies.
   auto& io = plugin_->checkpoint_io();
   io.defer_writes_to(&writes);
-  int64_t bytes = 0;
-  io.count_host_copies(&bytes);
+  io.count_host_copies(copied_bytes);
   try {
-    save_model(*boosted.model, "", {});
-    save_optimizer(*boosted.optimizer, "", {});
+    save_model(*boosted.model, dir, options);
+    save_optimizer(*boosted.optimizer, dir, options);
+    if (boosted.lr_scheduler) save_lr_scheduler(*boosted.lr_scheduler, dir);
   } catch (...) {
     io.defer_writes_to(nullptr);
     io.count_host_copies(nullptr);
@@ -172,9 +182,6 @@ int64_t Booster::reserve_async_save(const Boosted& boosted) {
   }
   io.defer_writes_to(nullptr);
   io.count_host_copies(nullptr);
-  // `writes` and the host copies its closures own go here, unrun: the pinned blocks return to
-  // LibTorch's cache, where the next save's copies of the same sizes find them.
-  return bytes;
 }
 
 void Booster::write_state_async(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
@@ -182,19 +189,7 @@ void Booster::write_state_async(const Boosted& boosted, const TrainingProgress& 
   const int rank = world_rank(*plugin_);
   const int ranks = world_size(*plugin_);
   auto writes = std::make_shared<detail::DeferredWrites>();
-  writes->pinned = plugin_->context().device.is_cuda();
-  // The save_* calls gather (collectives, on this thread) and queue their writes with host copies.
-  auto& io = plugin_->checkpoint_io();
-  io.defer_writes_to(writes.get());
-  try {
-    save_model(*boosted.model, dir, options);
-    save_optimizer(*boosted.optimizer, dir, options);
-    if (boosted.lr_scheduler) save_lr_scheduler(*boosted.lr_scheduler, dir);
-  } catch (...) {
-    io.defer_writes_to(nullptr);
-    throw;
-  }
-  io.defer_writes_to(nullptr);
+  queue_state_writes(boosted, dir, options, *writes);
 
   // get_state returns a copy. This rank's RNG file goes last: it says that the rank is done.
   checkpoint::NamedTensors rng{{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};

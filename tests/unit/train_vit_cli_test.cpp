@@ -22,6 +22,7 @@
 
 #include "damage_safetensors.h"
 #include "command_output.h"
+#include "metrics_records.h"
 
 namespace {
 
@@ -103,13 +104,7 @@ class TrainVitCli : public ::testing::Test {
 
   // step -> loss of the "train" records of a --metrics file.
   static std::map<int64_t, double> losses(const std::string& metrics) {
-    std::map<int64_t, double> by_step;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) {
-      const auto record = nlohmann::json::parse(line);
-      if (record.at("event") == "train") by_step[record.at("step").get<int64_t>()] = record.at("loss").get<double>();
-    }
-    return by_step;
+    return metrics_records::train_field(metrics, "loss");
   }
 
   static std::string last_line(const std::string& text) {
@@ -492,15 +487,7 @@ TEST_F(TrainVitCli, TimmAugmentationsFromTheCommandLineAndConfigFiles) {
 }
 
 // step -> "lr" of the "train" records of a --metrics file (the rate each step used).
-std::map<int64_t, double> rates(const std::string& metrics) {
-  std::map<int64_t, double> by_step;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto record = nlohmann::json::parse(line);
-    if (record.at("event") == "train") by_step[record.at("step").get<int64_t>()] = record.at("lr").get<double>();
-  }
-  return by_step;
-}
+std::map<int64_t, double> rates(const std::string& metrics) { return metrics_records::train_field(metrics, "lr"); }
 
 // The schedule a run uses is the one asked for: the rate of every step (6 steps per epoch, base
 // 2e-3) under step decay per epoch, and multistep per step with a warmup in steps, from the

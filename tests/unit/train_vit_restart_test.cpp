@@ -5,7 +5,6 @@
 // Tiny jobs (16x16 synthetic images, a two-block ViT) on CPU ranks.
 #include <colo/files/files.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "command_output.h"
+#include "metrics_records.h"
 
 namespace {
 
@@ -145,18 +145,6 @@ TEST_F(TrainVitRestart, ResumeAutoAndCheckpointEveryNeedSave) {
   EXPECT_CONTAINS(r.err, "--checkpoint-every says how often --save saves: give --save DIR");
 }
 
-// step -> loss of the "train" records of a --metrics file (a resumed attempt's records of a step
-// replace the earlier attempt's).
-std::map<int64_t, double> losses_of(const std::string& metrics) {
-  std::map<int64_t, double> by_step;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const auto record = nlohmann::json::parse(line);
-    if (record.at("event") == "train") by_step[record.at("step").get<int64_t>()] = record.at("loss").get<double>();
-  }
-  return by_step;
-}
-
 // Issue 36's elastic target at CI size: a run that loses a rank (rank 3 crashes after step 3, then
 // its slot cannot start) goes on with fewer ranks under colo-run --elastic, keeps the global batch
 // by accumulating more, and its per-step losses stay within 1e-5 (fp32) of the uninterrupted
@@ -203,8 +191,8 @@ TEST_F(TrainVitRestart, AnElasticRunThatLosesARankGoesOnWithFewerRanksAndTheSame
     EXPECT_LACKS(elastic.err, "[rank 0] [rank 0]");
     const Result clean = run({kColoRun, "--nproc-per-node", "4"}, args("clean"));
     ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
-    const auto expected = losses_of(path("clean.jsonl"));
-    const auto got = losses_of(path("elastic.jsonl"));
+    const auto expected = metrics_records::train_field(path("clean.jsonl"), "loss");
+    const auto got = metrics_records::train_field(path("elastic.jsonl"), "loss");
     ASSERT_EQ(expected.size(), static_cast<std::size_t>(2 * 96 / std::stoi(c.batch)));  // two epochs of 96 images
     ASSERT_EQ(got.size(), expected.size());
     for (const auto& [step, loss] : expected) EXPECT_NEAR(got.at(step), loss, 1e-5) << "step " << step;

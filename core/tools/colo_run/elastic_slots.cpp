@@ -23,22 +23,6 @@ ElasticNotes read_elastic_notes(const LaunchConfig& config) {
   return notes;
 }
 
-std::vector<std::string> split_devices(const char* list) {
-  std::vector<std::string> devices;
-  if (list == nullptr) return devices;
-  std::string item;
-  for (const char* c = list;; ++c) {
-    if (*c == ',' || *c == '\0') {
-      devices.push_back(item);
-      item.clear();
-      if (*c == '\0') break;
-    } else {
-      item += *c;
-    }
-  }
-  return devices;
-}
-
 ElasticSlots::ElasticSlots(const LaunchConfig& config, std::vector<std::string> visible_devices)
     : min_(config.elastic_min), cap_(config.elastic_max), visible_(std::move(visible_devices)) {
   for (int slot = 0; slot < config.elastic_max; ++slot) live_.push_back(slot);

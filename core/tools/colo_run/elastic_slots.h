@@ -20,9 +20,6 @@ struct ElasticNotes {
 // The notes of the attempt `config` describes, read from its report directory before it goes.
 ElasticNotes read_elastic_notes(const LaunchConfig& config);
 
-// The entries of a CUDA_VISIBLE_DEVICES list (none for nullptr).
-std::vector<std::string> split_devices(const char* list);
-
 // The node's MAX places for a rank (a GPU each), those left out for good (their rank could not
 // start), and the largest world the program has not refused.
 class ElasticSlots {

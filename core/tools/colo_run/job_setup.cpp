@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "job.h"
 #include "elastic_slots.h"
+#include "job.h"
 #include "job_token.h"
 #include "node_capacity.h"
 #include "output.h"

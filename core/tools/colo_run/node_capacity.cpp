@@ -44,16 +44,27 @@ int visible_gpus(int device_files, const char* cuda_visible_devices) {
   // Entries are indices or GPU-/MIG- UUIDs; CUDA stops at the first entry it cannot use, and a
   // negative index is the conventional way to hide every GPU.
   int listed = 0;
-  const std::string list = cuda_visible_devices;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string entry = list.substr(start, comma - start);
+  for (const auto& entry : split_devices(cuda_visible_devices)) {
     if (entry.empty() || entry[0] == '-') break;
     ++listed;
-    start = comma + 1;
   }
   return std::min(listed, device_files);
+}
+
+std::vector<std::string> split_devices(const char* list) {
+  std::vector<std::string> devices;
+  if (list == nullptr) return devices;
+  std::string item;
+  for (const char* c = list;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      devices.push_back(item);
+      item.clear();
+      if (*c == '\0') break;
+    } else {
+      item += *c;
+    }
+  }
+  return devices;
 }
 
 NodeCapacity node_capacity() {

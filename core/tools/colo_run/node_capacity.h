@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 // How many ranks this node can run side by side without sharing: the CPU cores colo-run may use
 // and the GPUs the ranks will see. colo-run links no LibTorch (and no CUDA), so GPUs are counted
@@ -19,6 +20,9 @@ NodeCapacity node_capacity();
 // narrowed by CUDA_VISIBLE_DEVICES (nullptr: unset), whose list CUDA reads up to the first
 // invalid entry ("", "-1": none).
 int visible_gpus(int device_files, const char* cuda_visible_devices);
+
+// The entries of a CUDA_VISIBLE_DEVICES list, as written (none for nullptr).
+std::vector<std::string> split_devices(const char* list);
 
 // One line for stderr when `nproc` ranks would share this node's GPUs or cores, saying what to
 // change; nothing when they fit.

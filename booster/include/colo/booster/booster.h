@@ -100,6 +100,10 @@ class Booster {
  private:
   void write_state_async(const Boosted& boosted, const TrainingProgress& progress, const std::string& dir,
                          const SaveOptions& options, std::function<void()> when_complete);
+  // The collective part of an asynchronous save: gathers the state and queues its writes, with
+  // host copies, in `writes` (their bytes added to *copied_bytes when given). In booster.cpp.
+  void queue_state_writes(const Boosted& boosted, const std::string& dir, const SaveOptions& options,
+                          detail::DeferredWrites& writes, int64_t* copied_bytes = nullptr);
 
   std::shared_ptr<Plugin> plugin_;
   // Declared after the plugin: destroyed (joined) first.
