@@ -11,7 +11,7 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
-# elastic-gpu (colo-run --elastic on every GPU, issue 36) profile-stability (colo-plan profile's run-to-run spread)
+# elastic-gpu (colo-run --elastic on every GPU, issue 36) save-stall-6b (the 6.45B ViT's save stall under gemini, issue 36) profile-stability (colo-plan profile's run-to-run spread)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
 # build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
@@ -1035,6 +1035,29 @@ PY
         note "save-stall $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/save_$tag.json" 2>/dev/null) $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d.get('saves') or {}; print('stall_s', s.get('stall_s'))" "$LOGS/save_$tag.json" 2>/dev/null)"
         cp "$LOGS/save_$tag.json" "$OUT/" 2>/dev/null
       done
+      ;;
+    save-stall-6b)
+      # Issue 36's second case: the 6.45B ViT (as gemini-6b) under gemini auto on one GPU, one save at the
+      # last of COLO_SAVE_STEPS steps of COLO_6B_BATCH images (--grad-accum COLO_6B_ACCUM), synchronous
+      # and asynchronous (COLO_SAVE6B_RUNS); the stall is the save_state call (the asynchronous write is
+      # waited after the loop). ~103 GB of state per save: the disk needs twice that free.
+      big=(--model large --embed-dim 4096 --depth 32 --num-heads 64 --mlp-ratio 4 --precision bf16
+        --batch-size "${COLO_6B_BATCH:-64}" --grad-accum "${COLO_6B_ACCUM:-2}" --activation-checkpointing
+        --warmup-steps 1 --steps "${COLO_SAVE_STEPS:-3}" --peak-tflops "${COLO_PEAK_TFLOPS:-0}")
+      df -h /tmp >>"$LOGS/summary.txt"
+      for tag in ${COLO_SAVE6B_RUNS:-sync async}; do
+        extra=(--save-every "${COLO_SAVE_STEPS:-3}" --save-dir /tmp/ckpt6b_$tag)
+        [ "$tag" = async ] && extra+=(--save-async)
+        [ "$tag" = none ] && extra=()
+        rm -rf /tmp/ckpt6b_*
+        /usr/bin/time -v timeout "${COLO_6B_TIMEOUT:-500}" build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench \
+          --plugin gemini --plugin-opt placement_policy=auto "${big[@]}" "${extra[@]}" --json "$LOGS/save6b_$tag.json" \
+          >"$LOGS/save6b_$tag.log" 2>&1
+        note "save-stall-6b $tag rc=$? ($((SECONDS - start)) s): $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d.get('saves') or {}; print('images_per_s', d.get('images_per_s'), 'step_ms_p50', (d.get('step_time_ms') or {}).get('p50'), 'stall_s', s.get('stall_s'))" "$LOGS/save6b_$tag.json" 2>/dev/null) host maxrss $(grep -o 'Maximum resident set size.*' "$LOGS/save6b_$tag.log") $(du -sh /tmp/ckpt6b_$tag 2>/dev/null | cut -f1)"
+        grep -v '^\s' "$LOGS/save6b_$tag.log" | grep -v 'Maximum resident' | tail -4 >>"$LOGS/summary.txt"
+        cp "$LOGS/save6b_$tag.json" "$OUT/" 2>/dev/null
+      done
+      rm -rf /tmp/ckpt6b_*
       ;;
     elastic-gpu)
       # Issue 36 on GPUs: train_vit (gemini, fp32, a small ViT on synthetic data) on every GPU under
