@@ -387,8 +387,17 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
   for (int r = 0; r < env.world_size; ++r) ranks[r] = r;
   impl->store = store;
   impl->progress = std::make_unique<CollectiveProgress>(store, kWorldPrefix, env.rank, ranks);
-  return std::shared_ptr<ProcessGroup>(
+  const auto cuda_device = impl->cuda_device;
+  auto world = std::shared_ptr<ProcessGroup>(
       new ProcessGroup(std::move(impl), "world", ranks, env.rank, backend, options.timeout));
+  // NCCL makes a communicator at its first collective, with allocations of its own outside
+  // LibTorch's caching allocator. Made later, once the cache holds the GPU (gemini's auto placement
+  // fills it), they fail ("Failed to CUDA calloc async 24 bytes"): make it now, before any model.
+  if (backend == Backend::kNccl) {
+    auto one = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA, cuda_device));
+    world->all_reduce_and_wait(one);
+  }
+  return world;
 }
 
 std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
