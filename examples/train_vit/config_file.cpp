@@ -44,6 +44,9 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
       {"parallel",
        {{"tp", {Kind::kPluginOption, "tp_size"}},
         {"pp", {Kind::kPluginOption, "pp_size"}},
+        // The hybrid example's words: pipeline=P, tensor={mode, size, depth} (tensor_words below).
+        {"pipeline", {Kind::kPluginOption, "pp_size"}},
+        {"tensor", {Kind::kPluginOption, ""}},
         {"microbatches", {Kind::kPluginOption, "num_microbatches"}},
         {"microbatch_size", {Kind::kPluginOption, "microbatch_size"}},
         {"schedule", {Kind::kPluginOption, "pp_style"}},
@@ -249,6 +252,43 @@ json read_json(const std::string& path) {
   }
 }
 
+// parallel.tp or parallel.pp beside the hybrid example's words that say the same (tensor.size,
+// pipeline) are refused.
+void check_parallel_aliases(const std::string& path, const json& parallel) {
+  if (parallel.contains("tp") && parallel.contains("tensor")) {
+    throw UsageError(fmt::format("--config {}: parallel.tp and parallel.tensor both give the tensor-parallel size; "
+                                 "keep one (tensor.size is tp)",
+                                 path));
+  }
+  if (parallel.contains("pp") && parallel.contains("pipeline")) {
+    throw UsageError(fmt::format("--config {}: parallel.pp and parallel.pipeline both give the pipeline size; keep one",
+                                 path));
+  }
+}
+
+// parallel.tensor, the hybrid example's {"mode": "2d", "size": 4, "depth": 2}: each word and the
+// plugin option it sets. Refused: a word it does not know, a tensor that is not an object.
+std::vector<std::pair<std::string, Key>> tensor_words(const std::string& path, const json& parallel) {
+  const json& tensor = parallel.at("tensor");
+  if (!tensor.is_object()) {
+    throw UsageError(fmt::format("--config {}: parallel.tensor: expected an object such as {{\"mode\": \"1d\", "
+                                 "\"size\": 2}}, got {}",
+                                 path, tensor.dump()));
+  }
+  static const std::map<std::string, Key> words = {{"mode", {Kind::kText, "tp_mode"}},
+                                                   {"size", {Kind::kInteger, "tp_size"}},
+                                                   {"depth", {Kind::kInteger, "tp_depth"}}};
+  std::vector<std::pair<std::string, Key>> out;
+  for (const auto& [word, value] : tensor.items()) {
+    const auto it = words.find(word);
+    if (it == words.end()) {
+      throw UsageError(fmt::format("--config {}: {}", path, unknown_key("parallel.tensor", word, {"depth", "mode", "size"})));
+    }
+    out.emplace_back(word, Key{Kind::kPluginOption, it->second.target});
+  }
+  return out;
+}
+
 // The file's settings as command-line arguments, leaving out what `given` sets.
 ExpandedConfig file_arguments(const std::string& path, const Given& given) {
   const json root = read_json(path);
@@ -310,11 +350,16 @@ ExpandedConfig file_arguments(const std::string& path, const Given& given) {
     if (!value.is_object()) {
       throw UsageError(fmt::format("--config {}: {}: expected an object of keys, got {}", path, name, value.dump()));
     }
+    if (name == "parallel") check_parallel_aliases(path, value);
     std::vector<std::string> valid;
     for (const auto& [key, spec] : section->second) valid.push_back(key);
     for (const auto& [key, v] : value.items()) {
       const auto it = section->second.find(key);
       if (it == section->second.end()) throw UsageError(fmt::format("--config {}: {}", path, unknown_key(name, key, valid)));
+      if (name == "parallel" && key == "tensor") {
+        for (const auto& [word, option] : tensor_words(path, value)) add("parallel.tensor." + word, v.at(word), option);
+        continue;
+      }
       add(name + "." + key, v, it->second);
     }
   }

@@ -53,6 +53,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
   const auto o = HybridParallelOptions::parse(given);
+  if (auto why = o.not_built()) throw std::invalid_argument(fmt::format("hybrid_parallel memory plan: {}", *why));
   const int world = in.world_size();
   const int tp = o.tp_size(), pp = o.pp_size(), chunks = o.num_model_chunks();
   if (world < 1 || world % (tp * pp) != 0) {

@@ -68,6 +68,7 @@ std::vector<double> layer_params(const nn::LayerStack& model) {
 
 HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const PluginContext& context)
     : Plugin(context), options_(HybridParallelOptions::parse(options)) {
+  if (auto why = options_.not_built()) throw std::invalid_argument(fmt::format("hybrid_parallel: {}", *why));
   context_.mesh = make_mesh(context_, options_);
   const auto& mesh = *context_.mesh;
   if (options_.cuda_graphs()) {

@@ -847,6 +847,42 @@ TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
       << "refused, but not for its chunks: " << r.out << r.err;
 }
 
+// The hybrid example's layout words: "parallel": {"pipeline": P, "tensor": {"mode", "size", "depth"}}
+// set pp_size, tp_mode, tp_size and tp_depth. 1d trains on 4 and 8 ranks; the modes not built yet
+// are refused by the dry run as by the run, and sizes a mode cannot take name the ones it can.
+TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes) {
+  const auto words = write("words.json", R"({"plugin": "hybrid_parallel", "parallel": {"pipeline": 2, "microbatches": 2,
+                                             "tensor": {"mode": "1d", "size": 2}}})");
+  for (const auto& [ranks, layout] : std::vector<std::pair<int, std::string>>{{4, "(dp=1 pp=2 tp=2)"},
+                                                                              {8, "(dp=2 pp=2 tp=2)"}}) {
+    const auto metrics = files::join(dir_, fmt::format("words_{}.jsonl", ranks));
+    const Result r = run_on(ranks, tiny_override({"--config", words, "--metrics", metrics}));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(layout), std::string::npos) << r.out;
+    EXPECT_EQ(losses(metrics).size(), 3u) << ranks;
+  }
+  const auto refused = [&](const std::string& name, const std::string& parallel, int world, const std::string& says) {
+    const auto file = write(name, R"({"plugin": "hybrid_parallel", "parallel": )" + parallel + "}");
+    const Result r = run(tiny_override({"--config", file, "--dry-run", "--world-size", std::to_string(world)}));
+    EXPECT_EQ(r.exit_code, 2) << name << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << name << "\n" << r.err;
+  };
+  refused("two_d.json", R"({"tensor": {"mode": "2d", "size": 4}})", 4,
+          "tp_mode=2d (q=2 over tp_size=4) is not built yet");
+  refused("three_d.json", R"({"tensor": {"mode": "3d", "size": 8}})", 8,
+          "tp_mode=3d (q=2 over tp_size=8) is not built yet");
+  refused("tesseract.json", R"({"tensor": {"mode": "2.5d", "size": 8, "depth": 2}})", 8,
+          "tp_mode=2.5d (q=2, depth 2 over tp_size=8) is not built yet");
+  refused("six.json", R"({"tensor": {"mode": "2d", "size": 6}})", 6,
+          "tp_mode=2d needs tp_size = q² (a q × q grid), got 6: use 4 or 9");
+  refused("both.json", R"({"tp": 2, "tensor": {"mode": "1d", "size": 2}})", 2,
+          "parallel.tp and parallel.tensor both give the tensor-parallel size; keep one");
+  refused("pipes.json", R"({"pp": 2, "pipeline": 2})", 2, "parallel.pp and parallel.pipeline both give the pipeline size");
+  refused("layers.json", R"({"tensor": {"mode": "2d", "layers": 2}})", 4,
+          "unknown key 'layers' in parallel.tensor; the valid keys of parallel.tensor are: depth, mode, size");
+  refused("flat.json", R"({"tensor": 4})", 4, "parallel.tensor: expected an object");
+}
+
 TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
   std::vector<std::string> names = files::list_directory(COLO_SOURCE_DIR "/examples/configs");
   std::sort(names.begin(), names.end());

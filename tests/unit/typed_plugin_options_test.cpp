@@ -11,6 +11,7 @@
 #include <colo/pipeline/schedule_text.h>
 #include <colo/plugins/gemini_options.h>
 #include <colo/plugins/hybrid_parallel_options.h>
+#include <colo/plugins/tensor_parallel_mode.h>
 #include <colo/plugins/low_level_zero_options.h>
 #include <colo/plugins/torch_ddp_options.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 #include <regex>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -132,6 +134,8 @@ void expect_same(const std::optional<colo::pipeline::Schedule>& got,
 void expect_same(const colo::HybridParallelOptions& got, const colo::HybridParallelOptions& want) {
   EXPECT_EQ(got.tp_size(), want.tp_size());
   EXPECT_EQ(got.sequence_parallel(), want.sequence_parallel());
+  EXPECT_EQ(got.tp_mode(), want.tp_mode());
+  EXPECT_EQ(got.tp_depth(), want.tp_depth());
   EXPECT_EQ(got.pp_size(), want.pp_size());
   EXPECT_EQ(got.num_microbatches(), want.num_microbatches());
   EXPECT_EQ(got.microbatch_size(), want.microbatch_size());
@@ -322,7 +326,8 @@ TEST(TypedPluginOptions, HybridParallelRoundTripsEveryField) {
                              .num_microbatches(4)
                              .partition(colo::pipeline::PartitionMethod::kBalanced)
                              .cuda_graphs(true);
-  const auto counted = colo::HybridParallelOptions().pp_size(4).num_microbatches(8).pp_style("gpipe");
+  const auto counted =
+      colo::HybridParallelOptions().pp_size(4).num_microbatches(8).pp_style("gpipe").tp_size(8).tp_mode("2.5d").tp_depth(2);
   std::vector<PluginOptions> maps;
   for (const auto* x : {&everything, &from_file, &counted}) maps.push_back(expect_round_trip(*x));
   expect_every_key_written(keys_parse_reads<colo::HybridParallelOptions>(), maps);
@@ -333,6 +338,82 @@ TEST(TypedPluginOptions, HybridParallelRoundTripsEveryField) {
   EXPECT_EQ(maps[1],
             (PluginOptions{
                 {"pp_size", "2"}, {"pp_schedule_file", file}, {"partition", "balanced"}, {"cuda_graphs", "true"}}));
+}
+
+std::string describe(const PluginOptions& options) {
+  std::string text;
+  for (const auto& [key, value] : options) text += key + "=" + value + " ";
+  return text;
+}
+
+std::string parse_error(const PluginOptions& options) {
+  try {
+    colo::HybridParallelOptions::parse(options);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// tp_mode fixes the sizes tp_size may take (q², q² x depth, q³): a size that fits parses, the sizes
+// beside it are refused naming the nearest that fit; tp_depth is 2.5d's, and sequence parallelism
+// is 1d's (the other modes split the activations already).
+TEST(TypedPluginOptions, HybridParallelTensorModesTakeTheSizesTheirGridsHave) {
+  struct Case {
+    PluginOptions options;
+    std::string error;  // empty: parses
+  };
+  const std::vector<Case> cases = {
+      {{{"tp_mode", "2d"}, {"tp_size", "4"}}, ""},
+      {{{"tp_mode", "2d"}, {"tp_size", "1"}}, ""},
+      {{{"tp_mode", "2d"}, {"tp_size", "3"}}, "tp_mode=2d needs tp_size = q² (a q × q grid), got 3: use 1 or 4"},
+      {{{"tp_mode", "2d"}, {"tp_size", "5"}}, "tp_mode=2d needs tp_size = q² (a q × q grid), got 5: use 4 or 9"},
+      {{{"tp_mode", "3d"}, {"tp_size", "8"}}, ""},
+      {{{"tp_mode", "3d"}, {"tp_size", "4"}}, "tp_mode=3d needs tp_size = q³ (a q × q × q cube), got 4: use 1 or 8"},
+      {{{"tp_mode", "3d"}, {"tp_size", "9"}}, "tp_mode=3d needs tp_size = q³ (a q × q × q cube), got 9: use 8 or 27"},
+      {{{"tp_mode", "2.5d"}, {"tp_size", "8"}, {"tp_depth", "2"}}, ""},
+      {{{"tp_mode", "2.5d"}, {"tp_size", "4"}}, ""},  // depth 1 is 2d
+      {{{"tp_mode", "2.5d"}, {"tp_size", "6"}, {"tp_depth", "2"}},
+       "tp_mode=2.5d with tp_depth=2 needs tp_size = q² × 2 (2 layers of a q × q grid), got 6: use 2 or 8"},
+      {{{"tp_mode", "2.5d"}, {"tp_size", "2"}, {"tp_depth", "4"}},
+       "tp_mode=2.5d with tp_depth=4 needs tp_size = q² × 4 (4 layers of a q × q grid), got 2: use 4"},
+      {{{"tp_mode", "2.5d"}, {"tp_size", "8"}, {"tp_depth", "0"}}, "tp_depth must be at least 1, got 0"},
+      {{{"tp_mode", "2d"}, {"tp_size", "4"}, {"tp_depth", "1"}},
+       "tp_depth is tp_mode=2.5d's (layers of the q x q grid); with tp_mode=2d leave it out"},
+      {{{"tp_mode", "2d"}, {"tp_size", "4"}, {"enable_sequence_parallelism", "true"}},
+       "enable_sequence_parallelism with tp_mode=2d: that mode already splits the activations"},
+      {{{"tp_mode", "1d"}, {"tp_size", "6"}, {"enable_sequence_parallelism", "true"}}, ""},
+      {{{"tp_mode", "4d"}, {"tp_size", "4"}}, "tp_mode"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(describe(c.options));
+    const auto error = parse_error(c.options);
+    if (c.error.empty()) {
+      EXPECT_EQ(error, "");
+    } else {
+      EXPECT_NE(error.find(c.error), std::string::npos) << error;
+    }
+  }
+  EXPECT_EQ(colo::tensor_parallel_side("2d", 9, 1), 3);
+  EXPECT_EQ(colo::tensor_parallel_side("2.5d", 18, 2), 3);
+  EXPECT_EQ(colo::tensor_parallel_side("3d", 27, 1), 3);
+  EXPECT_EQ(colo::tensor_parallel_side("1d", 6, 1), 6);
+  EXPECT_EQ(colo::tensor_parallel_side("3d", 26, 1), std::nullopt);
+}
+
+// Options that parse but cannot run yet say so, for the plugin and its memory plan to refuse with.
+TEST(TypedPluginOptions, HybridParallelTensorModesNotBuiltSaySo) {
+  EXPECT_EQ(colo::HybridParallelOptions().tp_size(4).not_built(), std::nullopt);
+  for (const auto& [mode, size, depth, says] :
+       std::vector<std::tuple<std::string, int, int, std::string>>{
+           {"2d", 4, 1, "tp_mode=2d (q=2 over tp_size=4) is not built yet"},
+           {"2.5d", 8, 2, "tp_mode=2.5d (q=2, depth 2 over tp_size=8) is not built yet"},
+           {"3d", 8, 1, "tp_mode=3d (q=2 over tp_size=8) is not built yet"}}) {
+    const auto why = colo::HybridParallelOptions().tp_size(size).tp_mode(mode).tp_depth(depth).not_built();
+    ASSERT_TRUE(why.has_value()) << mode;
+    EXPECT_NE(why->find(says), std::string::npos) << *why;
+    EXPECT_NE(why->find("use tp_mode=1d"), std::string::npos) << *why;
+  }
 }
 
 TEST(TypedPluginOptions, HybridParallelSaysWhatNoKeyHolds) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <colo/plugins/tensor_parallel_mode.h>
+
 #include "communication_dtype.h"
 
 #include <cmath>
@@ -84,6 +86,10 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   HybridParallelOptions o;
   o.tp_size(static_cast<int>(
       in.get_int("tp_size", 1, "tensor-parallel size: the shardformer splits every block's linears over this many ranks")));
+  o.tp_mode(in.get_choice("tp_mode", "1d", tensor_parallel_modes(),
+                          "how the tp ranks split the layers: 1d (Megatron), 2d (tp_size = q²), 2.5d (q² x tp_depth), "
+                          "3d (q³)"));
+  o.tp_depth(static_cast<int>(in.get_int("tp_depth", 1, "tp_mode=2.5d: layers of the q x q grid")));
   o.pp_size(static_cast<int>(in.get_int("pp_size", 1, "pipeline stages; the data-parallel size is what the world leaves")));
   o.num_microbatches(in.get_int("num_microbatches", 0, "microbatches per step (or give microbatch_size)"));
   o.microbatch_size(in.get_int("microbatch_size", 0, "samples per microbatch (or give num_microbatches)"));
@@ -183,7 +189,20 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                           from_file ? "a schedule without W actions" : "pp_style=1f1b, gpipe or interleaved"));
     }
   }
-  if (o.tp_size() < 1) in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
+  if (o.tp_size() < 1) {
+    in.fail(fmt::format("tp_size must be at least 1, got {}", o.tp_size()));
+  } else if (auto problem = tensor_parallel_size_problem(o.tp_mode(), o.tp_size(), o.tp_depth())) {
+    in.fail(*problem);
+  }
+  if (given.count("tp_depth") && o.tp_mode() != "2.5d") {
+    in.fail(fmt::format("tp_depth is tp_mode=2.5d's (layers of the q x q grid); with tp_mode={} leave it out",
+                        o.tp_mode()));
+  }
+  if (o.sequence_parallel() && o.tp_mode() != "1d") {
+    in.fail(fmt::format("enable_sequence_parallelism with tp_mode={}: that mode already splits the activations over "
+                        "the tp ranks (tokens and features); leave sequence parallelism out, or use tp_mode=1d",
+                        o.tp_mode()));
+  }
   if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));
   if (o.num_microbatches() < 0) in.fail(fmt::format("num_microbatches must be positive, got {}", o.num_microbatches()));
   if (o.microbatch_size() < 0) in.fail(fmt::format("microbatch_size must be positive, got {}", o.microbatch_size()));
@@ -214,6 +233,8 @@ PluginOptions HybridParallelOptions::to_options() const {
   OptionWriter out;
   out.set_int("tp_size", tp_size(), d.tp_size());
   out.set_bool("enable_sequence_parallelism", sequence_parallel(), d.sequence_parallel());
+  out.set_string("tp_mode", tp_mode(), d.tp_mode());
+  out.set_int("tp_depth", tp_depth(), d.tp_depth());
   out.set_int("pp_size", pp_size(), d.pp_size());
   out.set_int("microbatch_size", microbatch_size(), d.microbatch_size());
   out.set_int("eval_microbatch_size", eval_microbatch_size(), d.eval_microbatch_size());
@@ -248,6 +269,18 @@ PluginOptions HybridParallelOptions::to_options() const {
       PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).to_options());
   out.set_bool("cuda_graphs", cuda_graphs(), d.cuda_graphs());
   return out.options();
+}
+
+std::optional<std::string> HybridParallelOptions::not_built() const {
+  if (tp_mode_ == "1d") return std::nullopt;
+  const auto side = tensor_parallel_side(tp_mode_, tp_size_, tp_depth_);
+  return fmt::format("tp_mode={} ({}) is not built yet in this colo (its parallel layers and the model policy that "
+                     "uses them are not finished); use tp_mode=1d (tp_size={} splits every block's linears the Megatron way)",
+                     tp_mode_,
+                     side ? fmt::format("q={}{} over tp_size={}", *side,
+                                        tp_mode_ == "2.5d" ? fmt::format(", depth {}", tp_depth_) : "", tp_size_)
+                          : fmt::format("tp_size={}", tp_size_),
+                     tp_size_);
 }
 
 pipeline::Schedule HybridParallelOptions::training_schedule(int microbatches) const {

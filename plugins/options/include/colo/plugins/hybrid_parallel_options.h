@@ -24,6 +24,11 @@ struct HybridParallelOptions {
   // Split the tokens over the tp ranks between the parallel regions (needs tp_size > 1); the key
   // is enable_sequence_parallelism.
   TORCH_ARG(bool, sequence_parallel) = false;
+  // How the tp ranks split the layers (tensor_parallel_mode.h): 1d (Megatron), 2d (a q × q grid,
+  // tp_size = q²), 2.5d (tp_depth layers of it, tp_size = q² · tp_depth) or 3d (tp_size = q³).
+  // Only 1d is built: the plugin refuses the others, naming what is missing.
+  TORCH_ARG(std::string, tp_mode) = "1d";
+  TORCH_ARG(int, tp_depth) = 1;
   TORCH_ARG(int, pp_size) = 1;
   // Microbatches per step: a count, or a size (one of the two when pp_size > 1; 0 = unset).
   TORCH_ARG(int64_t, num_microbatches) = 0;
@@ -70,6 +75,9 @@ struct HybridParallelOptions {
 
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key.
   static HybridParallelOptions parse(const PluginOptions& options);
+  // Why these options cannot run yet although they parse (a tp_mode that is not built), naming
+  // what to use instead; nullopt when they can. The plugin and its memory plan both refuse with it.
+  std::optional<std::string> not_built() const;
   // The keys parse() reads, for the fields that differ from the defaults: parse(to_options())
   // gives these options back, and a default struct gives an empty map. What parse derives is
   // written as the key it came from: a schedule file's schedule, chunks and microbatches as
