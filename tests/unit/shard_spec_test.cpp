@@ -39,8 +39,8 @@ TEST(ShardSpec, ListOfCutsTakesABlock) {
 // The pieces of every index combination, the first cut's index slowest, give the whole back; the
 // order is checked by a 2×3 grid whose wrong order would give another tensor.
 TEST(ShardSpec, UnshardAListTakesPiecesFirstCutSlowest) {
-  const auto full = numbered(6, 4);
-  std::vector<ShardSpec> cuts{{1, 1, 2, 0}, {0, 3, 3, 0}};  // columns in 2, then rows: 3 parts in 3
+  const auto full = numbered(9, 4);
+  std::vector<ShardSpec> cuts{{1, 1, 2, 0}, {0, 3, 3, 0}};  // columns in 2, then rows: 3 parts, each in 3
   std::vector<torch::Tensor> pieces;
   for (int64_t a = 0; a < 2; ++a) {
     for (int64_t b = 0; b < 3; ++b) {
