@@ -55,6 +55,14 @@ torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group) 
   return sum.to(x.device(), x.scalar_type());
 }
 
+torch::Tensor broadcast_from(const torch::Tensor& x, int src, dist::ProcessGroup& group) {
+  if (group.size() == 1) return x;
+  // The others receive in place: into a buffer of their own, never the caller's tensor.
+  auto value = travelling(group.rank() == src ? x.contiguous() : torch::empty_like(x, at::MemoryFormat::Contiguous), group);
+  group.broadcast(value, src).wait();
+  return value.to(x.device(), x.scalar_type());
+}
+
 namespace {
 
 torch::Tensor my_chunk(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group) {

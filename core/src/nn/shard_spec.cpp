@@ -1,9 +1,12 @@
 #include <colo/nn/shard_spec.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <cstddef>
 #include <stdexcept>
+#include <string>
 
 namespace colo::nn {
 
@@ -48,6 +51,36 @@ torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const ShardSpec&
     }
   }
   return torch::cat(ordered, spec.dim);
+}
+
+torch::Tensor shard_of(const torch::Tensor& full, const std::vector<ShardSpec>& cuts) {
+  auto piece = full;
+  for (const auto& cut : cuts) piece = shard_of(piece, cut);
+  return piece;
+}
+
+torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const std::vector<ShardSpec>& cuts) {
+  int64_t count = 1;
+  for (const auto& cut : cuts) count *= cut.shards;
+  if (static_cast<int64_t>(pieces.size()) != count) {
+    std::vector<std::string> described;
+    for (const auto& cut : cuts) described.push_back(cut.describe());
+    throw std::invalid_argument(fmt::format("unshard: {} pieces for {} cuts that make {} ({})", pieces.size(),
+                                            cuts.size(), count, fmt::join(described, "; then ")));
+  }
+  // Undo the last cut first: its index is the fastest, so each run of `shards` consecutive pieces
+  // is one piece of the cut before it.
+  auto level = pieces;
+  for (auto cut = cuts.rbegin(); cut != cuts.rend(); ++cut) {
+    std::vector<torch::Tensor> joined;
+    for (size_t first = 0; first < level.size(); first += static_cast<size_t>(cut->shards)) {
+      joined.push_back(unshard(std::vector<torch::Tensor>(level.begin() + static_cast<std::ptrdiff_t>(first),
+                                                          level.begin() + static_cast<std::ptrdiff_t>(first) + cut->shards),
+                               *cut));
+    }
+    level = std::move(joined);
+  }
+  return level.front();
 }
 
 }  // namespace colo::nn

@@ -37,4 +37,18 @@ torch::Tensor shard_of(const torch::Tensor& full, const ShardSpec& spec);
 // over i = 0 .. shards - 1).
 torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const ShardSpec& spec);
 
+// A parameter cut along more than one dimension (2D tensor parallelism: a weight block is rows of
+// one output block and columns of one input block) is a list of one-dimensional cuts, applied in
+// order: shard_of cuts `full` by cuts[0] (with its index), that piece by cuts[1], and so on. An
+// empty list leaves `full` whole. Cuts of different dims commute; the order matters to unshard.
+torch::Tensor shard_of(const torch::Tensor& full, const std::vector<ShardSpec>& cuts);
+
+// The full tensor from every piece of a list of cuts (their `index` fields are not read): one
+// piece per combination of the cuts' indices, ordered with the FIRST cut's index slowest and the
+// last cut's fastest: pieces[(k0 * shards1 + k1) * shards2 + k2 ...] is the piece of indices
+// (k0, k1, k2, ...). Linear2D lists its row index's cut first, so its pieces in tp-rank order
+// (r = i * q + j) are in this order. Throws std::invalid_argument when the count of pieces is not
+// the product of the cuts' shards.
+torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const std::vector<ShardSpec>& cuts);
+
 }  // namespace colo::nn

@@ -34,5 +34,8 @@ torch::Tensor gather_last_dim(const torch::Tensor& x, dist::ProcessGroup& group)
 torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group);
 torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, dist::ProcessGroup& group);
 torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group);
+// The group's rank `src`'s `x` on every rank (no autograd). Every rank passes a tensor of the
+// same shape and dtype; only src's values are read (2D tensor parallelism's SUMMA steps).
+torch::Tensor broadcast_from(const torch::Tensor& x, int src, dist::ProcessGroup& group);
 
 }  // namespace colo::shardformer
