@@ -1,4 +1,5 @@
 #include <colo/dist/process_group.h>
+#include <colo/shardformer/tensor_parallel_mode.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <fmt/format.h>
 
@@ -16,12 +17,8 @@ std::shared_ptr<dist::ProcessGroup> require_tp(std::shared_ptr<dist::ProcessGrou
 }  // namespace
 
 int Tp2dGrid::side_of(int tp_size) {
-  int q = 1;
-  while ((q + 1) * (q + 1) <= tp_size) ++q;
-  if (tp_size >= 1 && q * q == tp_size) return q;
-  if (tp_size < 1) throw std::invalid_argument(fmt::format("tp_mode=2d needs tp_size = q², got {}: use 1", tp_size));
-  throw std::invalid_argument(
-      fmt::format("tp_mode=2d needs tp_size = q², got {}: use {} or {}", tp_size, q * q, (q + 1) * (q + 1)));
+  if (const auto problem = tensor_parallel_size_problem("2d", tp_size, 1)) throw std::invalid_argument(*problem);
+  return *tensor_parallel_side("2d", tp_size, 1);
 }
 
 Tp2dGrid::Tp2dGrid(std::shared_ptr<dist::ProcessGroup> tp)

@@ -235,9 +235,9 @@ TEST(Tp2d, RefusesATpSizeThatIsNotASquare) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(refusal(6), "tp_mode=2d needs tp_size = q², got 6: use 4 or 9");
-  EXPECT_EQ(refusal(8), "tp_mode=2d needs tp_size = q², got 8: use 4 or 9");
-  EXPECT_EQ(refusal(2), "tp_mode=2d needs tp_size = q², got 2: use 1 or 4");
+  EXPECT_EQ(refusal(6), "tp_mode=2d needs tp_size = q² (a q × q grid), got 6: use 4 or 9");
+  EXPECT_EQ(refusal(8), "tp_mode=2d needs tp_size = q² (a q × q grid), got 8: use 4 or 9");
+  EXPECT_EQ(refusal(2), "tp_mode=2d needs tp_size = q² (a q × q grid), got 2: use 1 or 4");
   EXPECT_EQ(refusal(4), "accepted");
   EXPECT_EQ(Tp2dGrid::side_of(9), 3);
   // On a real group of two ranks the grid refuses before it creates any group.
@@ -247,7 +247,7 @@ TEST(Tp2d, RefusesATpSizeThatIsNotASquare) {
       Tp2dGrid grid(pair);
       ADD_FAILURE() << "a grid over 2 ranks was built";
     } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()), "tp_mode=2d needs tp_size = q², got 2: use 1 or 4");
+      EXPECT_EQ(std::string(e.what()), "tp_mode=2d needs tp_size = q² (a q × q grid), got 2: use 1 or 4");
     }
   }
   world()->barrier().wait();

@@ -11,7 +11,7 @@
 #include <colo/pipeline/schedule_text.h>
 #include <colo/plugins/gemini_options.h>
 #include <colo/plugins/hybrid_parallel_options.h>
-#include <colo/plugins/tensor_parallel_mode.h>
+#include <colo/shardformer/tensor_parallel_mode.h>
 #include <colo/plugins/low_level_zero_options.h>
 #include <colo/plugins/torch_ddp_options.h>
 #include <gtest/gtest.h>

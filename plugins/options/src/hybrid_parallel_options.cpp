@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <colo/plugins/tensor_parallel_mode.h>
+#include <colo/shardformer/tensor_parallel_mode.h>
 
 #include "communication_dtype.h"
 

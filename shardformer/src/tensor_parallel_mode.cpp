@@ -1,4 +1,4 @@
-#include <colo/plugins/tensor_parallel_mode.h>
+#include <colo/shardformer/tensor_parallel_mode.h>
 
 #include <fmt/format.h>
 
