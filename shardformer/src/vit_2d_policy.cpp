@@ -130,8 +130,10 @@ void Vit2dSharder::shard(nn::LayerStack& model) const {
     replace_linear(*block, "mlp.fc1", 1, grid);
     replace_linear(*block, "mlp.fc2", 1, grid);
     // The residual stream's dropout, too, draws on this rank's block (outputs_too). Drop-path
-    // keeps the default stream: its per-sample mask must agree along a grid row (same samples),
-    // which the default generator, seeded alike on every rank, gives.
+    // keeps the default stream: its per-sample mask must agree along a grid row (the same
+    // samples), which the default generator, seeded alike on every rank, gives. The rows then
+    // draw the same masks for their different samples (correlated across rows, each sample's
+    // still Bernoulli): a per-row stream would fix that; not needed while no run trains with it.
     block->attn()->set_sharded_rng(rng, /*outputs_too=*/true);
     block->mlp()->set_sharded_rng(rng, /*outputs_too=*/true);
   }
