@@ -343,6 +343,41 @@ TEST(LayerStack, PolicySubmodulesCanBeReplaced) {
   EXPECT_NE(message.find("attn.qkv, attn.proj, mlp.fc1, mlp.fc2"), std::string::npos) << message;
 }
 
+// A module with LayerNorm's forward signature, standing in for 2D tensor parallelism's LayerNorm2D.
+struct CountingNormImpl : torch::nn::Module {
+  explicit CountingNormImpl(torch::nn::LayerNorm inner) : norm(register_module("norm", inner)) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    ++calls;
+    return norm->forward(x);
+  }
+  torch::nn::LayerNorm norm;
+  int calls = 0;
+};
+
+// A replaced norm runs in the block (apart from the fused residual add and norm2), with the
+// same result as the block's own LayerNorms.
+TEST(LayerStack, BlockNormsCanBeReplaced) {
+  torch::manual_seed(0);
+  const auto model = colo::nn::make_vision_transformer(small_config());
+  model->eval();
+  const auto images = torch::randn({2, 3, 32, 32});
+  const auto before = model->forward(images);
+  auto block = std::dynamic_pointer_cast<colo::nn::EncoderBlock>(model->layer(1));
+  ASSERT_TRUE(block);
+  std::vector<std::shared_ptr<CountingNormImpl>> replacements;
+  for (const std::string path : {"norm1", "norm2"}) {
+    auto original = std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(block->named_children()[path]);
+    ASSERT_TRUE(original) << path;
+    replacements.push_back(std::make_shared<CountingNormImpl>(torch::nn::LayerNorm(original)));
+    block->replace_submodule(path, torch::nn::AnyModule(replacements.back()));
+  }
+  EXPECT_TRUE(torch::allclose(model->forward(images), before, 1e-5, 1e-6));
+  EXPECT_EQ(replacements[0]->calls, 1);
+  EXPECT_EQ(replacements[1]->calls, 1);
+  const auto names = model->canonical_parameter_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "blocks.0.norm2.norm.weight"), names.end());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loading weights
 

@@ -49,6 +49,16 @@ ActivationFootprint EncoderBlock::activation_footprint() const { return footprin
 std::string EncoderBlock::canonical_prefix() const { return fmt::format("blocks.{}.", index_); }
 
 torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
+  if (!norm1_replacement_.is_empty() || !norm2_replacement_.is_empty()) {
+    const auto norm1 = [&](const torch::Tensor& t) {
+      return norm1_replacement_.is_empty() ? layer_norm(t, *norm1_) : norm1_replacement_.forward(t);
+    };
+    const auto norm2 = [&](const torch::Tensor& t) {
+      return norm2_replacement_.is_empty() ? layer_norm(t, *norm2_) : norm2_replacement_.forward(t);
+    };
+    auto h = x + drop_path(attn_->forward(norm1(x)), drop_path_, is_training());
+    return h + drop_path(mlp_->forward(norm2(h)), drop_path_, is_training());
+  }
   // The first residual add and norm2 in one pass (colo::nn::add_layer_norm); the second add
   // stays: the next block's norm1 is in another layer (a pipeline stage may end here).
   auto [h, normed] = add_layer_norm(x, drop_path(attn_->forward(layer_norm(x, *norm1_)), drop_path_, is_training()),
@@ -57,7 +67,7 @@ torch::Tensor EncoderBlock::forward(const torch::Tensor& x) {
 }
 
 std::vector<std::string> EncoderBlock::replaceable_submodules() const {
-  return {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
+  return {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "norm1", "norm2"};
 }
 
 void EncoderBlock::replace_submodule(const std::string& path, torch::nn::AnyModule module) {
@@ -70,6 +80,12 @@ void EncoderBlock::replace_submodule(const std::string& path, torch::nn::AnyModu
     mlp_->replace_fc1(std::move(module));
   } else if (path == "mlp.fc2") {
     mlp_->replace_fc2(std::move(module));
+  } else if (path == "norm1") {
+    replace_module("norm1", module.ptr());
+    norm1_replacement_ = std::move(module);
+  } else if (path == "norm2") {
+    replace_module("norm2", module.ptr());
+    norm2_replacement_ = std::move(module);
   } else {
     throw std::invalid_argument(fmt::format("EncoderBlock::replace_submodule: '{}' cannot be replaced; valid paths: {}",
                                             path, fmt::join(replaceable_submodules(), ", ")));

@@ -35,7 +35,9 @@ class EncoderBlock : public Layer {
   const std::shared_ptr<Mlp>& mlp() const { return mlp_; }
 
   // The sub-modules a tensor-parallel policy may swap (nn::Layer's interface): "attn.qkv",
-  // "attn.proj", "mlp.fc1", "mlp.fc2".
+  // "attn.proj", "mlp.fc1", "mlp.fc2", and "norm1", "norm2" (2D tensor parallelism normalises a
+  // block of the features: LayerNorm2D). Once a norm is replaced, forward runs the residual add
+  // and norm2 apart (add_layer_norm's fused pass needs a torch LayerNorm's parameters).
   std::vector<std::string> replaceable_submodules() const override;
   void replace_submodule(const std::string& path, torch::nn::AnyModule module) override;
 
@@ -48,6 +50,9 @@ class EncoderBlock : public Layer {
   std::shared_ptr<Attention> attn_;
   torch::nn::LayerNorm norm2_{nullptr};
   std::shared_ptr<Mlp> mlp_;
+  // A replacement for norm1 / norm2 (empty while the block keeps its own LayerNorm).
+  torch::nn::AnyModule norm1_replacement_;
+  torch::nn::AnyModule norm2_replacement_;
 };
 
 }  // namespace colo::nn

@@ -55,6 +55,16 @@ class Layer : public torch::nn::Module {
   void set_shard_spec(const std::string& local_name, ShardSpec spec) { shard_specs_[local_name] = spec; }
   const std::map<std::string, ShardSpec>& shard_specs() const { return shard_specs_; }
 
+  // The same record for parameters cut along more than one dimension (2D tensor parallelism's
+  // blocks: a list of one-dimensional cuts, nn::shard_of / nn::unshard over a list), by local
+  // name. Kept apart from shard_specs, which every 1D reader (optimizers, the gradient norm,
+  // checkpoints) takes as the whole story of a parameter: a 2D parameter has no entry there, and
+  // those readers do not handle 2D yet (hybrid_parallel refuses tp_mode=2d).
+  void set_shard_cuts(const std::string& local_name, std::vector<ShardSpec> cuts) {
+    shard_cuts_[local_name] = std::move(cuts);
+  }
+  const std::map<std::string, std::vector<ShardSpec>>& shard_cuts() const { return shard_cuts_; }
+
   // The one way a policy swaps a sub-module: the paths this layer lets be replaced ("attn.qkv"),
   // and the swap, after which `module` runs in the sub-module's place and its parameters take
   // the sub-module's names ("attn.qkv.weight"). LibTorch modules have no virtual forward, so a
@@ -65,6 +75,7 @@ class Layer : public torch::nn::Module {
 
  private:
   std::map<std::string, ShardSpec> shard_specs_;
+  std::map<std::string, std::vector<ShardSpec>> shard_cuts_;
   bool activation_checkpointing_ = false;
 };
 

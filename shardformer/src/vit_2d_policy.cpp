@@ -1,0 +1,142 @@
+// Vit2dSharder (vit_2d_policy.h): colo's ViT under 2D tensor parallelism.
+#include <colo/dist/process_group.h>
+#include <colo/nn/classifier_head.h>
+#include <colo/nn/encoder_block.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/patch_embedding.h>
+#include <colo/shardformer/layer_norm_2d.h>
+#include <colo/shardformer/linear_2d.h>
+#include <colo/shardformer/rng_tracker.h>
+#include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/tp2d_mappings.h>
+#include <colo/shardformer/vit_2d_policy.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <utility>
+
+namespace colo::shardformer {
+namespace {
+
+// The sub-module at `path` inside `layer` (the block's own names: "attn.qkv", "norm1").
+std::shared_ptr<torch::nn::Module> submodule(const nn::Layer& layer, const std::string& path) {
+  for (const auto& item : layer.named_modules("", /*include_self=*/false)) {
+    if (item.key() == path) return item.value();
+  }
+  throw std::logic_error(fmt::format("Vit2dSharder: the encoder block has no sub-module '{}'", path));
+}
+
+// A sub-module's own parameter `name` (undefined when it has none).
+torch::Tensor own_parameter(const torch::nn::Module& module, const std::string& name) {
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    if (item.key() == name) return item.value();
+  }
+  return {};
+}
+
+// A sub-module's local parameter names inside the block and the cuts each got.
+void record_cuts(nn::Layer& layer, const std::string& path, const std::vector<nn::ShardSpec>& weight_cuts,
+                 const std::vector<nn::ShardSpec>& bias_cuts, bool has_bias) {
+  layer.set_shard_cuts(path + ".weight", weight_cuts);
+  if (has_bias) layer.set_shard_cuts(path + ".bias", bias_cuts);
+}
+
+void replace_linear(nn::EncoderBlock& block, const std::string& path, int64_t parts,
+                    const std::shared_ptr<Tp2dGrid>& grid) {
+  const auto module = submodule(block, path);
+  const auto weight = own_parameter(*module, "weight");
+  const auto bias = own_parameter(*module, "bias");
+  Linear2D linear(weight, bias, grid, Linear2DOptions().parts(parts));
+  record_cuts(block, path, linear->weight_cuts(), linear->bias_cuts(), bias.defined());
+  block.replace_submodule(path, torch::nn::AnyModule(linear));
+}
+
+void replace_norm(nn::EncoderBlock& block, const std::string& path, const std::shared_ptr<Tp2dGrid>& grid) {
+  const auto module = std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(submodule(block, path));
+  if (!module) throw std::logic_error(fmt::format("Vit2dSharder: the encoder block's '{}' is not a LayerNorm", path));
+  const auto weight = own_parameter(*module, "weight");
+  const auto bias = own_parameter(*module, "bias");
+  LayerNorm2D norm(weight, bias, grid, LayerNorm2DOptions().eps(module->options.eps()));
+  if (weight.defined()) block.set_shard_cuts(path + ".weight", norm->weight_cuts());
+  if (bias.defined()) block.set_shard_cuts(path + ".bias", norm->bias_cuts());
+  block.replace_submodule(path, torch::nn::AnyModule(norm));
+}
+
+}  // namespace
+
+Vit2dSharder::Vit2dSharder(std::shared_ptr<Tp2dGrid> grid, Vit2dOptions options)
+    : grid_(std::move(grid)), options_(options) {
+  if (!grid_) throw std::invalid_argument("Vit2dSharder: the 2D grid is null");
+}
+
+std::vector<std::string> Vit2dSharder::problems(const nn::LayerStack& model) const {
+  std::vector<std::string> found;
+  const int64_t q = grid_->q();
+  const auto grid = fmt::format("tp_mode=2d on a {}×{} grid", q, q);
+  if (options_.sequence_parallel) {
+    found.push_back(grid + ": sequence parallelism is not supported with 2d (the 2D blocks already split every "
+                           "activation by batch rows and features); turn sequence parallelism off or use tp_mode=1d");
+  }
+  const nn::EncoderBlock* block = nullptr;
+  for (const auto& layer : model.layers()) {
+    if ((block = dynamic_cast<const nn::EncoderBlock*>(layer.get()))) break;
+  }
+  if (!block) {
+    found.push_back(grid + ": the model has no ViT encoder block (nn::EncoderBlock) to shard");
+    return found;
+  }
+  // Every block of a ViT has the same shapes: the first one speaks for all.
+  const int64_t heads = block->attention_heads();
+  const auto fc1 = own_parameter(*submodule(*block, "mlp.fc1"), "weight");
+  const int64_t hidden = fc1.size(0), embed = fc1.size(1);
+  if (embed % q != 0) {
+    found.push_back(fmt::format("{}: the embedding width {} does not divide by q={} (each grid column keeps D/q "
+                                "features): use a q that divides {}",
+                                grid, embed, q, embed));
+  }
+  if (heads % q != 0) {
+    found.push_back(fmt::format("{}: {} heads do not divide by q={} (each grid column keeps whole heads): use a q "
+                                "that divides {}",
+                                grid, heads, q, heads));
+  }
+  if (hidden % q != 0) {
+    found.push_back(fmt::format("{}: the MLP's {} hidden units do not divide by q={}: use a q that divides {}", grid,
+                                hidden, q, hidden));
+  }
+  return found;
+}
+
+void Vit2dSharder::shard(nn::LayerStack& model) const {
+  check_problems(problems(model), grid_->tp().size());
+  const auto grid = grid_;
+  // Each rank holds a different block of every activation inside the blocks: its own masks.
+  std::shared_ptr<nn::RegionRng> rng;
+  if (grid->tp().size() > 1) rng = std::make_shared<RngTracker>(options_.seed, grid->tp().rank(), options_.device);
+  for (const auto& layer : model.layers()) {
+    if (auto* embedding = dynamic_cast<nn::PatchEmbedding*>(layer.get())) {
+      embedding->set_output_mapping([grid](const torch::Tensor& x) { return split_2d(x, *grid); });
+    }
+    if (auto* head = dynamic_cast<nn::ClassifierHead*>(layer.get())) {
+      head->set_input_mapping([grid](const torch::Tensor& x) { return gather_2d(x, *grid); });
+    }
+    auto* block = dynamic_cast<nn::EncoderBlock*>(layer.get());
+    if (!block) continue;
+    replace_norm(*block, "norm1", grid);
+    replace_linear(*block, "attn.qkv", 3, grid);
+    replace_linear(*block, "attn.proj", 1, grid);
+    replace_norm(*block, "norm2", grid);
+    replace_linear(*block, "mlp.fc1", 1, grid);
+    replace_linear(*block, "mlp.fc2", 1, grid);
+    // The residual stream's dropout, too, draws on this rank's block (outputs_too). Drop-path
+    // keeps the default stream: its per-sample mask must agree along a grid row (the same
+    // samples), which the default generator, seeded alike on every rank, gives. The rows then
+    // draw the same masks for their different samples (correlated across rows, each sample's
+    // still Bernoulli): a per-row stream would fix that; not needed while no run trains with it.
+    block->attn()->set_sharded_rng(rng, /*outputs_too=*/true);
+    block->mlp()->set_sharded_rng(rng, /*outputs_too=*/true);
+  }
+}
+
+}  // namespace colo::shardformer

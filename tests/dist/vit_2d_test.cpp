@@ -1,0 +1,172 @@
+// colo's ViT under 2D tensor parallelism (Vit2dSharder, vit_2d_policy.h) on 2×2 grids of four
+// ranks against the same ViT unsharded in one process: one forward and backward, the logits
+// (whole on every rank after the head's gather), the loss, and every parameter's gradient
+// (a replaced one's blocks gathered over the grid and unsharded by its recorded cuts). Then the
+// refusals' texts. At 8 ranks the world runs two independent grids; at 2 the cases skip.
+// Helpers carry a vit2d_ prefix: the CUDA build compiles the test files as one unity unit.
+#include <colo/dist/process_group.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/shard_spec.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/tp_mappings.h>
+#include <colo/shardformer/vit_2d_policy.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist_test_env.h"
+#include "plugin_equivalence.h"
+
+namespace colo::shardformer {
+namespace {
+
+using namespace test;
+
+constexpr int kVit2dSide = 2;
+
+#define VIT2D_REQUIRE_GRID()                                                                      \
+  if (world()->size() % (kVit2dSide * kVit2dSide) != 0) {                                         \
+    GTEST_SKIP() << "a 2x2 grid needs a multiple of 4 ranks, the world has " << world()->size(); \
+  }
+
+std::shared_ptr<Tp2dGrid> vit2d_grid(const std::string& name) {
+  return std::make_shared<Tp2dGrid>(consecutive_group(kVit2dSide * kVit2dSide, name));
+}
+
+// image 16, patch 8 (5 tokens), width 16, 2 blocks of 4 heads, MLP 32, 10 classes, no dropout.
+nn::ViTConfig vit2d_config() {
+  return nn::ViTConfig()
+      .image_size(16)
+      .patch_size(8)
+      .in_channels(3)
+      .num_classes(10)
+      .embed_dim(16)
+      .depth(2)
+      .num_heads(4)
+      .mlp_ratio(2.0)
+      .drop_rate(0.0)
+      .attn_drop_rate(0.0)
+      .drop_path_rate(0.0);
+}
+
+// The ViT with every parameter re-filled at random (a fresh one has constant biases, LayerNorm
+// weights of one, zero tokens: a cut in the wrong place could pass unseen on constants), the
+// same on every rank.
+std::shared_ptr<nn::LayerStack> vit2d_model(const nn::ViTConfig& config) {
+  torch::manual_seed(5);
+  auto model = nn::make_vision_transformer(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
+  model->to(device());
+  return model;
+}
+
+// Every rank's `local`, in `group`'s rank order.
+std::vector<torch::Tensor> vit2d_pieces(const torch::Tensor& local, dist::ProcessGroup& group) {
+  auto all = all_gather_along(local.unsqueeze(0).contiguous(), 0, group);
+  std::vector<torch::Tensor> pieces;
+  for (const auto& piece : all.chunk(group.size(), 0)) pieces.push_back(piece.squeeze(0));
+  return pieces;
+}
+
+TEST(Vit2d, ForwardAndBackwardEqualOneProcess) {
+  VIT2D_REQUIRE_GRID();
+  const auto grid = vit2d_grid("vit2d_equal");
+  const auto config = vit2d_config();
+  constexpr int64_t kBatch = 4;
+  torch::manual_seed(17);
+  const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
+  const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
+
+  auto reference = vit2d_model(config);
+  const auto want_logits = reference->forward(images);
+  const auto want_loss = cross_entropy(want_logits, labels);
+  want_loss.backward();
+
+  auto model = vit2d_model(config);
+  Vit2dSharder(grid).shard(*model);
+  const auto logits = model->forward(images);
+  const auto loss = cross_entropy(logits, labels);
+  loss.backward();
+
+  ASSERT_EQ(logits.sizes(), want_logits.sizes());
+  EXPECT_LE(relative_error(logits, want_logits), 1e-5) << "logits";
+  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-6) << "loss";
+
+  int replaced = 0;
+  for (std::size_t k = 0; k < model->size(); ++k) {
+    const auto& layer = *model->layer(k);
+    const auto want = reference->layer(k)->named_parameters(/*recurse=*/true);
+    for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
+      const auto name = layer.canonical_prefix() + item.key();
+      ASSERT_TRUE(item.value().grad().defined()) << name;
+      auto grad = item.value().grad();
+      const auto cuts = layer.shard_cuts().find(item.key());
+      if (cuts != layer.shard_cuts().end()) {
+        ++replaced;
+        // Two cuts (a Linear2D weight): every rank's block, in tp-rank order. One cut (a bias or
+        // a LayerNorm2D parameter, by column): the blocks repeat down a column, the row's make
+        // the whole.
+        auto& group = cuts->second.size() == 2 ? grid->tp() : grid->row_group();
+        grad = nn::unshard(vit2d_pieces(grad, group), cuts->second);
+      }
+      ASSERT_EQ(grad.sizes(), want[item.key()].grad().sizes()) << name;
+      EXPECT_LE(relative_error(grad, want[item.key()].grad()), 1e-5) << name << " gradient";
+    }
+  }
+  // Per block: norm1, qkv, proj, norm2, fc1, fc2, each a weight and a bias.
+  EXPECT_EQ(replaced, config.depth() * 12) << "every replaced parameter records its cuts";
+  world()->barrier().wait();
+}
+
+// The problems' texts, and shard() refusing with them before it changes anything.
+TEST(Vit2d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
+  VIT2D_REQUIRE_GRID();
+  const auto grid = vit2d_grid("vit2d_refuse");
+  const auto problems = [&](const nn::ViTConfig& config, bool sequence_parallel = false) {
+    Vit2dOptions options;
+    options.sequence_parallel = sequence_parallel;
+    torch::manual_seed(1);
+    return Vit2dSharder(grid, options).problems(*nn::make_vision_transformer(config));
+  };
+  using Texts = std::vector<std::string>;
+  EXPECT_EQ(problems(vit2d_config()), Texts{});
+  EXPECT_EQ(problems(vit2d_config().embed_dim(12).num_heads(3)),
+            Texts{"tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid column keeps whole heads): use a "
+                  "q that divides 3"});
+  EXPECT_EQ(problems(vit2d_config().mlp_ratio(2.0625)),
+            Texts{"tp_mode=2d on a 2×2 grid: the MLP's 33 hidden units do not divide by q=2: use a q that divides 33"});
+  EXPECT_EQ(problems(vit2d_config().embed_dim(9).num_heads(3).mlp_ratio(2.0)),
+            (Texts{"tp_mode=2d on a 2×2 grid: the embedding width 9 does not divide by q=2 (each grid column keeps "
+                   "D/q features): use a q that divides 9",
+                   "tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid column keeps whole heads): use "
+                   "a q that divides 3"}));
+  EXPECT_EQ(problems(vit2d_config(), /*sequence_parallel=*/true),
+            Texts{"tp_mode=2d on a 2×2 grid: sequence parallelism is not supported with 2d (the 2D blocks already "
+                  "split every activation by batch rows and features); turn sequence parallelism off or use "
+                  "tp_mode=1d"});
+
+  torch::manual_seed(1);
+  auto model = nn::make_vision_transformer(vit2d_config().embed_dim(12).num_heads(3));
+  const auto before = model->layer(1)->named_parameters()["attn.qkv.weight"].sizes().vec();
+  try {
+    Vit2dSharder(grid).shard(*model);
+    ADD_FAILURE() << "3 heads were sharded over q=2";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "tensor parallelism over 4 ranks: tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid "
+              "column keeps whole heads): use a q that divides 3");
+  }
+  EXPECT_EQ(model->layer(1)->named_parameters()["attn.qkv.weight"].sizes().vec(), before) << "left whole";
+  EXPECT_TRUE(model->layer(1)->shard_cuts().empty());
+  world()->barrier().wait();
+}
+
+}  // namespace
+}  // namespace colo::shardformer
