@@ -147,10 +147,37 @@ TEST_F(ColoRunRestart, BadMaxRestartsIsRefused) {
     EXPECT_CONTAINS(r.err, std::string("--max-restarts must be in 0..10000 (got ") + bad + ")");
   }
   EXPECT_EQ(run({"--max-restarts", "10000", "true"}).exit_code, 0);
-  const Result nodes = run({"--max-restarts", "1", "--nnodes", "2", "--master-port", "29999", "true"},
-                           "COLO_JOB_TOKEN=" + std::string(64, 'a'));
-  EXPECT_EQ(nodes.exit_code, 2);
-  EXPECT_CONTAINS(nodes.err, "--max-restarts with --nnodes > 1 is not implemented yet");
+}
+
+// --control-port (node 0's colo-run meeting the others', dist_job_test.cpp) belongs to a job of
+// several nodes that may restart, and may not be the store's port; 65535 is a port (the boundary).
+TEST_F(ColoRunRestart, BadControlPortIsRefused) {
+  const std::string token = "COLO_JOB_TOKEN=" + std::string(64, 'a');
+  const std::vector<std::string> nodes = {"--max-restarts", "1", "--nnodes", "2", "--master-port", "29999"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = nodes;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back("true");
+    return args;
+  };
+  Result r = run({"--control-port", "30000", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--control-port is for a job of several nodes that may restart");
+  r = run(with({"--control-port", "29999"}), token);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--control-port 29999 is --master-port's too");
+  for (const char* bad : {"0", "65536"}) {
+    r = run(with({"--control-port", bad}), token);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_CONTAINS(r.err, std::string("--control-port must be in 1..65535 (got ") + bad + ")");
+  }
+  r = run({"--max-restarts", "1", "--nnodes", "2", "--master-port", "65535", "true"}, token);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_CONTAINS(r.err, "--master-port 65535 leaves no port above it for node 0's colo-run: give --control-port");
+  // 65535 itself is taken: node 0 waits (COLO_TIMEOUT_MS) for node 1, which never comes, and says so.
+  r = run(with({"--control-port", "65535"}), token + " COLO_TIMEOUT_MS=300");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_CONTAINS(r.err, "node(s) 1 did not connect to node 0's colo-run at 127.0.0.1:65535 within the job's timeout");
 }
 
 // --elastic 2:4: the slot whose rank could not start (its cannot-start note, colo/env/elastic.h) is

@@ -125,6 +125,13 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 std::string last_line(const std::string& text) {
   std::string line, last;
   std::istringstream in(text);
@@ -356,5 +363,124 @@ TEST_P(DistJobStopped, ColoRunNamesTheStoppedRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DistJobStopped, ::testing::Values(2, 4, 8));
+
+// ---- Several nodes restarting together (--max-restarts with --nnodes > 1) -----------------------
+
+// Two colo-run as nodes 0 and 1 of one job over loopback, with --max-restarts `restarts`; each
+// node's rank runs `script` (sh -c). COLO_TIMEOUT_MS 30 s unless `timeout_ms` says otherwise.
+struct TwoNodes {
+  std::string port = std::to_string(free_port());
+  std::string control = std::to_string(free_port());
+  std::vector<std::string> node_args(int node, int restarts, const std::string& script) const {
+    return {kColoRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--max-restarts", std::to_string(restarts),
+            "--master-addr", "127.0.0.1", "--master-port", port, "--control-port", control,
+            "--grace-period", "1", "sh", "-c", script};
+  }
+  static std::map<std::string, std::string> env(const std::string& token = kToken, const std::string& timeout_ms = "30000") {
+    return {{"COLO_JOB_TOKEN", token}, {"COLO_TIMEOUT_MS", timeout_ms}};
+  }
+};
+
+// Node 1's rank fails in the first attempt while node 0's would sleep a minute: node 0's colo-run
+// stops its rank at once (it is told, not left to time out), both nodes start attempt 1 together
+// with the same derived token, and both end well.
+TEST_F(DistJob, TwoNodesRestartTogetherWhenARankOfOneFails) {
+  const TwoNodes nodes;
+  const std::string script =
+      "echo \"node $GROUP_RANK attempt $COLO_RESTART_COUNT token $(echo $COLO_JOB_TOKEN | cksum | cut -d' ' -f1)\"; "
+      "if [ $COLO_RESTART_COUNT = 0 ]; then if [ $GROUP_RANK = 1 ]; then exit 3; fi; sleep 60; fi";
+  Process node0(dir_, "node0", nodes.node_args(0, 1, script), TwoNodes::env());
+  Process node1(dir_, "node1", nodes.node_args(1, 1, script), TwoNodes::env());
+  EXPECT_EQ(node1.wait(40), 0) << node1.err();
+  EXPECT_EQ(node0.wait(40), 0) << "node 0's first attempt sleeps 60 s: it must be stopped, not waited for\n"
+                                << node0.err();
+  std::map<std::string, std::set<std::string>> tokens;  // attempt -> the tokens the two nodes saw
+  for (Process* node : {&node0, &node1}) {
+    for (const auto& line : lines_of(node->out())) {
+      std::istringstream fields(line);
+      std::string tag, rank, word, node_rank, attempt_word, attempt, token_word, token;
+      fields >> tag >> rank >> word >> node_rank >> attempt_word >> attempt >> token_word >> token;
+      tokens[attempt].insert(token);
+    }
+  }
+  ASSERT_EQ(tokens.size(), 2u) << node0.out() << node1.out();
+  EXPECT_EQ(tokens["0"].size(), 1u) << "one token per attempt on every node";
+  EXPECT_EQ(tokens["1"].size(), 1u) << "one token per attempt on every node";
+  EXPECT_NE(*tokens["0"].begin(), *tokens["1"].begin()) << "each attempt has a token of its own";
+  EXPECT_NE(node0.out().find("[rank 0] node 0 attempt 1"), std::string::npos) << node0.out();
+  EXPECT_NE(node1.out().find("[rank 1] node 1 attempt 1"), std::string::npos) << node1.out();
+  EXPECT_NE(node0.err().find("colo-run: node 1: rank 1 (pid "), std::string::npos) << node0.err();
+  EXPECT_NE(node0.err().find("exited with code 3; stopping this node's ranks"), std::string::npos) << node0.err();
+  for (Process* node : {&node0, &node1}) {
+    EXPECT_NE(node->err().find("colo-run: restart 1 of 1 (COLO_RESTART_COUNT=1): starting this node's ranks again, "
+                               "with every node's, after "),
+              std::string::npos)
+        << node->err();
+    EXPECT_NE(node->err().find("because node 1: rank 1 (pid "), std::string::npos) << node->err();
+  }
+}
+
+// Node 1's rank fails in every attempt: after the one restart (the boundary) every node ends with
+// the failure's status and says the restarts are spent.
+TEST_F(DistJob, WhenTheRestartsAreSpentEveryNodeEndsWithTheFailuresStatus) {
+  const TwoNodes nodes;
+  const std::string script = "echo \"attempt $COLO_RESTART_COUNT\"; if [ $GROUP_RANK = 1 ]; then exit 3; fi; sleep 60";
+  Process node0(dir_, "node0", nodes.node_args(0, 1, script), TwoNodes::env());
+  Process node1(dir_, "node1", nodes.node_args(1, 1, script), TwoNodes::env());
+  EXPECT_EQ(node1.wait(40), 3) << node1.err();
+  EXPECT_EQ(node0.wait(40), 3) << node0.err();
+  EXPECT_NE(node1.out().find("[rank 1] attempt 1"), std::string::npos) << node1.out();
+  EXPECT_EQ(node1.out().find("attempt 2"), std::string::npos) << node1.out();
+  for (Process* node : {&node0, &node1}) {
+    EXPECT_NE(node->err().find("the job failed and its restarts are spent (--max-restarts 1: 2 attempts in all); the "
+                               "last failure: node 1: rank 1 (pid "),
+              std::string::npos)
+        << node->err();
+  }
+}
+
+// Node 1's colo-run is killed (its rank kills it) while node 0's rank sleeps: node 0 names the
+// node it lost, stops its rank and ends the job at once, without a restart.
+TEST_F(DistJob, ANodeWhoseColoRunDiesIsNamedAndEndsTheJob) {
+  const TwoNodes nodes;
+  const std::string script = "if [ $GROUP_RANK = 1 ]; then kill -9 $PPID; fi; sleep 60";
+  Process node0(dir_, "node0", nodes.node_args(0, 3, script), TwoNodes::env());
+  Process node1(dir_, "node1", nodes.node_args(1, 3, script), TwoNodes::env());
+  EXPECT_EQ(node1.wait(40), -1) << "node 1's colo-run is killed";
+  EXPECT_EQ(node0.wait(40), 1) << node0.err();
+  const std::string err = node0.err();
+  EXPECT_NE(err.find("colo-run: lost node 1's colo-run (its connection closed); the job cannot go on without that "
+                     "node; stopping this node's ranks"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("lost the colo-run of node(s) 1; the job cannot restart without every node"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("restart 1"), std::string::npos) << err;
+}
+
+// A colo-run with another token that says it is node 1 is refused, and refuses node 0 in turn;
+// node 0 then names the node that never came, at the job's timeout.
+TEST_F(DistJob, ANodeWithoutTheTokenIsRefusedAndAMissingNodeIsNamed) {
+  const TwoNodes nodes;
+  Process node0(dir_, "node0", nodes.node_args(0, 1, "true"), TwoNodes::env(kToken, "4000"));
+  Process impostor(dir_, "impostor", nodes.node_args(1, 1, "true"), TwoNodes::env(std::string(64, 'f'), "4000"));
+  EXPECT_EQ(impostor.wait(30), 1) << impostor.err();
+  EXPECT_NE(impostor.err().find("colo-run: what answered at 127.0.0.1:" + nodes.control +
+                                " did not prove it holds this job's token"),
+            std::string::npos)
+      << impostor.err();
+  EXPECT_EQ(impostor.out(), "");
+  EXPECT_EQ(node0.wait(30), 1) << node0.err();
+  const std::string err = node0.err();
+  EXPECT_NE(err.find("colo-run: refused a colo-run from 127.0.0.1 that says it is node 1: it did not prove it holds "
+                     "this job's token (COLO_JOB_TOKEN)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("colo-run: node(s) 1 did not connect to node 0's colo-run at 127.0.0.1:" + nodes.control +
+                     " within the job's timeout (4000 ms, COLO_TIMEOUT_MS)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(node0.out(), "") << "no rank starts while a node is missing";
+}
 
 }  // namespace

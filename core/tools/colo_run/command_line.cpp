@@ -26,6 +26,10 @@ po::options_description launcher_options() {
        "others reach")
       ("master-port", po::value<int>()->value_name("PORT"),
        "port of rank 0's store (default: a free port; required with --nnodes > 1)")
+      ("control-port", po::value<int>()->value_name("PORT"),
+       "with --nnodes > 1 and --max-restarts: the port at --master-addr where node 0's colo-run "
+       "meets the other nodes' colo-run to agree on each restart (default --master-port + 1; the "
+       "same on every node)")
       ("rdzv-file", po::value<std::string>()->value_name("PATH|auto|none"),
        "ranks rendezvous through a c10d FileStore at PATH (must not exist; removed at the end), "
        "or at a fresh temporary path with 'auto' (the default on one node: no port is opened); "
@@ -37,7 +41,8 @@ po::options_description launcher_options() {
       ("max-restarts", po::value<int>()->value_name("N"),
        "when a rank fails (non-zero exit, signal, a collective's timeout), stop every rank and start "
        "the whole job again, up to N times (default 0), with a fresh rendezvous and job token each "
-       "time; the ranks see the attempt as COLO_RESTART_COUNT (0 first). One node only for now")
+       "time; the ranks see the attempt as COLO_RESTART_COUNT (0 first). Several nodes restart together "
+       "(see --control-port)")
       ("elastic", po::value<std::string>()->value_name("MIN:MAX"),
        "elastic data parallelism (with --max-restarts): start MAX ranks; a restart leaves out the "
        "slots whose rank could not start (a GPU that failed the start-up probe) and tries smaller "
@@ -184,10 +189,28 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
   }
   if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts) {
     problems.push_back(fmt::format("--max-restarts must be in 0..{} (got {})", kMaxRestarts, config.max_restarts));
-  } else if (config.max_restarts > 0 && config.nnodes > 1) {
-    problems.push_back(
-        "--max-restarts with --nnodes > 1 is not implemented yet (the nodes would have to agree on each restart "
-        "through the store); restart a multi-node job from outside, or run it on one node");
+  }
+  const bool linked = config.max_restarts > 0 && config.nnodes > 1;
+  if (vm.count("control-port")) {
+    const int port = vm["control-port"].as<int>();
+    if (!linked) {
+      problems.push_back("--control-port is for a job of several nodes that may restart (--nnodes > 1 with "
+                         "--max-restarts N); drop it");
+    } else if (port < 1 || port > 65535) {
+      problems.push_back(fmt::format("--control-port must be in 1..65535 (got {})", port));
+    } else if (port == config.master_port) {
+      problems.push_back(fmt::format("--control-port {} is --master-port's too: rank 0's store listens there; pick "
+                                     "another port, the same on every node",
+                                     port));
+    } else {
+      config.control_port = port;
+    }
+  } else if (linked && config.master_port > 0) {
+    if (config.master_port == 65535) {
+      problems.push_back("--master-port 65535 leaves no port above it for node 0's colo-run: give --control-port");
+    } else {
+      config.control_port = config.master_port + 1;
+    }
   }
   if (config.elastic_max > 0 && config.nnodes > 1) {
     problems.push_back(
@@ -233,7 +256,11 @@ std::string usage() {
           "interruption) is started again, up to N times: each restart gets a fresh store file or\n"
           "port and a job token derived for that attempt, so that no rank left from an earlier\n"
           "attempt can join; COLO_RESTART_COUNT says which attempt a rank is in. When the restarts\n"
-          "are spent, colo-run says so and exits with the last failure's status.\n"
+          "are spent, colo-run says so and exits with the last failure's status. On several nodes\n"
+          "the nodes' colo-run agree through node 0's at --master-addr:--control-port (default\n"
+          "--master-port + 1; each proves it holds COLO_JOB_TOKEN): a failure on any node stops\n"
+          "every node's ranks, and every node starts again together or ends with that failure's\n"
+          "status; a node whose colo-run goes away or stops answering is named and ends the job.\n"
           "With --elastic MIN:MAX as well, a restart may start fewer ranks: a slot whose rank\n"
           "could not start (its GPU failed the start-up probe) is left out for good, its GPUs\n"
           "renumbered through CUDA_VISIBLE_DEVICES, and while the program cannot use a world (it\n"

@@ -61,7 +61,7 @@ constexpr auto kLostPeerSettle = std::chrono::seconds(5);
 
 class Job {
  public:
-  explicit Job(const LaunchConfig& config) : config_(config) {}
+  Job(const LaunchConfig& config, NodeLink* link) : config_(config), link_(link) {}
 
   JobOutcome run() {
     setup_signals();
@@ -69,10 +69,13 @@ class Job {
     supervise();
     restore_signals();
     // The last lines, forwarded after every rank had exited, found no reader.
-    if (!cause_ && output_.reader_gone_while_forwarding()) cause_ = output_gone_cause("");
+    if (!cause_ && output_.reader_gone_while_forwarding()) {
+      cause_ = output_gone_cause("");
+      tell_link();
+    }
     if (cause_) {
       print_to(STDERR_FILENO, "colo-run: {}{}\n", cause_->message, cause_->aftermath);
-      return JobOutcome{cause_->exit_code, cause_->rank_failed, cause_->message};
+      return JobOutcome{cause_->exit_code, cause_->rank_failed, cause_->message, cause_from_link_};
     }
     return JobOutcome{};
   }
@@ -178,6 +181,10 @@ class Job {
       }
 
       std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+      // The other nodes' colo-run (NodeLink), watched while this node's ranks run.
+      const std::vector<int> link_fds = link_ ? link_->descriptors() : std::vector<int>{};
+      for (int fd : link_fds) fds.push_back({fd, POLLIN, 0});
+      const std::size_t first_stream = fds.size();
       std::vector<OutputStream*> streams;
       for (Rank& rank : ranks_) {
         for (OutputStream* s : {&rank.out, &rank.err}) {
@@ -204,8 +211,11 @@ class Job {
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
         throw std::runtime_error("poll failed: " + errno_text(errno));
       }
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) output_.read(*streams[i - 1]);
+      for (std::size_t i = first_stream; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) output_.read(*streams[i - first_stream]);
+      }
+      for (std::size_t i = 1; i < first_stream; ++i) {
+        if (fds[i].revents != 0) stop_for_link(link_->readable(fds[i].fd));
       }
       if (fds[0].revents & POLLIN) handle_signals();
       if (traced_ && Clock::now() >= traced_->deadline) settle_traced();
@@ -384,8 +394,26 @@ class Job {
     begin_stop();
   }
 
+  // Another node's colo-run said this node's ranks must stop (`why`): they are stopped as for a
+  // cause here, which it is not (the job's outcome is node 0's to decide).
+  void stop_for_link(const std::optional<std::string>& why) {
+    if (!why || cause_) return;
+    cause_ = Cause{*why, 1, "; stopped this node's ranks", false};
+    cause_from_link_ = true;
+    print_to(STDERR_FILENO, "colo-run: {}; stopping this node's ranks\n", *why);
+    begin_stop();
+  }
+
+  // A cause arose here: the other nodes hear of it now, not after this node's grace period.
+  void tell_link() {
+    if (!link_ || !cause_ || cause_from_link_ || link_told_) return;
+    link_told_ = true;
+    link_->failed_here(NodeReport{cause_->exit_code, cause_->rank_failed ? "failed" : "fatal", cause_->message});
+  }
+
   // SIGTERM first so ranks can flush logs and checkpoints; SIGKILL after the grace period.
   void begin_stop() {
+    tell_link();
     if (config_.grace_period_s <= 0) {
       signal_all(SIGKILL);
       return;
@@ -440,6 +468,9 @@ class Job {
   }
 
   const LaunchConfig& config_;
+  NodeLink* link_ = nullptr;
+  bool cause_from_link_ = false;  // cause_ came from another node (stop_for_link)
+  bool link_told_ = false;
   std::vector<Rank> ranks_;
   OutputForwarder output_;
   int signal_fd_ = -1;
@@ -461,6 +492,6 @@ class Job {
 
 }  // namespace
 
-JobOutcome supervise(const LaunchConfig& config) { return Job(config).run(); }
+JobOutcome supervise(const LaunchConfig& config, NodeLink* link) { return Job(config, link).run(); }
 
 }  // namespace colo::launcher

@@ -22,8 +22,6 @@
 namespace colo::launcher {
 namespace {
 
-// The status colo's programs (and colo-run) exit with for a bad command line or environment.
-constexpr int kUsageErrorStatus = 2;
 
 // How one attempt ended, and under --elastic what its ranks said in their notes.
 struct Attempt {
@@ -34,7 +32,7 @@ struct Attempt {
 // One attempt: its own store file (in a fresh directory, with "auto"), its own port where
 // colo-run picked it, its own report directory and its own token, so that a process left from an
 // earlier attempt (one that escaped colo-run's stop) cannot join this one's rendezvous.
-Attempt run_attempt(LaunchConfig config, const LaunchConfig& given) {
+Attempt run_attempt(LaunchConfig config, const LaunchConfig& given, NodeLink* link = nullptr) {
   if (config.restart_count > 0) {
     config.job_token = restart_job_token(config.job_token, config.restart_count);
     if (given.master_port == 0) config.master_port = pick_free_port(config.master_addr);
@@ -52,13 +50,48 @@ Attempt run_attempt(LaunchConfig config, const LaunchConfig& given) {
   // Where ranks leave notes for colo-run (lost peers); removed with the attempt.
   files::TemporaryDirectory reports("colo-run-");
   config.run_reports = reports.path();
-  Attempt attempt{supervise(config), {}};
+  Attempt attempt{supervise(config, link), {}};
   if (config.elastic_max > 0 && attempt.outcome.rank_failed) attempt.notes = read_elastic_notes(config);
   // The last FileStore user normally deletes the file; after a failure nobody did.
   if (!config.rdzv_file.empty() && !rdzv_dir) ::unlink(config.rdzv_file.c_str());
   return attempt;
 }
 
+// --max-restarts with --nnodes > 1: every attempt starts and ends on every node together, as node
+// 0's colo-run decides (node_link.h); node 0's --max-restarts governs.
+int run_linked_job(LaunchConfig& config, const LaunchConfig& given) {
+  std::optional<NodeLink> link;
+  try {
+    link.emplace(config);
+  } catch (const std::runtime_error& e) {
+    print_to(STDERR_FILENO, "colo-run: {}\n", e.what());
+    return 1;
+  }
+  if (const auto ended = link->start(0)) {
+    print_to(STDERR_FILENO, "colo-run: node 0 ended the job before it started: {}\n", ended->why);
+    return ended->exit_code;
+  }
+  for (;;) {
+    const auto started = std::chrono::steady_clock::now();
+    const JobOutcome outcome = run_attempt(config, given, &*link).outcome;
+    const char* kind = outcome.stopped_by_link ? "stopped"
+                       : outcome.exit_code == 0 ? "ok"
+                       : outcome.rank_failed    ? "failed"
+                                                : "fatal";
+    const NodeVerdict verdict = link->finish(NodeReport{outcome.exit_code, kind, outcome.cause});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!verdict.restart) {
+      if (!verdict.why.empty()) print_to(STDERR_FILENO, "colo-run: the job ended after {:.1f} s: {}\n", seconds, verdict.why);
+      return verdict.exit_code;
+    }
+    config.restart_count = verdict.next_attempt;
+    print_to(STDERR_FILENO,
+             "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting this node's ranks again, with every "
+             "node's, after {:.1f} s, because {}\n",
+             config.restart_count, config.max_restarts, config.restart_count, seconds, verdict.why);
+    link->start(config.restart_count);
+  }
+}
 
 }  // namespace
 
@@ -91,6 +124,7 @@ int run_job(LaunchConfig config) {
   if (auto warning = oversubscription_warning(config.nproc_per_node, node_capacity())) {
     print_to(STDERR_FILENO, "{}\n", *warning);
   }
+  if (config.nnodes > 1 && config.max_restarts > 0) return run_linked_job(config, given);
   std::optional<ElasticSlots> slots;
   if (config.elastic_max > 0) slots.emplace(config, split_devices(std::getenv("CUDA_VISIBLE_DEVICES")));
   for (;;) {

@@ -11,7 +11,7 @@
 // PR_SET_PDEATHSIG). The logic lives here rather than in main.cpp so that parsing and the rank
 // environment can be reasoned about (and tested through the binary) on their own. One file per
 // job: command_line.cpp (parse_args, usage), job.cpp (the supervisor), job_setup.cpp (each attempt,
-// --max-restarts), elastic_slots.cpp (--elastic's slots), self_check.cpp (--check,
+// --max-restarts), node_link.cpp (several nodes agreeing on each restart), elastic_slots.cpp (--elastic's slots), self_check.cpp (--check,
 // check_rank_main), launcher.cpp (run, make_rank_env, pick_free_port); file helpers come from
 // colo::files (colo/files/files.h), which libcolo_core shares.
 namespace colo::launcher {
@@ -31,6 +31,10 @@ struct LaunchConfig {
   // 0 until resolved: run() picks a free port on a single node; many nodes must agree on one,
   // so parse_args() requires --master-port there.
   int master_port = 0;
+  // --control-port: where node 0's colo-run listens for the other nodes' colo-run when a job of
+  // several nodes may restart (--max-restarts with --nnodes > 1; node_link.h). 0 otherwise; parse_args
+  // makes it master_port + 1 when not given.
+  int control_port = 0;
   // "" (none: rank 0 serves a TCP store at master_addr:master_port), "auto" (run() creates a fresh
   // path and removes it afterwards) or a path. parse_args() makes "auto" the default on one node.
   std::string rdzv_file;
@@ -60,6 +64,10 @@ struct LaunchConfig {
   bool new_token = false;   // --new-token: print a fresh job token and exit
   std::vector<std::string> command;  // the program and its arguments, passed through untouched
 };
+
+// The status colo's programs (and colo-run) exit with for a bad command line or environment: a
+// job that failed with it is not restarted (the same command would fail again).
+inline constexpr int kUsageErrorStatus = 2;
 
 // The most --max-restarts takes: a job that fails this often needs a person, not a loop.
 inline constexpr int kMaxRestarts = 10000;
