@@ -24,16 +24,28 @@ std::string param_of_optimizer_entry(const std::string& name) {
 
 std::string param_of_model_entry(const std::string& name) { return name; }
 
-// `local` concatenated over the group along `dim`'s pieces: every rank's piece, in rank order.
-std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, int64_t dim, dist::ProcessGroup& group) {
-  auto moved = group.communicable(local.movedim(dim, 0).contiguous());
-  auto sizes = moved.sizes().vec();
-  sizes[0] *= group.size();
-  auto out = torch::empty(sizes, moved.options());
-  group.all_gather(out, moved).wait();
+// Every rank's piece of `local` (all of one shape), in rank order, on the CPU.
+std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, dist::ProcessGroup& group) {
+  auto flat = group.communicable(local.contiguous().reshape({-1}));
+  auto out = torch::empty({flat.numel() * group.size()}, flat.options());
+  group.all_gather(out, flat).wait();
   std::vector<torch::Tensor> pieces;
-  for (auto& piece : out.to(torch::kCPU).chunk(group.size(), 0)) pieces.push_back(piece.movedim(0, dim));
+  for (auto& piece : out.to(torch::kCPU).chunk(group.size(), 0)) pieces.push_back(piece.view(local.sizes()));
   return pieces;
+}
+
+// Whether `tensor` is cut by `cuts` (a scalar entry, an optimizer's step, travels whole).
+bool is_cut(const torch::Tensor& tensor, const std::vector<nn::ShardSpec>& cuts) {
+  for (const auto& cut : cuts) {
+    if (tensor.dim() <= cut.dim) return false;
+  }
+  return !cuts.empty();
+}
+
+std::string describe(const std::vector<nn::ShardSpec>& cuts) {
+  std::string text;
+  for (const auto& cut : cuts) text += (text.empty() ? "" : "; then ") + cut.describe();
+  return text;
 }
 
 }  // namespace
@@ -41,13 +53,13 @@ std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, int64_t dim, d
 PerStageCheckpointIO::NamedTensors PerStageCheckpointIO::sliced(NamedTensors state, ParamOf param_of) const {
   if (!part_.tp || part_.tp->size() == 1) return state;
   for (auto& [name, tensor] : state) {
-    const auto spec = part_.specs.find(param_of(name));
-    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) continue;
+    const auto cuts = part_.cuts.find(param_of(name));
+    if (cuts == part_.cuts.end() || !is_cut(tensor, cuts->second)) continue;
     try {
-      tensor = nn::shard_of(tensor, spec->second).contiguous();
+      tensor = nn::shard_of(tensor, cuts->second).contiguous();
     } catch (const std::invalid_argument& e) {
       throw checkpoint::CheckpointError(fmt::format("'{}' does not split over the {} tensor-parallel ranks ({}): {}", name,
-                                                    part_.tp->size(), spec->second.describe(), e.what()));
+                                                    part_.tp->size(), describe(cuts->second), e.what()));
     }
   }
   return state;
@@ -69,16 +81,20 @@ void PerStageCheckpointIO::save_parts(const std::string& dir, const std::string&
   for (const auto& entry : tensors) {
     const auto& name = entry.first;
     const torch::Tensor tensor = entry.second;
-    const auto spec = split_over_tp ? part_.specs.find(param_of(name)) : part_.specs.end();
+    const auto cuts = split_over_tp ? part_.cuts.find(param_of(name)) : part_.cuts.end();
     // Scalars (an optimizer's step) travel whole.
-    if (spec == part_.specs.end() || tensor.dim() <= spec->second.dim) {
+    if (cuts == part_.cuts.end() || !is_cut(tensor, cuts->second)) {
       pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor.detach(); }});
       continue;
     }
     auto shape = tensor.sizes().vec();
-    shape[spec->second.dim] = spec->second.full_size(shape[spec->second.dim]);
-    pending.push_back({name, tensor.scalar_type(), shape, [tensor, spec = spec->second, tp = part_.tp] {
-                         return nn::unshard(all_pieces(tensor.detach(), spec.dim, *tp), spec);
+    for (const auto& cut : cuts->second) shape[cut.dim] = cut.full_size(shape[cut.dim]);
+    // The group's first pieces_of ranks hold the distinct pieces, in unshard's order; the rest
+    // repeat them (2D's LayerNorms and biases).
+    pending.push_back({name, tensor.scalar_type(), shape, [tensor, cuts = cuts->second, tp = part_.tp] {
+                         auto pieces = all_pieces(tensor.detach(), *tp);
+                         pieces.resize(static_cast<std::size_t>(nn::pieces_of(cuts)));
+                         return nn::unshard(pieces, cuts);
                        }});
   }
   if (part_.writer) {

@@ -113,7 +113,7 @@ GeminiChunkOwner::GeminiChunkOwner(std::shared_ptr<nn::LayerStack> model,
   params_ = std::move(stepped.params);
   group_of_param_ = std::move(stepped.groups);
   for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
-  if (!model_->canonical_shard_specs().empty()) {
+  if (!model_->canonical_shard_cuts().empty()) {
     throw std::invalid_argument(
         fmt::format("{}: gemini's chunks shard whole parameters over data-parallel ranks only; this "
                     "model's layers are split by tensor parallelism (use ZeRO-1/2 with tensor parallelism)",

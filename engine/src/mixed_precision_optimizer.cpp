@@ -2,6 +2,7 @@
 #include <colo/engine/mixed_precision_optimizer.h>
 #include <colo/dist/process_group.h>
 #include <colo/optim/optimizer_state.h>
+#include <colo/nn/shard_spec.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -71,8 +72,11 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
     }
   }
   stepped_ = optim::optimizer_params(*optimizer_);
-  const auto specs = model_->canonical_shard_specs();
-  for (const auto& name : names_) sharded_.push_back(specs.count(name) > 0);
+  const auto cuts = model_->canonical_shard_cuts();
+  for (const auto& name : names_) {
+    const auto it = cuts.find(name);
+    tp_pieces_.push_back(it == cuts.end() ? 1 : nn::pieces_of(it->second));
+  }
   if (!carried.empty()) {
     optimizer_->state().clear();
     for (std::size_t k = 0; k < carried.size(); ++k) optim::set_param_state(*optimizer_, k, carried[k]);
@@ -91,7 +95,7 @@ bool MixedPrecisionOptimizer::step() {
     for (const auto& p : stepped_) grads.push_back(p.grad());
     auto plan = options_.grad_norm();
     if (!scaler_) plan.agree_over = nullptr;
-    const auto result = amp::unscale_and_clip(grads, inv_scale, max_grad_norm_, plan, sharded_);
+    const auto result = amp::unscale_and_clip(grads, inv_scale, max_grad_norm_, plan, tp_pieces_);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;
   }

@@ -25,10 +25,19 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
   }
   wait_for_weights();
   if (torch::GradMode::is_enabled()) prepare_for_backward();
-  const auto cast = parts_.policy.cast_to_compute(input);
+  const auto cast = parts_.policy.cast_to_compute(pad_batch(input));
   // One stage: one chunk, whose layers are module_'s.
   auto output = parts_.graphed.empty() ? module_->forward(cast) : parts_.graphed.front()->forward(cast);
+  if (output.dim() > 0 && output.size(0) > input.size(0)) output = output.narrow(0, 0, input.size(0));
   return detail::fp32_output(output);
+}
+
+torch::Tensor PipelineModel::pad_batch(const torch::Tensor& x) const {
+  const int64_t multiple = parts_.batch_multiple;
+  if (multiple <= 1 || x.dim() == 0 || x.size(0) % multiple == 0) return x;
+  auto shape = x.sizes().vec();
+  shape[0] = multiple - x.size(0) % multiple;
+  return torch::cat({x, torch::zeros(shape, x.options())});
 }
 
 void PipelineModel::train(bool on) {

@@ -12,6 +12,7 @@
 #include <colo/zero/reduce_scatter_grad_reducer.h>
 #include <colo/zero/shard_layout.h>
 #include <colo/zero/sharded_adam.h>
+#include <colo/nn/shard_spec.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -102,8 +103,11 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   params_ = std::move(stepped.params);
   const std::vector<std::size_t> param_groups = std::move(stepped.groups);
   for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
-  const auto specs = model_->canonical_shard_specs();
-  for (const auto& name : names_) tp_sharded_.push_back(specs.count(name) > 0);
+  const auto cuts = model_->canonical_shard_cuts();
+  for (const auto& name : names_) {
+    const auto it = cuts.find(name);
+    tp_pieces_.push_back(it == cuts.end() ? 1 : nn::pieces_of(it->second));
+  }
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fp32_values;
   fp32_values.reserve(params_.size());
@@ -179,16 +183,16 @@ bool ZeroOptimizer::step() {
     // piece, as a replica's gradients are, so that the norm does not depend on the layout.
     const auto grad = adam_->grad();
     std::vector<torch::Tensor> pieces;
-    std::vector<bool> sharded;
+    std::vector<int64_t> tp_pieces;
     for (const auto& piece : layout_->pieces(group_->rank())) {
       pieces.push_back(grad.narrow(0, piece.shard_offset, piece.numel));
-      sharded.push_back(tp_sharded_[piece.param]);
+      tp_pieces.push_back(tp_pieces_[piece.param]);
     }
     amp::GradNormPlan plan;
     plan.sum_over.push_back(group_);
     for (const auto& g : options_.grad_norm_sum_over()) plan.sum_over.push_back(g);
     plan.tp = options_.tp_group();
-    const double norm = amp::global_grad_norm(pieces, plan, inv_scale, sharded);
+    const double norm = amp::global_grad_norm(pieces, plan, inv_scale, tp_pieces);
     const auto result = amp::apply_unscale_and_clip({grad}, inv_scale, max_grad_norm_, norm);
     last_grad_norm_ = result.total_norm;
     found_inf = result.found_inf;

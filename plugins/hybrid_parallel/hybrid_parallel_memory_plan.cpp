@@ -9,6 +9,8 @@
 #include <colo/shardformer/policy.h>
 #include <colo/shardformer/policy_registry.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_2d_policy.h>
 #include <colo/shardformer/vit_policy.h>
 #include <fmt/format.h>
 
@@ -49,6 +51,20 @@ std::string rank_list(const std::vector<int>& ranks) {
   return text;
 }
 
+// Under 2d, what activation_bytes (counting 1/tp of every layer) leaves out of the layers that
+// stay whole on every rank (the patch embedding, the head: no attention heads): the rest of their
+// kept activations.
+int64_t whole_layers_activations(const nn::ModelSummary& model, const pipeline::LayerRange& range, int64_t samples,
+                                 c10::ScalarType dtype, int tp) {
+  int64_t elements = 0;
+  for (int l = range.begin; l < range.end && l < static_cast<int>(model.layers.size()); ++l) {
+    const auto& layer = model.layers[static_cast<std::size_t>(l)];
+    if (layer.attention_heads > 0 || layer.activations.kept < 0) continue;
+    elements += layer.activations.kept - layer.activations.kept / tp;
+  }
+  return samples * elements * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
 }  // namespace
 
 MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
@@ -70,7 +86,25 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
 
   // What one rank holds of each parameter under tensor parallelism.
   std::function<int64_t(const std::string&, int64_t)> tp_share;
-  if (tp > 1) {
+  // 2d: the blocks' activations are q x q blocks (B/q samples, D/q features: 1/q² a rank), which
+  // activation_bytes counts as sequence parallelism over q² ranks does; the patch embedding's and
+  // the head's stay whole and are added back below.
+  const bool grid = o.tp_mode() == "2d" && tp > 1;
+  if (grid) {
+    const int64_t q = shardformer::Tp2dGrid::side_of(tp);
+    try {
+      shardformer::check_problems(shardformer::Vit2dSharder::plan_problems(in.model, q, o.sequence_parallel()), tp);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+    }
+    tp_share = [shares = shardformer::Vit2dSharder::rank_numels(in.model, q)](const std::string& name, int64_t numel) {
+      const auto it = shares.find(name);
+      return it == shares.end() ? numel : it->second;
+    };
+    plan.notes.push_back(fmt::format("tensor parallelism 2d on a {0}x{0} grid (the blocks' linear weights 1/{1}, their "
+                                     "biases and LayerNorms 1/{0}, activations inside the blocks 1/{1})",
+                                     q, q * q));
+  } else if (tp > 1) {
     // As ShardFormer looks them up: the program's own first, colo's ViT policy last.
     auto policies = shardformer::PolicyRegistry::global().policies();
     policies.push_back(std::make_shared<shardformer::VitPolicy>());
@@ -130,8 +164,9 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       trainable.insert(trainable.end(), params.trainable.begin(), params.trainable.end());
       frozen += params.frozen;
       activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, compute,
-                                                       in.activation_checkpointing(), tp, o.sequence_parallel(),
+                                                       in.activation_checkpointing(), tp, grid || o.sequence_parallel(),
                                                        r == 0 && c == 0 ? &unknown : nullptr);
+      if (grid) activations += whole_layers_activations(in.model, range, samples, compute, tp);
     }
     // A microbatch in flight holds one chunk's activations: held counts chunks' worth.
     activations = activations * held[r] / chunks;

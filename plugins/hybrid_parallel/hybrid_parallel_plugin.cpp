@@ -10,6 +10,8 @@
 #include <colo/nn/layer_stack.h>
 #include <colo/pipeline/partition.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_2d_policy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -94,6 +96,33 @@ HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const P
   checkpoint_io_ = std::make_unique<PerStageCheckpointIO>(context_.world, part);
 }
 
+void HybridParallelPlugin::shard_tensor_parallel(nn::LayerStack& model, const torch::optim::Optimizer& optimizer,
+                                                 const std::shared_ptr<dist::ProcessGroup>& tp) const {
+  const auto seed = at::detail::getDefaultCPUGenerator().current_seed();
+  if (tp->size() > 1 && !optimizer.state().empty()) {
+    throw std::invalid_argument(
+        "hybrid_parallel: the optimizer already has state; with tp_size > 1 boost it before its first step (its "
+        "state would not fit the sharded parameters)");
+  }
+  try {
+    if (options_.tp_mode() == "2d") {
+      // Creating the grid's row and column groups is collective over tp: every rank does it here.
+      const shardformer::Vit2dSharder sharder(std::make_shared<shardformer::Tp2dGrid>(tp),
+                                              shardformer::Vit2dOptions{options_.sequence_parallel(), seed,
+                                                                        context_.device});
+      sharder.shard(model);
+      return;
+    }
+    const shardformer::ShardFormer former(tp, shardformer::ShardFormerOptions()
+                                                  .sequence_parallel(options_.sequence_parallel())
+                                                  .seed(seed)
+                                                  .device(context_.device));
+    if (tp->size() > 1 || former.problems(model).empty()) former.shard(model);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+  }
+}
+
 Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("hybrid_parallel boost: the model, the optimizer and the criterion are required");
@@ -104,26 +133,12 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   const auto& pp = mesh.group(MeshAxis::kPp);
   const auto& tp = mesh.group(MeshAxis::kTp);
 
-  // 0. Tensor parallelism: the policy that knows the model shards its layers for this rank's tp
-  //    coordinate, on the whole stack, before the pipeline cut (a policy may need layers a stage
-  //    would not hold). At tp_size 1 a model with a policy goes through the same code (its
-  //    parallel layers then communicate nothing); one without is used as it is.
-  const shardformer::ShardFormer former(tp, shardformer::ShardFormerOptions()
-                                                .sequence_parallel(options_.sequence_parallel())
-                                                .seed(at::detail::getDefaultCPUGenerator().current_seed())
-                                                .device(context_.device));
-  if (tp->size() > 1 || former.problems(*inputs.model).empty()) {
-    if (tp->size() > 1 && !inputs.optimizer->state().empty()) {
-      throw std::invalid_argument(
-          "hybrid_parallel: the optimizer already has state; with tp_size > 1 boost it before its first step (its "
-          "state would not fit the sharded parameters)");
-    }
-    try {
-      former.shard(*inputs.model);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
-    }
-  }
+  // 0. Tensor parallelism, on the whole stack before the pipeline cut (a policy may need layers a
+  //    stage would not hold). 1d: the policy that knows the model shards its layers for this rank's
+  //    tp coordinate; at tp_size 1 a model with a policy goes through the same code (its parallel
+  //    layers then communicate nothing); one without is used as it is. 2d: the ViT's blocks on a
+  //    q x q grid of the tp ranks (Vit2dSharder).
+  shard_tensor_parallel(*inputs.model, *inputs.optimizer, tp);
   const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
 
   // 1. This rank's stages.
@@ -189,6 +204,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.schedule_for = [options = options_](int microbatches) { return options.training_schedule(microbatches); };
   parts.pp_group = pp;
   parts.policy = policy;
+  if (options_.tp_mode() == "2d") parts.batch_multiple = shardformer::Tp2dGrid::side_of(tp->size());
   if (options_.cuda_graphs()) {
     // A capture slot per microbatch in flight: execute_pipeline sets each chunk's count from its
     // schedule; a plain forward and backward (one stage, no microbatches) needs one.
@@ -211,7 +227,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   for (const auto& item : stack->canonical_named_parameters()) part.names.insert(item.key());
   for (const auto& item : stack->canonical_named_buffers()) part.names.insert(item.key());
   part.tp = tp;
-  part.specs = stack->canonical_shard_specs();
+  part.cuts = stack->canonical_shard_cuts();
   part.writer_tp_peer = mesh.coordinate(MeshAxis::kDp) == 0;
   checkpoint_io_->set_part(std::move(part));
   return {model, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
@@ -290,7 +306,13 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   const int m = microbatches_for(options_, batch, forward_only);
   // Training microbatches are equal (the batch divides); forward-only ones differ by one at most.
   const auto compute_inputs = pipelined->policy().cast_to_compute(inputs);
-  const auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
+  auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
+  // 2d: each microbatch padded to a multiple of q rows; its loss and outputs see its own rows only.
+  std::vector<int64_t> micro_rows;
+  for (auto& micro : micro_inputs) {
+    micro_rows.push_back(micro.size(0));
+    micro = pipelined->pad_batch(micro);
+  }
   const auto micro_targets = targets.defined() ? targets.tensor_split(static_cast<int64_t>(m)) : std::vector<torch::Tensor>{};
   const int count = static_cast<int>(micro_inputs.size());
 
@@ -310,7 +332,8 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   pipeline::StageCallbacks callbacks;
   // Each microbatch's mean loss, weighted by its share of the batch: their sum is the batch mean.
   callbacks.loss = [&criterion, batch](const torch::Tensor& output, const torch::Tensor& target) {
-    return criterion(output, target) * (static_cast<double>(output.size(0)) / static_cast<double>(batch));
+    const auto own = output.size(0) > target.size(0) ? output.narrow(0, 0, target.size(0)) : output;
+    return criterion(own, target) * (static_cast<double>(own.size(0)) / static_cast<double>(batch));
   };
   callbacks.backward_loss = [&optimizer](const torch::Tensor& loss) { optimizer.backward(loss); };
   callbacks.backward_output = [&optimizer](const torch::Tensor& output, const torch::Tensor& grad) {
@@ -364,7 +387,12 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
     }
     result.loss = loss;
   }
-  if (options.return_outputs() && stages.is_last_stage()) result.outputs = torch::cat(run.outputs);
+  if (options.return_outputs() && stages.is_last_stage()) {
+    for (std::size_t i = 0; i < run.outputs.size() && i < micro_rows.size(); ++i) {
+      if (run.outputs[i].size(0) > micro_rows[i]) run.outputs[i] = run.outputs[i].narrow(0, 0, micro_rows[i]);
+    }
+    result.outputs = torch::cat(run.outputs);
+  }
   return result;
 }
 

@@ -58,6 +58,10 @@ class HybridParallelPlugin : public Plugin {
   static int eval_microbatches(const HybridParallelOptions& options, int64_t batch);
 
  private:
+  // boost's step 0: shards `model` over the tp group as tp_mode says (1d: the model's policy
+  // through ShardFormer; 2d: Vit2dSharder on a q x q grid of the tp ranks).
+  void shard_tensor_parallel(nn::LayerStack& model, const torch::optim::Optimizer& optimizer,
+                             const std::shared_ptr<dist::ProcessGroup>& tp) const;
 
   HybridParallelOptions options_;
   std::unique_ptr<PerStageCheckpointIO> checkpoint_io_;

@@ -3,6 +3,7 @@
 #include <colo/nn/classifier_head.h>
 #include <colo/nn/encoder_block.h>
 #include <colo/nn/layer_stack.h>
+#include <colo/nn/model_summary.h>
 #include <colo/nn/patch_embedding.h>
 #include <colo/shardformer/layer_norm_2d.h>
 #include <colo/shardformer/linear_2d.h>
@@ -71,26 +72,22 @@ Vit2dSharder::Vit2dSharder(std::shared_ptr<Tp2dGrid> grid, Vit2dOptions options)
   if (!grid_) throw std::invalid_argument("Vit2dSharder: the 2D grid is null");
 }
 
-std::vector<std::string> Vit2dSharder::problems(const nn::LayerStack& model) const {
+namespace {
+
+// The sizes problems() checks, from a block's heads and its fc1 weight [hidden, embed]; `block` false
+// when the model has no encoder block.
+std::vector<std::string> size_problems(int64_t q, bool sequence_parallel, bool block, int64_t heads, int64_t hidden,
+                                       int64_t embed) {
   std::vector<std::string> found;
-  const int64_t q = grid_->q();
   const auto grid = fmt::format("tp_mode=2d on a {}×{} grid", q, q);
-  if (options_.sequence_parallel) {
+  if (sequence_parallel) {
     found.push_back(grid + ": sequence parallelism is not supported with 2d (the 2D blocks already split every "
                            "activation by batch rows and features); turn sequence parallelism off or use tp_mode=1d");
-  }
-  const nn::EncoderBlock* block = nullptr;
-  for (const auto& layer : model.layers()) {
-    if ((block = dynamic_cast<const nn::EncoderBlock*>(layer.get()))) break;
   }
   if (!block) {
     found.push_back(grid + ": the model has no ViT encoder block (nn::EncoderBlock) to shard");
     return found;
   }
-  // Every block of a ViT has the same shapes: the first one speaks for all.
-  const int64_t heads = block->attention_heads();
-  const auto fc1 = own_parameter(*submodule(*block, "mlp.fc1"), "weight");
-  const int64_t hidden = fc1.size(0), embed = fc1.size(1);
   if (embed % q != 0) {
     found.push_back(fmt::format("{}: the embedding width {} does not divide by q={} (each grid column keeps D/q "
                                 "features): use a q that divides {}",
@@ -106,6 +103,64 @@ std::vector<std::string> Vit2dSharder::problems(const nn::LayerStack& model) con
                                 hidden, q, hidden));
   }
   return found;
+}
+
+// The sub-modules Vit2dSharder replaces, and what a rank keeps of their parameters.
+constexpr const char* kLinears[] = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
+constexpr const char* kNorms[] = {"norm1", "norm2"};
+
+}  // namespace
+
+std::vector<std::string> Vit2dSharder::problems(const nn::LayerStack& model) const {
+  const nn::EncoderBlock* block = nullptr;
+  for (const auto& layer : model.layers()) {
+    if ((block = dynamic_cast<const nn::EncoderBlock*>(layer.get()))) break;
+  }
+  if (!block) return size_problems(grid_->q(), options_.sequence_parallel, false, 0, 0, 0);
+  // Every block of a ViT has the same shapes: the first one speaks for all.
+  const auto fc1 = own_parameter(*submodule(*block, "mlp.fc1"), "weight");
+  return size_problems(grid_->q(), options_.sequence_parallel, true, block->attention_heads(), fc1.size(0), fc1.size(1));
+}
+
+namespace {
+
+// A block's fc1 weight in a summary (a layer with attention heads and "<name>.mlp.fc1.weight").
+const nn::ParameterSummary* summary_fc1(const nn::LayerSummary& layer) {
+  if (layer.attention_heads <= 0) return nullptr;
+  for (const auto& p : layer.parameters) {
+    if (p.name == layer.name + ".mlp.fc1.weight" && p.shape.size() == 2) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> Vit2dSharder::plan_problems(const nn::ModelSummary& model, int64_t q, bool sequence_parallel) {
+  for (const auto& layer : model.layers) {
+    if (const auto* fc1 = summary_fc1(layer)) {
+      return size_problems(q, sequence_parallel, true, layer.attention_heads, fc1->shape[0], fc1->shape[1]);
+    }
+  }
+  return size_problems(q, sequence_parallel, false, 0, 0, 0);
+}
+
+std::map<std::string, int64_t> Vit2dSharder::rank_numels(const nn::ModelSummary& model, int64_t q) {
+  std::map<std::string, int64_t> numels;
+  for (const auto& layer : model.layers) {
+    if (!summary_fc1(layer)) continue;
+    for (const auto& p : layer.parameters) {
+      for (const char* linear : kLinears) {
+        const auto path = layer.name + "." + linear;
+        if (p.name == path + ".weight") numels[p.name] = p.numel / (q * q);
+        if (p.name == path + ".bias") numels[p.name] = p.numel / q;
+      }
+      for (const char* norm : kNorms) {
+        const auto path = layer.name + "." + norm;
+        if (p.name == path + ".weight" || p.name == path + ".bias") numels[p.name] = p.numel / q;
+      }
+    }
+  }
+  return numels;
 }
 
 void Vit2dSharder::shard(nn::LayerStack& model) const {

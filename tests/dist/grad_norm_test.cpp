@@ -7,6 +7,7 @@
 // this guards against was an fp32 reduction over a rank's whole flat ZeRO shard, whose rounding
 // grows with the number of elements summed (LibTorch 1.13's CPU norm kernel: 1e-5 relative at
 // 1 M elements, 1.3e-4 at 5 M), against torch_ddp's per-parameter norms.
+#include <colo/amp/grad_clip.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/dist/process_group.h>
@@ -111,6 +112,51 @@ TEST(GradNorm, IsTheSameUnderEveryPluginAndWorldSize) {
       }
     }
   }
+  world()->barrier().wait();
+}
+
+// The tensor-parallel rule: each distinct piece of a gradient counts once. Over a tp group of T
+// ranks (the world): a whole gradient (1 piece, the same everywhere), one split over every rank
+// (T pieces) and one in T/2 pieces held by the first T/2 ranks and repeated on the rest (2D's
+// LayerNorms and biases). Every tensor is random; the expected norm is summed here from every
+// rank's pieces. Counts that do not divide T are refused.
+TEST(GradNorm, EachDistinctTensorParallelPieceCountsOnce) {
+  const int64_t tp = world()->size();
+  if (tp < 2) GTEST_SKIP() << "needs a tensor-parallel group of 2 or more ranks";
+  const int64_t rank = world()->rank();
+  torch::manual_seed(5);
+  const auto whole = torch::randn({7}, torch::kDouble);
+  std::vector<torch::Tensor> split, half;
+  for (int64_t r = 0; r < tp; ++r) split.push_back(torch::randn({3, 2}, torch::kDouble));
+  for (int64_t r = 0; r < tp / 2; ++r) half.push_back(torch::randn({5}, torch::kDouble));
+  double want = whole.pow(2).sum().item<double>();
+  for (const auto& piece : split) want += piece.pow(2).sum().item<double>();
+  for (const auto& piece : half) want += piece.pow(2).sum().item<double>();
+  want = std::sqrt(want);
+
+  amp::GradNormPlan plan;
+  plan.tp = world();
+  const std::vector<torch::Tensor> grads = {whole.to(device()), split[rank].to(device()),
+                                            half[rank % (tp / 2)].to(device())};
+  const double got = amp::global_grad_norm(grads, plan, 1.0, {1, tp, tp / 2});
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  // Counted as split everywhere, the repeated pieces would count twice: the rule is what passes.
+  const double twice = amp::global_grad_norm(grads, plan, 1.0, {1, tp, tp});
+  EXPECT_GT(twice, want * (1 + 1e-6));
+
+  if (tp % 3 != 0) {
+    try {
+      amp::global_grad_norm(grads, plan, 1.0, {1, tp, 3});
+      ADD_FAILURE() << "3 pieces over " << tp << " ranks were accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("gradient 2 is in 3 pieces, which does not divide the "
+                                                       "tensor-parallel group's {} ranks",
+                                                       tp)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(amp::global_grad_norm(grads, plan, 1.0, {1, tp}), std::invalid_argument);
   world()->barrier().wait();
 }
 

@@ -206,12 +206,23 @@ TEST(HybridParallel, CheckpointsLoadAcrossPluginsAndPipelineSizes) {
 // two steps and saves; the sharded layout loads that, trains step 3 (equal to the process's step 3:
 // the load sliced each tensor right) and saves; the process loads that (equal to its own step 3:
 // the save gathered each tensor right, optimizer state included: step 4 agrees too).
+// 2d (a 2 x 2 grid: weights cut in blocks, LayerNorms and biases in pieces repeated down the
+// grid's columns) goes through the same chain at 4 ranks, and under pp 2 at 8.
+void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::string& label);
+
 TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   const int size = world()->size();
   if (size != 2 && size != 4 && size != 8) GTEST_SKIP() << "runs on 2, 4 or 8 ranks";
   PluginOptions layout{{"tp_size", "2"}};
   if (size >= 4) layout = pipeline(2, layout);  // tp2 x pp2 (x dp2 on 8 ranks)
-  SCOPED_TRACE(fmt::format("tp 2 on {} ranks", size));
+  tensor_parallel_checkpoint_chain(layout, fmt::format("tp 2 on {} ranks", size));
+  const PluginOptions grid{{"tp_size", "4"}, {"tp_mode", "2d"}};
+  if (size == 4) tensor_parallel_checkpoint_chain(grid, "2d, 2 x 2, on 4 ranks");
+  if (size == 8) tensor_parallel_checkpoint_chain(pipeline(2, grid), "2d, 2 x 2, x pp 2 on 8 ranks");
+}
+
+void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::string& label) {
+  SCOPED_TRACE(label);
   const auto dir = shared_directory("hp_tp_checkpoints");
   const auto from_one = files::join(dir, "one_process"), from_tp = files::join(dir, "tensor_parallel");
   const auto data = make_batches(4, 16, 31);
@@ -279,6 +290,60 @@ TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   }
   world()->barrier().wait();
   remove_shared_directory(dir);
+}
+
+// 2d cuts every batch into q row blocks: a batch q does not divide (an evaluation's last, a
+// microbatch of 3 on a 2 x 2 grid) goes in padded and comes out trimmed, with the outputs and the
+// loss of one process on the same rows, through model->forward and through the pipeline's
+// microbatches (evaluating 5 rows as 3 and 2, training 6 as 3 and 3, each padded to 4).
+TEST(HybridParallel, TwoDimensionalGridTakesBatchesItsSideDoesNotDivide) {
+  if (world()->size() != 4) GTEST_SKIP() << "a 2 x 2 grid on 4 ranks";
+  // Evaluated: 5 images (microbatches of 3 and 2); trained: 6 (microbatches of 3, equal as
+  // training needs).
+  const auto data = make_batches(1, 6, 17);
+  const auto& images = data.images[0];
+  const auto& labels = data.labels[0];
+  const auto eval_images = images.narrow(0, 0, 5), eval_labels = labels.narrow(0, 0, 5);
+  const auto single = consecutive_group(1, "hp_2d_odd_single");
+  torch::Tensor want_logits;
+  double want_loss = 0;
+  {
+    auto plugin = PluginRegistry::global().create("torch_ddp", {}, PluginContext{single, device()});
+    Booster booster(plugin);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+    b.model->eval();
+    {
+      torch::NoGradGuard no_grad;
+      want_logits = b.model->forward(eval_images).detach();
+    }
+    b.model->train();
+    want_loss = train_step(booster, b, images, labels);
+  }
+  for (const bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "pp 1 with 2 microbatches" : "no microbatches");
+    PluginOptions options{{"tp_size", "4"}, {"tp_mode", "2d"}};
+    if (pipelined) options["num_microbatches"] = "2";
+    auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{world(), device()});
+    Booster booster(plugin);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+    b.model->eval();
+    torch::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      logits = pipelined ? booster
+                               .execute_pipeline(eval_images, eval_labels, *b.model, b.criterion, *b.optimizer,
+                                                 PipelineOptions().forward_only(true).return_outputs(true))
+                               .outputs
+                         : b.model->forward(eval_images).detach();
+    }
+    ASSERT_EQ(logits.sizes(), want_logits.sizes());
+    EXPECT_LE(relative_error(logits, want_logits), 1e-5);
+    b.model->train();
+    EXPECT_NEAR(train_step(booster, b, images, labels), want_loss, 1e-5 * std::abs(want_loss));
+  }
+  world()->barrier().wait();
 }
 
 TEST(HybridParallel, ResumeUnderThePipelineIsExact) {

@@ -237,13 +237,13 @@ Run train(const Row& row, const std::shared_ptr<dist::ProcessGroup>& group) {
 // bf16 rows: the relative L2 error of one tensor's update (this rank's piece of it), the distance
 // between the update it got and the reference's over the size of the reference's update.
 double update_error(const std::string& name, const torch::Tensor& got, const nn::LayerStack& reference,
-                    const nn::LayerStack& initial, const std::map<std::string, nn::ShardSpec>& specs) {
+                    const nn::LayerStack& initial, const std::map<std::string, std::vector<nn::ShardSpec>>& cuts) {
   auto w0 = initial.canonical_named_parameters()[name].detach().to(torch::kCPU, torch::kDouble);
   auto full_want = reference.canonical_named_parameters()[name].detach().to(torch::kCPU, torch::kDouble);
   if (w0.sizes() != got.sizes()) {  // a tensor-parallel piece: the same piece of both
-    const auto spec = specs.at(name);
-    w0 = nn::shard_of(w0, spec);
-    full_want = nn::shard_of(full_want, spec);
+    const auto& cut = cuts.at(name);
+    w0 = nn::shard_of(w0, cut);
+    full_want = nn::shard_of(full_want, cut);
   }
   const auto delta_want = full_want - w0;
   const auto delta_got = got.detach().to(torch::kCPU, torch::kDouble) - w0;
@@ -294,11 +294,11 @@ void check(const Row& row, bool in_every_group) {
   // This rank's part of the final weights: each stage its own layers, each tensor-parallel rank
   // its piece of the split ones (compared with the same piece of the reference).
   const auto state = got.boosted.model->full_state();
-  const auto specs = got.boosted.model->module().canonical_shard_specs();
+  const auto cuts = got.boosted.model->module().canonical_shard_cuts();
   auto reference = want.model->canonical_named_parameters();
   for (auto& item : reference) {
-    const auto spec = specs.find(item.key());
-    if (spec != specs.end()) item.value() = nn::shard_of(item.value(), spec->second);
+    const auto cut = cuts.find(item.key());
+    if (cut != cuts.end()) item.value() = nn::shard_of(item.value(), cut->second);
   }
   // The names: this rank's state holds exactly its part of the model (its stage's parameters),
   // and the group holds every parameter of the reference.
@@ -316,7 +316,7 @@ void check(const Row& row, bool in_every_group) {
   for (const auto& [name, tensor] : state) {
     if (!reference.contains(name)) continue;
     if (row.bf16) {
-      const double e = update_error(name, tensor, *want.model, *initial, specs);
+      const double e = update_error(name, tensor, *want.model, *initial, cuts);
       weight_error = std::max(weight_error, e);
       EXPECT_LE(e, kBf16UpdateTolerance) << name << ": the update's relative error";
       continue;
@@ -347,6 +347,7 @@ PluginOptions pipeline(int pp, int microbatches, const std::string& style, Plugi
 // other world sizes CI runs).
 std::vector<Row> rows() {
   std::vector<Row> r;
+  Row checkpointed_grid;
   r.push_back({"torch_ddp", {}, {1, 1, 1}});
   r.push_back({"hybrid_parallel", pipeline(1, 4, "1f1b"), {1, 1, 1}, 4});  // the GPU benchmark's layout
   r.push_back({"torch_ddp", {}, {2, 1, 1}});
@@ -394,6 +395,21 @@ std::vector<Row> rows() {
   r.push_back({"hybrid_parallel", tp2, {1, 1, 2}, 1, 1, 0.05});
   r.push_back({"hybrid_parallel", {{"tp_size", "2"}, {"enable_sequence_parallelism", "true"}, {"zero_stage", "2"}},
                {2, 1, 2}, 1, 1, 0.05});
+  // 2D tensor parallelism (tp_mode=2d, a 2 x 2 grid): alone, clipped (the norm counts the
+  // LayerNorms' and biases' pieces, repeated down the grid's columns, once), with activation
+  // checkpointing, under a pipeline and with ZeRO on data-parallel replicas.
+  const PluginOptions grid{{"tp_size", "4"}, {"tp_mode", "2d"}};
+  r.push_back({"hybrid_parallel", grid, {1, 1, 4}});
+  r.push_back({"hybrid_parallel", grid, {1, 1, 4}, 1, 1, 0.05});
+  checkpointed_grid = {"hybrid_parallel", grid, {1, 1, 4}, 1, 2};
+  checkpointed_grid.checkpointing = true;
+  r.push_back(checkpointed_grid);
+  r.push_back({"hybrid_parallel", pipeline(2, 4, "1f1b", grid), {1, 2, 4}, 4});
+  for (const char* zero : {"1", "2"}) {
+    auto options = grid;
+    options["zero_stage"] = zero;
+    r.push_back({"hybrid_parallel", options, {2, 1, 4}, 1, 1, 0.05});
+  }
   // gemini (ZeRO-3 in chunks): every placement, at 1, 2 and 4 data-parallel ranks.
   for (int dp : {1, 2, 4}) r.push_back({"gemini", {}, {dp, 1, 1}});
   r.push_back({"gemini", {{"chunk_size_mb", "0.03"}, {"max_prefetch", "0"}}, {2, 1, 1}});

@@ -976,10 +976,11 @@ PY
       ;;
     one-gpu-ranks)
       # Issue 41: the distributed tests with every rank on GPU 0 over Gloo (CUDA tensors), at 2 ranks, or
-      # at each count in COLO_ONEGPU_RANKS ("2 4").
+      # at each count in COLO_ONEGPU_RANKS ("2 4"); COLO_ONEGPU_FILTER: a gtest filter (default: every test).
       for n in ${COLO_ONEGPU_RANKS:-2}; do
         COLO_BACKEND=gloo COLO_TIMEOUT_MS=60000 timeout "${COLO_ONEGPU_TIMEOUT:-420}" build-gpu/bin/colo-run \
-          --nproc-per-node "$n" --rdzv-file auto build-gpu/bin/colo_dist_tests >"$LOGS/onegpu_dist_$n.log" 2>&1
+          --nproc-per-node "$n" --rdzv-file auto build-gpu/bin/colo_dist_tests --gtest_filter="${COLO_ONEGPU_FILTER:-*}" \
+          >"$LOGS/onegpu_dist_$n.log" 2>&1
         rc=$?
         note "one-gpu dist tests, $n ranks on GPU 0 over Gloo rc=$rc ($((SECONDS - start)) s): $(grep -m1 -o 'COLO_BACKEND=gloo: .*' "$LOGS/onegpu_dist_$n.log")"
         grep -E "PASSED|FAILED|SKIPPED|Failure|timed out" "$LOGS/onegpu_dist_$n.log" | sort | uniq -c | sort -rn | head -40 |

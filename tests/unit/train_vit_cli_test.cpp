@@ -848,8 +848,9 @@ TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
 }
 
 // The hybrid example's layout words: "parallel": {"pipeline": P, "tensor": {"mode", "size", "depth"}}
-// set pp_size, tp_mode, tp_size and tp_depth. 1d trains on 4 and 8 ranks; the modes not built yet
-// are refused by the dry run as by the run, and sizes a mode cannot take name the ones it can.
+// set pp_size, tp_mode, tp_size and tp_depth. 1d trains on 4 and 8 ranks, 2d on 4 (a 2 x 2 grid) and
+// its dry run plans it; the modes not built yet are refused by the dry run as by the run, and sizes
+// a mode cannot take name the ones it can.
 TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes) {
   const auto words = write("words.json", R"({"plugin": "hybrid_parallel", "parallel": {"pipeline": 2, "microbatches": 2,
                                              "tensor": {"mode": "1d", "size": 2}}})");
@@ -867,8 +868,15 @@ TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes)
     EXPECT_EQ(r.exit_code, 2) << name << "\n" << r.out << r.err;
     EXPECT_NE(r.err.find(says), std::string::npos) << name << "\n" << r.err;
   };
-  refused("two_d.json", R"({"tensor": {"mode": "2d", "size": 4}})", 4,
-          "tp_mode=2d (q=2 over tp_size=4) is not built yet");
+  const auto grid = write("grid.json", R"({"plugin": "hybrid_parallel", "parallel": {"tensor": {"mode": "2d", "size": 4}}})");
+  const auto grid_metrics = files::join(dir_, "grid.jsonl");
+  const Result trained = run_on(4, tiny_override({"--config", grid, "--metrics", grid_metrics}));
+  ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+  EXPECT_NE(trained.out.find("(dp=1 pp=1 tp=4)"), std::string::npos) << trained.out;
+  EXPECT_EQ(losses(grid_metrics).size(), 3u);
+  const Result planned = run(tiny_override({"--config", grid, "--dry-run", "--world-size", "4"}));
+  EXPECT_EQ(planned.exit_code, 0) << planned.out << planned.err;
+  EXPECT_NE(planned.out.find("tensor parallelism 2d on a 2x2 grid"), std::string::npos) << planned.out;
   refused("three_d.json", R"({"tensor": {"mode": "3d", "size": 8}})", 8,
           "tp_mode=3d (q=2 over tp_size=8) is not built yet");
   refused("tesseract.json", R"({"tensor": {"mode": "2.5d", "size": 8, "depth": 2}})", 8,

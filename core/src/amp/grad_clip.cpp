@@ -67,19 +67,26 @@ GradClipResult apply_unscale_and_clip(const std::vector<torch::Tensor>& grads, d
 }
 
 double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale,
-                        const std::vector<bool>& sharded) {
+                        const std::vector<int64_t>& pieces) {
   torch::Tensor sq;
   if (plan.tp && plan.tp->size() > 1) {
-    if (sharded.size() != grads.size()) {
+    const int64_t tp = plan.tp->size();
+    if (pieces.size() != grads.size()) {
       throw std::invalid_argument(fmt::format(
-          "global_grad_norm: with a tensor-parallel group, say for each of the {} gradients whether it is sharded ({} "
-          "flags given)",
-          grads.size(), sharded.size()));
+          "global_grad_norm: with a tensor-parallel group, say for each of the {} gradients how many pieces of it the "
+          "group holds ({} counts given)",
+          grads.size(), pieces.size()));
     }
-    // Replicated gradients count once: on the group's rank 0. Then the sum over the group.
+    // Each distinct piece counts once: on the first `pieces` ranks, which hold them. Then the sum
+    // over the group.
     std::vector<torch::Tensor> counted;
     for (std::size_t i = 0; i < grads.size(); ++i) {
-      if (sharded[i] || plan.tp->rank() == 0) counted.push_back(grads[i]);
+      if (pieces[i] < 1 || tp % pieces[i] != 0) {
+        throw std::invalid_argument(fmt::format(
+            "global_grad_norm: gradient {} is in {} pieces, which does not divide the tensor-parallel group's {} ranks",
+            i, pieces[i], tp));
+      }
+      if (plan.tp->rank() < pieces[i]) counted.push_back(grads[i]);
     }
     sq = grad_sq_norm(counted);
     plan.tp->all_reduce_and_wait(sq, dist::ReduceOp::kSum);
@@ -99,12 +106,12 @@ double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormP
 }
 
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
-                                const GradNormPlan& plan, const std::vector<bool>& sharded) {
+                                const GradNormPlan& plan, const std::vector<int64_t>& pieces) {
   if (!(inv_scale > 0.0) || !std::isfinite(inv_scale)) {
     throw std::invalid_argument(fmt::format(
         "unscale_and_clip: inv_scale {} must be finite and > 0 (1 / the loss scale; 1 without scaling)", inv_scale));
   }
-  return apply_unscale_and_clip(grads, inv_scale, max_norm, global_grad_norm(grads, plan, inv_scale, sharded));
+  return apply_unscale_and_clip(grads, inv_scale, max_norm, global_grad_norm(grads, plan, inv_scale, pieces));
 }
 
 }  // namespace colo::amp

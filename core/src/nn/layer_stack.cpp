@@ -84,4 +84,18 @@ std::map<std::string, ShardSpec> LayerStack::canonical_shard_specs() const {
   return specs;
 }
 
+std::map<std::string, std::vector<ShardSpec>> LayerStack::canonical_shard_cuts() const {
+  std::map<std::string, std::vector<ShardSpec>> cuts;
+  for (const auto& layer : layers_) {
+    for (const auto& [name, spec] : layer->shard_specs()) cuts.emplace(layer->canonical_prefix() + name, std::vector{spec});
+    for (const auto& [name, list] : layer->shard_cuts()) {
+      if (!cuts.emplace(layer->canonical_prefix() + name, list).second) {
+        throw std::logic_error(fmt::format("'{}{}' is recorded as split both in 1D (shard_specs) and in 2D (shard_cuts)",
+                                           layer->canonical_prefix(), name));
+      }
+    }
+  }
+  return cuts;
+}
+
 }  // namespace colo::nn

@@ -112,11 +112,11 @@ std::string summarise(const char* title, const std::vector<std::pair<std::string
 void copy_timm_state(LayerStack& model, const NamedTensors& full_state, const NamedTensors* as_read = nullptr) {
   // A model sharded by tensor parallelism takes its piece of each split tensor (a tensor that
   // does not split the way the spec says stays whole, and is reported as mis-shaped below).
-  const auto specs = model.canonical_shard_specs();
+  const auto cuts = model.canonical_shard_cuts();
   NamedTensors state = full_state;
   for (auto& [name, tensor] : state) {
-    const auto spec = specs.find(name);
-    if (spec == specs.end() || !tensor.defined()) continue;
+    const auto spec = cuts.find(name);
+    if (spec == cuts.end() || !tensor.defined()) continue;
     try {
       tensor = shard_of(tensor, spec->second);
     } catch (const std::invalid_argument&) {

@@ -59,9 +59,14 @@ torch::Tensor shard_of(const torch::Tensor& full, const std::vector<ShardSpec>& 
   return piece;
 }
 
-torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const std::vector<ShardSpec>& cuts) {
+int64_t pieces_of(const std::vector<ShardSpec>& cuts) {
   int64_t count = 1;
   for (const auto& cut : cuts) count *= cut.shards;
+  return count;
+}
+
+torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const std::vector<ShardSpec>& cuts) {
+  const int64_t count = pieces_of(cuts);
   if (static_cast<int64_t>(pieces.size()) != count) {
     std::vector<std::string> described;
     for (const auto& cut : cuts) described.push_back(cut.describe());

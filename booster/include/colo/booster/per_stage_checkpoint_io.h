@@ -28,11 +28,12 @@ class PerStageCheckpointIO : public CheckpointIO {
     int count = 1;
     // Canonical names of the parameters and buffers this rank holds: what it loads.
     std::set<std::string> names;
-    // Tensor parallelism: the parameters split over `tp` and how. Saving gathers each split tensor
-    // (and its optimizer state) over the group, one tensor at a time as the writer writes it (the
-    // writer's tp peers join each gather); loading keeps this rank's piece.
+    // Tensor parallelism: the parameters split over `tp` and how (LayerStack::canonical_shard_cuts:
+    // 1D splits as one cut, 2D blocks as two). Saving gathers each split tensor (and its optimizer
+    // state) over the group, one tensor at a time as the writer writes it (the writer's tp peers
+    // join each gather); loading keeps this rank's piece.
     std::shared_ptr<dist::ProcessGroup> tp;
-    std::map<std::string, nn::ShardSpec> specs;
+    std::map<std::string, std::vector<nn::ShardSpec>> cuts;
     bool writer_tp_peer = false;  // this rank's tp group holds the writer (it joins the gathers)
   };
   PerStageCheckpointIO(std::shared_ptr<dist::ProcessGroup> world, Part part);

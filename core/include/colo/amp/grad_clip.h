@@ -43,18 +43,22 @@ struct GradNormPlan {
   // over this group makes an inf or nan on one replica reach them all, so every rank skips the
   // same steps. Null (or one rank): no such reduction.
   std::shared_ptr<dist::ProcessGroup> agree_over;
-  // The tensor-parallel group: the gradients flagged as sharded (split by tensor parallelism) are
-  // disjoint over it and their squares summed; the others are replicated over it and counted
-  // once (on its rank 0), not tp times. Null (or one rank): no tensor parallelism.
+  // The tensor-parallel group: each gradient counts once per distinct piece the group holds of
+  // it (`pieces`, below): split over every rank (1D's splits, 2D's weight blocks) its squares are
+  // summed over the group; whole on every rank (replicated) it counts once, on the group's rank 0,
+  // not tp times; in between (2D's LayerNorms and biases: q pieces, each repeated down a grid
+  // column) on the ranks that hold the distinct pieces. Null (or one rank): no tensor parallelism.
   std::shared_ptr<dist::ProcessGroup> tp;
 };
 
 // The global L2 norm of the unscaled gradients: inv_scale * sqrt(sum of squares over the plan),
 // inf or nan on overflow anywhere in the plan's groups. One host synchronisation. With a
-// tensor-parallel group in the plan, `sharded` says for each gradient whether tensor parallelism
-// split it (one flag per gradient; std::invalid_argument otherwise).
+// tensor-parallel group in the plan, `pieces` says for each gradient how many distinct pieces of
+// its parameter the group holds (nn::pieces_of its cuts: 1 when whole), held by the group's first
+// `pieces` ranks (as nn::unshard orders them), which count it; std::invalid_argument unless there
+// is one count per gradient, each dividing the group's size.
 double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormPlan& plan, double inv_scale = 1.0,
-                        const std::vector<bool>& sharded = {});
+                        const std::vector<int64_t>& pieces = {});
 
 // Unscales and clips gradients in one pass: computes the global L2 norm of the unscaled
 // gradients (global_grad_norm over `plan`), then multiplies every gradient once by
@@ -64,7 +68,7 @@ double global_grad_norm(const std::vector<torch::Tensor>& grads, const GradNormP
 // Because an inf or nan on any rank makes the summed norm non-finite everywhere, found_inf
 // agrees across the plan's groups. Undefined tensors in `grads` are skipped.
 GradClipResult unscale_and_clip(const std::vector<torch::Tensor>& grads, double inv_scale, double max_norm,
-                                const GradNormPlan& plan = {}, const std::vector<bool>& sharded = {});
+                                const GradNormPlan& plan = {}, const std::vector<int64_t>& pieces = {});
 
 // The second half of unscale_and_clip, for callers that have the global norm of the unscaled
 // gradients already. Returns found_inf = !isfinite(total_norm) and, when finite, applies the

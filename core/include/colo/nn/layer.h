@@ -57,9 +57,9 @@ class Layer : public torch::nn::Module {
 
   // The same record for parameters cut along more than one dimension (2D tensor parallelism's
   // blocks: a list of one-dimensional cuts, nn::shard_of / nn::unshard over a list), by local
-  // name. Kept apart from shard_specs, which every 1D reader (optimizers, the gradient norm,
-  // checkpoints) takes as the whole story of a parameter: a 2D parameter has no entry there, and
-  // those readers do not handle 2D yet (hybrid_parallel refuses tp_mode=2d).
+  // name. Kept apart from shard_specs (a 2D parameter has no entry there); the readers of a
+  // parameter's split (optimizers, the gradient norm, checkpoints) take both through
+  // LayerStack::canonical_shard_cuts.
   void set_shard_cuts(const std::string& local_name, std::vector<ShardSpec> cuts) {
     shard_cuts_[local_name] = std::move(cuts);
   }

@@ -51,9 +51,14 @@ class LayerStack : public torch::nn::Module {
   torch::OrderedDict<std::string, torch::Tensor> canonical_named_parameters() const;
   torch::OrderedDict<std::string, torch::Tensor> canonical_named_buffers() const;
   std::vector<std::string> canonical_parameter_names() const;
-  // The tensor-parallel splits of the parameters (Layer::shard_specs) under canonical names;
-  // parameters not listed are whole.
+  // The 1D tensor-parallel splits of the parameters (Layer::shard_specs) under canonical names;
+  // parameters not listed are whole or cut in 2D. What reads a parameter's split reads
+  // canonical_shard_cuts, which has both.
   std::map<std::string, ShardSpec> canonical_shard_specs() const;
+  // Every tensor-parallel split under canonical names, as a list of cuts: a 1D split
+  // (Layer::shard_specs) as one cut, a 2D one (Layer::shard_cuts) as recorded; parameters not
+  // listed are whole. Throws std::logic_error for a parameter recorded both ways.
+  std::map<std::string, std::vector<ShardSpec>> canonical_shard_cuts() const;
 
  private:
   std::vector<std::shared_ptr<Layer>> layers_;

@@ -51,4 +51,9 @@ torch::Tensor shard_of(const torch::Tensor& full, const std::vector<ShardSpec>& 
 // the product of the cuts' shards.
 torch::Tensor unshard(const std::vector<torch::Tensor>& pieces, const std::vector<ShardSpec>& cuts);
 
+// How many distinct pieces a list of cuts makes: the product of their shards (1 for none). Over a
+// tensor-parallel group of T ranks they are held by its first pieces_of ranks, in unshard's order,
+// and repeat T / pieces_of times (2D's LayerNorms and biases: q pieces, repeated down the columns).
+int64_t pieces_of(const std::vector<ShardSpec>& cuts);
+
 }  // namespace colo::nn

@@ -99,7 +99,8 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> working_;
   std::vector<torch::Tensor> stepped_;
-  std::vector<bool> sharded_;  // split by tensor parallelism (the model's shard specs)
+  // Per stepped parameter: the distinct pieces the tp group holds of it (1: whole; the model's cuts).
+  std::vector<int64_t> tp_pieces_;
   // Every parameter of the model (canonical order): zero_grad clears them all, and masters
   // are saved for all of them.
   std::vector<std::string> model_names_;

@@ -48,10 +48,16 @@ class PipelineModel : public ModelWrapper {
     std::shared_ptr<ZeroOptimizer> zero;              // zero_stage 1, 2
     // cuda_graphs: each chunk's graphs, in chunk order (empty: eager).
     std::vector<std::shared_ptr<nn::CudaGraphedStack>> graphed;
+    // tp_mode=2d cuts every batch into q row blocks: a batch (an evaluation's last, a microbatch)
+    // that q does not divide goes in padded with zero rows, and its outputs come back trimmed.
+    // 1: batches go in as they are.
+    int64_t batch_multiple = 1;
   };
   explicit PipelineModel(Parts parts);
 
   torch::Tensor forward(const torch::Tensor& input) override;
+  // `x` with zero rows appended up to a multiple of Parts::batch_multiple (x itself when it is one).
+  torch::Tensor pad_batch(const torch::Tensor& x) const;
   // The whole stage and each chunk (LayerStacks of their own over the same layers): evaluation
   // runs every stage in eval mode, as under the other plugins.
   void train(bool on = true) override;

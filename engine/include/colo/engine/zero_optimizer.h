@@ -154,7 +154,7 @@ class ZeroOptimizer : public OptimizerWrapper {
   amp::PrecisionPolicy policy_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
-  std::vector<bool> tp_sharded_;  // per sharded parameter: split by tensor parallelism
+  std::vector<int64_t> tp_pieces_;  // per sharded parameter: the distinct pieces tp holds of it (1: whole)
   // Every model parameter (canonical order): zero_grad clears them all, masters are saved for all.
   std::vector<std::string> model_names_;
   std::vector<torch::Tensor> model_params_;

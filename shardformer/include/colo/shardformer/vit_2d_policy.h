@@ -20,12 +20,14 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace colo::nn {
 class LayerStack;
+struct ModelSummary;
 }
 
 namespace colo::shardformer {
@@ -59,6 +61,12 @@ class Vit2dSharder {
   // biases' one cut, dim 0 by column j, whose blocks repeat down the column). Throws
   // std::invalid_argument ("tensor parallelism over N ranks: ...") listing problems() first.
   void shard(nn::LayerStack& model) const;
+
+  // What memory plans read, from a summary (nothing built): problems() in the same words for a q
+  // x q grid, and each split parameter's numel on one rank by canonical name (the blocks' linear
+  // weights 1/q², their biases and LayerNorms 1/q; parameters not listed stay whole).
+  static std::vector<std::string> plan_problems(const nn::ModelSummary& model, int64_t q, bool sequence_parallel);
+  static std::map<std::string, int64_t> rank_numels(const nn::ModelSummary& model, int64_t q);
 
  private:
   std::shared_ptr<Tp2dGrid> grid_;
