@@ -57,8 +57,14 @@ torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group) 
 
 torch::Tensor broadcast_from(const torch::Tensor& x, int src, dist::ProcessGroup& group) {
   if (group.size() == 1) return x;
-  // The others receive in place: into a buffer of their own, never the caller's tensor.
-  auto value = travelling(group.rank() == src ? x.contiguous() : torch::empty_like(x, at::MemoryFormat::Contiguous), group);
+  // The others receive in place: into a buffer of their own, never the caller's tensor. The source
+  // sends the caller's values through a tensor with a version counter of its own (variable_data):
+  // a broadcast counts as an in-place write on every rank, the source's included (Gloo on CUDA
+  // tensors even copies the values back), and `x` may be saved for a backward (2D's SUMMA
+  // broadcasts attention's output, which scaled_dot_product_attention's CUDA kernels keep).
+  auto value = travelling(group.rank() == src ? x.contiguous().variable_data()
+                                              : torch::empty_like(x, at::MemoryFormat::Contiguous),
+                          group);
   group.broadcast(value, src).wait();
   return value.to(x.device(), x.scalar_type());
 }
