@@ -5,7 +5,10 @@
 // Tiny jobs (16x16 synthetic images, a two-block ViT) on CPU ranks.
 #include <colo/files/files.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -62,6 +65,49 @@ class TrainVitRestart : public ::testing::Test {
     return result;
   }
 
+  // Two colo-run as nodes 0 and 1 of one job over loopback (`node_args`: each one's options after
+  // --nnodes 2 --node-rank R), both running train_vit with `args`; each node's output and status
+  // in `node<R>.out/.err/.rc`. Bounded by 120 s.
+  std::vector<Result> run_nodes(const std::vector<std::string>& node_args, const std::vector<std::string>& args,
+                                const std::string& env) const {
+    std::string script;
+    for (int node : {1, 0}) {
+      std::string command = "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u COLO_RDZV_FILE -u COLO_FAULT "
+                            "-u COLO_RESTART_COUNT OMP_NUM_THREADS=1 COLO_JOB_TOKEN=" + std::string(64, 'c') + " " +
+                            env + " timeout 120 " + quote(kColoRun) + " --nnodes 2 --node-rank " + std::to_string(node);
+      for (const auto& arg : node_args) command += " " + quote(arg);
+      command += " " + quote(kTrainVit);
+      for (const auto& arg : args) command += " " + quote(arg);
+      const std::string name = path("node" + std::to_string(node));
+      command += " >" + quote(name + ".out") + " 2>" + quote(name + ".err") + "; echo $? >" + quote(name + ".rc");
+      script += node == 1 ? "(" + command + ") & " : command + "; wait";
+    }
+    std::system(("sh -c " + quote(script)).c_str());
+    std::vector<Result> results;
+    for (int node : {0, 1}) {
+      const std::string name = path("node" + std::to_string(node));
+      Result r;
+      const std::string rc = read_file(name + ".rc");
+      r.exit_code = rc.empty() ? -1 : std::stoi(rc);
+      r.out = read_file(name + ".out");
+      r.err = read_file(name + ".err");
+      results.push_back(r);
+    }
+    return results;
+  }
+
+  static int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    ::close(fd);
+    return ntohs(addr.sin_port);
+  }
+
   std::string path(const std::string& name) const { return files::join(dir_, name); }
 
   // 96 synthetic images, global batches of 16: 6 steps an epoch, a state saved every 2.
@@ -102,6 +148,35 @@ TEST_F(TrainVitRestart, CrashesAndAHangUnderMaxRestartsEndWithTheUninterruptedRu
   EXPECT_LACKS(clean.out, "resumed from");
   const std::string faulty_weights = read_file(files::join(path("faulty"), "step-00000012", "model.safetensors"));
   const std::string clean_weights = read_file(files::join(path("clean"), "step-00000012", "model.safetensors"));
+  ASSERT_FALSE(clean_weights.empty());
+  EXPECT_TRUE(faulty_weights == clean_weights) << "the weights after the restarts differ from the uninterrupted run's";
+}
+
+// The same on two nodes (two colo-run over loopback, one rank each): rank 1's crash on node 1 stops
+// node 0's rank at once, rank 0's hang on node 0 is caught by node 1's collective timeout, and both
+// nodes start every attempt together; the run ends with the uninterrupted run's weights.
+TEST_F(TrainVitRestart, TwoNodesRestartTogetherAndEndWithTheUninterruptedRunsWeights) {
+  const std::vector<std::string> nodes = {"--nproc-per-node", "1", "--max-restarts", "2", "--grace-period", "1",
+                                          "--master-addr", "127.0.0.1", "--master-port", std::to_string(free_port()),
+                                          "--control-port", std::to_string(free_port())};
+  const auto faulty = run_nodes(nodes, tiny(path("faulty"), {"--max-steps", "10"}),
+                                "COLO_TIMEOUT_MS=4000 COLO_FAULT='rank=1,step=3,kind=crash;rank=0,step=7,kind=hang,restart=1'");
+  ASSERT_EQ(faulty[0].exit_code, 0) << faulty[0].out << faulty[0].err;
+  ASSERT_EQ(faulty[1].exit_code, 0) << faulty[1].out << faulty[1].err;
+  EXPECT_CONTAINS(faulty[1].err, "[rank 1] colo: COLO_FAULT: injected crash on rank 1 after step 3 (restart 0)");
+  EXPECT_CONTAINS(faulty[0].err, "colo-run: node 1: rank 1 (pid ");
+  EXPECT_CONTAINS(faulty[0].err, "[rank 0] colo: COLO_FAULT: injected hang on rank 0 after step 7 (restart 1)");
+  for (const auto& node : faulty) {
+    EXPECT_CONTAINS(node.err, "colo-run: restart 2 of 2 (COLO_RESTART_COUNT=2): starting this node's ranks again, "
+                              "with every node's");
+  }
+  EXPECT_CONTAINS(faulty[0].out, "step-00000002: epoch 1, step 2");
+  EXPECT_CONTAINS(faulty[0].out, "step-00000006: epoch 1, step 6");
+
+  const Result clean = run({kColoRun, "--nproc-per-node", "2"}, tiny(path("clean"), {"--max-steps", "10"}));
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  const std::string faulty_weights = read_file(files::join(path("faulty"), "step-00000010", "model.safetensors"));
+  const std::string clean_weights = read_file(files::join(path("clean"), "step-00000010", "model.safetensors"));
   ASSERT_FALSE(clean_weights.empty());
   EXPECT_TRUE(faulty_weights == clean_weights) << "the weights after the restarts differ from the uninterrupted run's";
 }
