@@ -1030,6 +1030,56 @@ PY
         grep -E "COLO_FAULT|colo-run: restart|was killed|was stopped|timed out|resumed from" "$LOGS/restart_${name}_faulty.log" | head -12 >>"$LOGS/summary.txt"
       done
       ;;
+    build-restart)
+      # Only what restart-nodes runs: colo-run, train_vit and the two plugins it trains with.
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run train_vit colo_plugin_torch_ddp colo_plugin_hybrid_parallel
+      } >"$LOGS/build.log" 2>&1
+      note "build-restart rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      ;;
+    restart-nodes)
+      # Issue 36: restart-nccl's job as two colo-run "nodes" of one GPU each (CUDA_VISIBLE_DEVICES 0 and
+      # 1, over NCCL, agreeing through node 0's colo-run at --control-port): a crash on node 1 (rank 1
+      # after step 12) and a hang on node 0 (rank 0 after step 25, caught by node 1's collective
+      # timeout); the final weights against an uninterrupted one-node run's, for pp 2 and dp 2.
+      rs_model=(--dataset synthetic --synthetic-samples 2048 --image-size 64 --model custom --patch-size 8 --embed-dim 384
+        --depth 6 --heads 6 --batch-size 64 --log-every 5 --eval-batch-size 256 --epochs 2 --max-steps 40
+        --checkpoint-every 5 --resume auto)
+      token=$(build-gpu/bin/colo-run --new-token)
+      for layout in "pp2:hybrid_parallel:--plugin-opt=pp_size=2 --plugin-opt=num_microbatches=4" "dp2:torch_ddp:"; do
+        IFS=: read -r name plugin opt <<<"$layout"
+        opts=()
+        [ -n "$opt" ] && read -ra opts <<<"$opt"
+        rm -rf "/tmp/rn_${name}_clean" "/tmp/rn_${name}_faulty"
+        timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/train_vit --plugin "$plugin" "${opts[@]}" \
+          "${rs_model[@]}" --save "/tmp/rn_${name}_clean" >"$LOGS/nodes_${name}_clean.log" 2>&1
+        clean_rc=$?
+        t0=$SECONDS
+        for node in 1 0; do
+          COLO_JOB_TOKEN=$token CUDA_VISIBLE_DEVICES=$node COLO_TIMEOUT_MS=15000 \
+            COLO_FAULT="rank=1,step=12,kind=crash;rank=0,step=25,kind=hang,restart=1" \
+            timeout 240 build-gpu/bin/colo-run --nnodes 2 --node-rank $node --nproc-per-node 1 --max-restarts 3 \
+            --master-addr 127.0.0.1 --master-port 29720 build-gpu/bin/train_vit --plugin "$plugin" "${opts[@]}" \
+            "${rs_model[@]}" --save "/tmp/rn_${name}_faulty" >"$LOGS/nodes_${name}_faulty_$node.log" 2>&1 &
+        done
+        wait %1; rc1=$?
+        wait %2; rc0=$?
+        same=yes compared=0
+        for file in "/tmp/rn_${name}_clean/step-00000040"/{model,optimizer}*.safetensors; do
+          [ -f "$file" ] || continue
+          compared=$((compared + 1))
+          cmp -s "$file" "/tmp/rn_${name}_faulty/step-00000040/$(basename "$file")" || same="no ($(basename "$file"))"
+        done
+        [ $compared -gt 0 ] || same="no (no state saved at step 40)"
+        note "restart-nodes $name: clean rc=$clean_rc, faulty node 0 rc=$rc0 node 1 rc=$rc1 in $((SECONDS - t0)) s, restarts: $(grep -c 'colo-run: restart' "$LOGS/nodes_${name}_faulty_0.log"), final weights and optimizer state identical ($compared files): $same"
+        for node in 0 1; do
+          grep -E "COLO_FAULT|colo-run: |resumed from" "$LOGS/nodes_${name}_faulty_$node.log" | sed "s/^/node $node: /" | head -12 |
+            tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+        done
+      done
+      ;;
     save-stall)
       # Issue 36: what a save costs the training loop on one GPU, ViT-L/16 bf16 batch 64 (COLO_SAVE_BATCH)
       # under torch_ddp: no saves, a save every 100 steps (COLO_SAVE_EVERY), the same with --save-async
