@@ -1057,15 +1057,17 @@ PY
           "${rs_model[@]}" --save "/tmp/rn_${name}_clean" >"$LOGS/nodes_${name}_clean.log" 2>&1
         clean_rc=$?
         t0=$SECONDS
+        pids=()
         for node in 1 0; do
           COLO_JOB_TOKEN=$token CUDA_VISIBLE_DEVICES=$node COLO_TIMEOUT_MS=15000 \
             COLO_FAULT="rank=1,step=12,kind=crash;rank=0,step=25,kind=hang,restart=1" \
             timeout 240 build-gpu/bin/colo-run --nnodes 2 --node-rank $node --nproc-per-node 1 --max-restarts 3 \
             --master-addr 127.0.0.1 --master-port 29720 build-gpu/bin/train_vit --plugin "$plugin" "${opts[@]}" \
             "${rs_model[@]}" --save "/tmp/rn_${name}_faulty" >"$LOGS/nodes_${name}_faulty_$node.log" 2>&1 &
+          pids+=($!)
         done
-        wait %1; rc1=$?
-        wait %2; rc0=$?
+        wait "${pids[0]}"; rc1=$?
+        wait "${pids[1]}"; rc0=$?
         same=yes compared=0
         for file in "/tmp/rn_${name}_clean/step-00000040"/{model,optimizer}*.safetensors; do
           [ -f "$file" ] || continue
