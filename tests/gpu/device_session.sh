@@ -1082,6 +1082,30 @@ PY
         done
       done
       ;;
+    four-gpu-2d)
+      # Issue 35: 2D tensor parallelism on four GPUs over NCCL. The distributed tests of the 2D code
+      # (4 ranks), then ViT-L/16 bf16 batch 128: one GPU (torch_ddp), tp 4 in 1d and in 2d (a 2 x 2
+      # grid) under hybrid_parallel, and DTensor's Colwise/RowwiseParallel at tp 4, one after the other.
+      COLO_TIMEOUT_MS=60000 timeout 200 build-gpu/bin/colo-run --nproc-per-node 4 build-gpu/bin/colo_dist_tests \
+        --gtest_filter='Vit2d.*:Tp2d.*:GradNorm.EachDistinct*:HybridParallel.TensorParallelCheckpoints*:HybridParallel.TwoDimensional*:LayoutEquivalence.*' \
+        >"$LOGS/nccl_2d_tests.log" 2>&1
+      note "2d dist tests over NCCL, 4 GPUs rc=$? ($((SECONDS - start)) s)"
+      grep -E "rank 0\] \[  (PASSED|FAILED)|rank 0\] \[measured\].*tp=4" "$LOGS/nccl_2d_tests.log" | head -12 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      tp_common=(--model large --batch-size 128 --precision bf16 --warmup-steps 4 --steps "${COLO_TP_STEPS:-12}" --peak-tflops 1)
+      timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp "${tp_common[@]}" \
+        --json "$LOGS/one_gpu.json" >"$LOGS/one_gpu.log" 2>&1
+      note "colo one GPU rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/one_gpu.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/one_gpu.json" 2>/dev/null)"
+      for mode in 1d 2d; do
+        timeout 150 build-gpu/bin/colo-run --nproc-per-node 4 build-gpu/bin/colo_vit_bench --plugin hybrid_parallel \
+          --plugin-opt tp_size=4 --plugin-opt tp_mode=$mode "${tp_common[@]}" --json "$LOGS/tp4_$mode.json" >"$LOGS/tp4_$mode.log" 2>&1
+        note "colo tp4 $mode rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/tp4_$mode.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/tp4_$mode.json" 2>/dev/null)"
+        [ -f "$LOGS/tp4_$mode.json" ] || grep -iE "error" "$LOGS/tp4_$mode.log" | tail -3 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      done
+      timeout 180 python3 -m torch.distributed.run --standalone --nproc-per-node 4 benchmarks/peers/torch_parallel_bench.py \
+        --mode tp "${tp_common[@]}" --json "$LOGS/peer_tp4.json" >"$LOGS/peer_tp4.log" 2>&1
+      note "DTensor tp4 rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/peer_tp4.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/peer_tp4.json" 2>/dev/null)"
+      cp "$LOGS"/*.json "$OUT/" 2>/dev/null
+      ;;
     save-stall)
       # Issue 36: what a save costs the training loop on one GPU, ViT-L/16 bf16 batch 64 (COLO_SAVE_BATCH)
       # under torch_ddp: no saves, a save every 100 steps (COLO_SAVE_EVERY), the same with --save-async
