@@ -370,6 +370,19 @@ std::shared_ptr<ProcessGroup> init_world(const Environment& env, const ProcessGr
   constexpr const char* kWorldPrefix = "colo/world";
   const Backend backend = options.backend ? *options.backend : default_backend();
   env::inject_fault_before_start(env.rank);  // COLO_FAULT's nostart (tests of restarts)
+  if (backend == Backend::kNccl) {
+    // NCCL needs each rank of a node on a GPU of its own, and the communicator made below lives on
+    // the current one: cuda:<local_rank>, as select_device gives every colo program. A program that
+    // makes the world before it picks its device (colo_dist_tests did) would otherwise put every
+    // rank on cuda:0 ("Duplicate GPU detected", 4 ranks on 4 H200s, 2026-11-27).
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    if (env.local_rank >= gpus) {
+      throw DistError(fmt::format("rank {}: NCCL needs a GPU for each rank of a node; local rank {} has none (this node "
+                                  "has {} GPU(s)): start at most {} ranks per node",
+                                  env.rank, env.local_rank, gpus, gpus));
+    }
+    compat::set_current_cuda_device(env.local_rank);
+  }
   auto store = rendezvous(env, options.timeout);
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->loopback_only = every_rank_on_this_machine(env);
