@@ -10,11 +10,14 @@
 
 namespace colo::plugins {
 
-// Pipeline parallelism with data parallelism (Colossal-AI's HybridParallelPlugin, without its
-// tensor-parallel axis yet) on a dp × pp × tp mesh over the world (tp innermost; dp is what
-// world / (pp × tp) leaves). The user boosts the whole layer stack; each rank keeps its stages.
+// Pipeline, tensor and data parallelism (Colossal-AI's HybridParallelPlugin) on a dp × pp × tp
+// mesh over the world (tp innermost; dp is what world / (pp × tp) leaves). The user boosts the
+// whole layer stack; each rank keeps its stages.
 //
 // boost(), in order:
+//   0. tensor parallelism over the tp group (shard_tensor_parallel): tp_mode=1d through the
+//      model's shardformer policy, tp_mode=2d through Vit2dSharder on a q × q grid (a batch q does
+//      not divide is padded and trimmed: PipelineModel::Parts::batch_multiple);
 //   1. the stack is cut into pp × num_model_chunks virtual stages (partition, layers_per_stage;
 //      the last layer, the head, goes with the one before it); this rank keeps chunk c = virtual
 //      stage c·pp + its pp rank; the rest of the stack is no longer this rank's business;
