@@ -1,8 +1,12 @@
 #pragma once
 // What the tests that run colo's programs as black boxes share (colo-run, train_vit): a file's
-// whole text, an argument quoted for sh -c, and checks on a program's output.
+// whole text, an argument quoted for sh -c, checks on a program's output, a free port.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <fstream>
@@ -36,6 +40,19 @@ inline std::size_t count_of(const std::string& text, const std::string& part) {
   std::size_t n = 0;
   for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
   return n;
+}
+
+// A loopback port that was free a moment ago (bind to 0, read it back, close).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace command_output

@@ -20,12 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include "command_output.h"
+
 extern char** environ;
 
 namespace {
 
 namespace files = colo::files;
 using Clock = std::chrono::steady_clock;
+using command_output::free_port;
 
 const std::string kColoRun = COLO_BINARY_DIR "/bin/colo-run";
 const std::string kProbe = COLO_BINARY_DIR "/bin/colo_job_probe";
@@ -112,18 +115,6 @@ class Process {
   bool reaped_ = false;
   Clock::time_point start_;
 };
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

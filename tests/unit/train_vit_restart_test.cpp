@@ -5,10 +5,7 @@
 // Tiny jobs (16x16 synthetic images, a two-block ViT) on CPU ranks.
 #include <colo/files/files.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -25,6 +22,7 @@ namespace {
 using command_output::read_file;
 using command_output::quote;
 using command_output::count_of;
+using command_output::free_port;
 
 namespace files = colo::files;
 
@@ -94,18 +92,6 @@ class TrainVitRestart : public ::testing::Test {
       results.push_back(r);
     }
     return results;
-  }
-
-  static int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-    ::close(fd);
-    return ntohs(addr.sin_port);
   }
 
   std::string path(const std::string& name) const { return files::join(dir_, name); }
