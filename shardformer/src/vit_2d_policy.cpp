@@ -178,10 +178,12 @@ void Vit2dSharder::shard(nn::LayerStack& model) const {
     }
     auto* block = dynamic_cast<nn::EncoderBlock*>(layer.get());
     if (!block) continue;
-    replace_norm(*block, "norm1", grid);
+    // On a 1 x 1 grid a LayerNorm2D is the block's own LayerNorm in unfused kernels, and a
+    // replaced norm costs the block its fused residual-and-norm path: the norms stay.
+    if (grid->q() > 1) replace_norm(*block, "norm1", grid);
     replace_linear(*block, "attn.qkv", 3, grid);
     replace_linear(*block, "attn.proj", 1, grid);
-    replace_norm(*block, "norm2", grid);
+    if (grid->q() > 1) replace_norm(*block, "norm2", grid);
     replace_linear(*block, "mlp.fc1", 1, grid);
     replace_linear(*block, "mlp.fc2", 1, grid);
     // The residual stream's dropout, too, draws on this rank's block (outputs_too). Drop-path

@@ -15,7 +15,9 @@
 #include <colo/shardformer/rng_tracker.h>
 #include <colo/shardformer/sequence_mappings.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/tp_mappings.h>
+#include <colo/shardformer/vit_2d_policy.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -258,6 +260,22 @@ TEST(Shardformer, ShardedVitLoadsTimmWeightsAndGivesItsLogits) {
       model->eval();
       expect_close(model->forward(images), want, "logits", 1e-5);
     }
+  }
+  // 2D: the same file into a 2 x 2 grid (each weight cut in blocks, LayerNorms and biases by
+  // column: load_pretrained slices by the recorded cuts), and into a 1 x 1 grid. A 2D model
+  // splits the batch by grid rows: 4 images.
+  const auto four = make_batches(1, 4, 12).images[0].cpu();
+  const auto want_four = whole->forward(four);
+  for (int side : {1, 2}) {
+    if (world()->size() % (side * side) != 0) continue;
+    SCOPED_TRACE(fmt::format("2d on a {0} x {0} grid", side));
+    const auto grid = std::make_shared<Tp2dGrid>(consecutive_group(side * side, "sf_timm_2d"));
+    torch::manual_seed(78);
+    auto model = nn::make_vision_transformer(config);
+    Vit2dSharder(grid).shard(*model);
+    nn::load_pretrained(*model, path);
+    model->eval();
+    expect_close(model->forward(four), want_four, "logits", 1e-5);
   }
   remove_shared_directory(dir);
 }

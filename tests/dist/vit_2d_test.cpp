@@ -8,6 +8,7 @@
 #include <colo/nn/layer_stack.h>
 #include <colo/nn/shard_spec.h>
 #include <colo/nn/vision_transformer.h>
+#include <colo/shardformer/linear_2d.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/tp_mappings.h>
 #include <colo/shardformer/vit_2d_policy.h>
@@ -122,6 +123,41 @@ TEST(Vit2d, ForwardAndBackwardEqualOneProcess) {
   }
   // Per block: norm1, qkv, proj, norm2, fc1, fc2, each a weight and a bias.
   EXPECT_EQ(replaced, config.depth() * 12) << "every replaced parameter records its cuts";
+  world()->barrier().wait();
+}
+
+// A 1 x 1 grid (tp_size 1) has nothing to split: the blocks keep their own LayerNorms (and with
+// them the block's fused residual-and-norm path; LayerNorm2D at q = 1 is the same arithmetic in a
+// dozen unfused kernels: 2D at tp_size 1 ran at 0.60x torch_ddp on one H200), the linears become
+// Linear2D (a plain linear at q = 1), and the sharded model computes what the unsharded one does.
+TEST(Vit2d, AOneByOneGridKeepsTheBlocksOwnLayerNorms) {
+  const auto alone = world()->new_subgroup({world()->global_rank(world()->rank())}, "vit2d_alone");
+  const auto grid = std::make_shared<Tp2dGrid>(alone);
+  const auto config = vit2d_config();
+  torch::manual_seed(23);
+  const auto images = torch::randn({3, 3, 16, 16}).to(device());
+  auto reference = vit2d_model(config);
+  auto model = vit2d_model(config);
+  Vit2dSharder(grid).shard(*model);
+  int blocks = 0;
+  for (std::size_t k = 0; k < model->size(); ++k) {
+    const auto& layer = *model->layer(k);
+    if (layer.attention_heads() == 0) continue;
+    ++blocks;
+    for (const auto& item : layer.named_modules("", /*include_self=*/false)) {
+      if (item.key() == "norm1" || item.key() == "norm2") {
+        EXPECT_NE(std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(item.value()), nullptr)
+            << layer.canonical_prefix() << item.key() << " was replaced";
+      }
+      if (item.key() == "attn.qkv") {
+        EXPECT_NE(std::dynamic_pointer_cast<Linear2DImpl>(item.value()), nullptr) << "attn.qkv is not a Linear2D";
+      }
+    }
+    EXPECT_EQ(layer.shard_cuts().count("norm1.weight"), 0u);
+  }
+  EXPECT_EQ(blocks, config.depth());
+  torch::NoGradGuard no_grad;
+  EXPECT_LE(relative_error(model->forward(images), reference->forward(images)), 1e-6);
   world()->barrier().wait();
 }
 

@@ -2,7 +2,8 @@
 
 // 2D tensor parallelism (Optimus/SUMMA, tp2d_grid.h) for colo's ViT: the 1D VitPolicy's
 // counterpart for tp_mode=2d. On a q×q grid every EncoderBlock's
-//   norm1, norm2           → LayerNorm2D (statistics summed along the grid row)
+//   norm1, norm2           → LayerNorm2D (statistics summed along the grid row; on a 1×1
+//                            grid they stay: the same arithmetic, fused)
 //   attn.qkv               → Linear2D, parts 3 (column j keeps whole heads of q, k and v)
 //   attn.proj, mlp.fc1/fc2 → Linear2D
 // so a block runs on this rank's block [B/q, S, D/q] of the activations (batch rows by grid row
