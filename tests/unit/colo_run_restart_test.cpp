@@ -257,10 +257,6 @@ TEST_F(ColoRunRestart, BadElasticIsRefused) {
   r = run({"--elastic", "1:2", "true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_CONTAINS(r.err, "--elastic changes the world only when the job starts again: add --max-restarts N");
-  r = run({"--elastic", "1:2", "--max-restarts", "1", "--nnodes", "2", "--master-port", "29999", "true"},
-          "COLO_JOB_TOKEN=" + std::string(64, 'a'));
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_CONTAINS(r.err, "--elastic with --nnodes > 1 is not implemented yet");
 }
 
 // A rank of the first attempt escapes colo-run's stop (setsid) and, once the job has restarted,

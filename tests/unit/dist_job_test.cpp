@@ -362,10 +362,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DistJobStopped, ::testing::Values(2, 4, 8));
 struct TwoNodes {
   std::string port = std::to_string(free_port());
   std::string control = std::to_string(free_port());
-  std::vector<std::string> node_args(int node, int restarts, const std::string& script) const {
-    return {kColoRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--max-restarts", std::to_string(restarts),
-            "--master-addr", "127.0.0.1", "--master-port", port, "--control-port", control,
-            "--grace-period", "1", "sh", "-c", script};
+  std::vector<std::string> node_args(int node, int restarts, const std::string& script,
+                                     const std::string& elastic = "") const {
+    std::vector<std::string> args = {kColoRun, "--nnodes", "2", "--node-rank", std::to_string(node), "--max-restarts",
+                                     std::to_string(restarts), "--master-addr", "127.0.0.1", "--master-port", port,
+                                     "--control-port", control, "--grace-period", "1"};
+    if (!elastic.empty()) args.insert(args.end(), {"--elastic", elastic});
+    args.insert(args.end(), {"sh", "-c", script});
+    return args;
   }
   static std::map<std::string, std::string> env(const std::string& token = kToken, const std::string& timeout_ms = "30000") {
     return {{"COLO_JOB_TOKEN", token}, {"COLO_TIMEOUT_MS", timeout_ms}};
@@ -472,6 +476,98 @@ TEST_F(DistJob, ANodeWithoutTheTokenIsRefusedAndAMissingNodeIsNamed) {
             std::string::npos)
       << err;
   EXPECT_EQ(node0.out(), "") << "no rank starts while a node is missing";
+}
+
+// ---- Several elastic nodes (--elastic with --nnodes > 1) -------------------------------------------
+
+// What each rank says first: its attempt, global rank and world, local rank and node size, GPUs.
+const std::string kSayShare =
+    "echo \"attempt $COLO_RESTART_COUNT rank $RANK/$WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE node $GROUP_RANK "
+    "devices ${CUDA_VISIBLE_DEVICES-none} planned $COLO_ELASTIC_MAX_WORLD\"; ";
+
+// Node 0 numbers the ranks across the nodes and chooses each attempt's world: node 1's local rank
+// 0 cannot start (its slot, GPU 4, is left out: attempt 1 is node 0's 2 ranks and node 1's one, on
+// GPU 5); the program refuses a world of 3 (every rank's note, a usage error's status), so attempt
+// 2 takes the rank off the last node: node 1 sits it out, and both nodes end well.
+TEST_F(DistJob, ElasticNodesShareTheWorldNode0ChoosesAndTheLastNodeGivesUpRanksFirst) {
+  const TwoNodes nodes;
+  // A rank fails only once the attempt's other ranks have spoken (files they leave), so that none
+  // is stopped before it does.
+  const std::string spoke = files::join(dir_, "spoke.");
+  const std::string script =
+      kSayShare + "touch " + spoke + "$COLO_RESTART_COUNT.$RANK; " +
+      "wait_for() { i=0; while [ $i -lt 300 ]; do ok=1; for r in \"$@\"; do [ -f " + spoke +
+      "$COLO_RESTART_COUNT.$r ] || ok=0; done; [ $ok = 1 ] && return; sleep 0.1; i=$((i+1)); done; }; "
+      "if [ $COLO_RESTART_COUNT = 0 ]; then "
+      "  if [ $RANK = 2 ]; then wait_for 0 1 3; echo 'GPU 4 is gone' >$COLO_RUN_REPORTS/cannot-start.2; exit 3; fi; "
+      "  sleep 60; fi; "
+      "if [ $WORLD_SIZE = 3 ]; then wait_for 0 1 2; echo 'dp does not divide 3' >$COLO_RUN_REPORTS/world-size-unusable.$RANK; "
+      "exit 2; fi; "
+      "sleep 0.2";
+  auto env = TwoNodes::env();
+  env["CUDA_VISIBLE_DEVICES"] = "4,5";
+  Process node0(dir_, "node0", nodes.node_args(0, 3, script, "1:2"), env);
+  Process node1(dir_, "node1", nodes.node_args(1, 3, script, "1:2"), env);
+  EXPECT_EQ(node0.wait(50), 0) << node0.err();
+  EXPECT_EQ(node1.wait(50), 0) << node1.err();
+  const std::string out0 = node0.out(), out1 = node1.out(), err0 = node0.err(), err1 = node1.err();
+  // Attempt 0: every slot, ranks numbered node by node.
+  EXPECT_CONTAINS(out0, "[rank 1] attempt 0 rank 1/4 local 1/2 node 0 devices 4,5 planned 4");
+  EXPECT_CONTAINS(out1, "[rank 3] attempt 0 rank 3/4 local 1/2 node 1 devices 4,5 planned 4");
+  EXPECT_CONTAINS(err1, "colo-run: elastic: leaving out slot 0 (GPU 4) from now on: local rank 0 could not start: "
+                        "GPU 4 is gone");
+  // Attempt 1: node 1's one live slot is global rank 2, on GPU 5.
+  EXPECT_CONTAINS(err0, "colo-run: elastic: attempt 1 runs 3 ranks: node 0 2, node 1 1");
+  EXPECT_CONTAINS(out1, "[rank 2] attempt 1 rank 2/3 local 0/1 node 1 devices 5 planned 4");
+  EXPECT_CONTAINS(err1, "colo-run: restart 1 of 3 (COLO_RESTART_COUNT=1): starting this node's ranks again, with every "
+                        "node's, after ");
+  EXPECT_CONTAINS(err1, "; this node runs rank 2 of 3");
+  // Attempt 2: the refused world of 3 loses the last node's rank.
+  EXPECT_CONTAINS(err0, "colo-run: elastic: the program cannot run on 3 ranks");
+  EXPECT_CONTAINS(err0, "colo-run: elastic: attempt 2 runs 2 ranks: node 0 2, node 1 0");
+  EXPECT_CONTAINS(err0, "; this node runs ranks 0-1 of 2");
+  EXPECT_CONTAINS(err1, "; this node sits it out (a world of 2)");
+  EXPECT_CONTAINS(out0, "[rank 1] attempt 2 rank 1/2 local 1/2 node 0 devices 4,5 planned 4");
+  EXPECT_LACKS(out1, "attempt 2");
+  EXPECT_LACKS(err0 + err1, "restart 3");
+}
+
+// Node 1's colo-run is killed (its rank kills it): under --elastic node 0 names the node, stops its
+// own ranks at once and starts the job again without it; a node that can start fewer than MIN ranks
+// is left out and told so (it ends with status 0: the job goes on without it).
+TEST_F(DistJob, ElasticNodesGoOnWithoutANodeThatIsLostOrCannotStartMin) {
+  {
+    const TwoNodes nodes;
+    const std::string script =
+        kSayShare + "if [ $COLO_RESTART_COUNT = 0 ]; then if [ $RANK = 2 ]; then kill -9 $PPID; fi; sleep 60; fi";
+    Process node0(dir_, "node0", nodes.node_args(0, 2, script, "1:2"), TwoNodes::env());
+    Process node1(dir_, "node1", nodes.node_args(1, 2, script, "1:2"), TwoNodes::env());
+    EXPECT_EQ(node1.wait(40), -1) << "node 1's colo-run is killed";
+    EXPECT_EQ(node0.wait(40), 0) << node0.err();
+    const std::string err = node0.err();
+    EXPECT_CONTAINS(err, "colo-run: lost node 1's colo-run (its connection closed); --elastic restarts the job without "
+                         "that node; stopping this node's ranks");
+    EXPECT_CONTAINS(err, "colo-run: elastic: attempt 1 runs 2 ranks: node 0 2");
+    EXPECT_CONTAINS(node0.out(), "[rank 1] attempt 1 rank 1/2 local 1/2 node 0");
+    EXPECT_LACKS(err, "restart 2");
+  }
+  {
+    const TwoNodes nodes;
+    const std::string script =
+        kSayShare +
+        "if [ $COLO_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then echo dead >$COLO_RUN_REPORTS/cannot-start.3; "
+        "exit 3; fi; sleep 60; fi";
+    Process node0(dir_, "min0", nodes.node_args(0, 2, script, "2:2"), TwoNodes::env());
+    Process node1(dir_, "min1", nodes.node_args(1, 2, script, "2:2"), TwoNodes::env());
+    EXPECT_EQ(node1.wait(40), 0) << node1.err();
+    EXPECT_EQ(node0.wait(40), 0) << node0.err();
+    const std::string left = "elastic: leaving out node 1 from now on: it can start only 1 of its slots, fewer than "
+                             "--elastic's MIN 2";
+    EXPECT_CONTAINS(node0.err(), "colo-run: " + left);
+    EXPECT_CONTAINS(node1.err(), left);
+    EXPECT_CONTAINS(node0.out(), "[rank 0] attempt 1 rank 0/2 local 0/2 node 0");
+    EXPECT_LACKS(node1.out(), "attempt 1");
+  }
 }
 
 }  // namespace

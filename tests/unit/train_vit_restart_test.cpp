@@ -262,6 +262,40 @@ TEST_F(TrainVitRestart, AnElasticRunThatLosesARankGoesOnWithFewerRanksAndTheSame
   }
 }
 
+// The elastic target across nodes: two colo-run nodes of 2 ranks (dp 4) under --elastic 2:2; rank 3
+// (node 1) crashes after step 3, then cannot start, so node 1 has fewer than MIN slots: node 0's
+// colo-run leaves the node out and the run goes on as dp 2 on node 0, keeping the global batch by
+// accumulating 2 passes; its per-step losses stay within 1e-5 (fp32) of an uninterrupted dp 4 run's.
+TEST_F(TrainVitRestart, AnElasticRunOfTwoNodesGoesOnWithoutANodeAndTheSameLosses) {
+  const std::vector<std::string> nodes = {"--elastic", "2:2", "--max-restarts", "3", "--grace-period", "1",
+                                          "--master-addr", "127.0.0.1", "--master-port", std::to_string(free_port()),
+                                          "--control-port", std::to_string(free_port())};
+  auto args = [&](const std::string& name) {
+    auto all = tiny(path(name), {"--metrics", path(name + ".jsonl")});
+    *(std::find(all.begin(), all.end(), "--epochs") + 1) = "2";
+    return all;
+  };
+  const auto elastic = run_nodes(nodes, args("elastic"),
+                                 "COLO_TIMEOUT_MS=10000 COLO_FAULT='rank=3,step=3,kind=crash;rank=3,kind=nostart,restart=1'");
+  ASSERT_EQ(elastic[0].exit_code, 0) << elastic[0].out << elastic[0].err;
+  EXPECT_EQ(elastic[1].exit_code, 0) << elastic[1].out << elastic[1].err;
+  EXPECT_CONTAINS(elastic[1].err, "[rank 3] colo: COLO_FAULT: injected crash on rank 3 after step 3 (restart 0)");
+  const std::string left = "elastic: leaving out node 1 from now on: it can start only 1 of its slots, fewer than "
+                           "--elastic's MIN 2";
+  EXPECT_CONTAINS(elastic[0].err, "colo-run: " + left);
+  EXPECT_CONTAINS(elastic[1].err, left);
+  EXPECT_CONTAINS(elastic[0].err, "colo-run: elastic: attempt 2 runs 2 ranks: node 0 2");
+  EXPECT_CONTAINS(elastic[0].out + elastic[0].err, "gradient accumulation 2 instead of 1 keeps the global batch 16");
+  EXPECT_CONTAINS(elastic[0].out, "resumed from");
+  const Result clean = run({kColoRun, "--nproc-per-node", "4"}, args("clean"));
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  const auto expected = metrics_records::train_field(path("clean.jsonl"), "loss");
+  const auto got = metrics_records::train_field(path("elastic.jsonl"), "loss");
+  ASSERT_EQ(expected.size(), 12u);  // two epochs of 96 images at 16
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [step, loss] : expected) EXPECT_NEAR(got.at(step), loss, 1e-5) << "step " << step;
+}
+
 // --layout auto --resume auto: the run record holds the command line's accumulation, not the
 // plan's, so a restart that plans the same layout again continues its own run. The fixture's
 // cluster (tests/unit/planner_fixtures) with 0.04 GiB per rank makes the plan accumulate 2 passes.

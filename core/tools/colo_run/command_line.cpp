@@ -47,7 +47,9 @@ po::options_description launcher_options() {
        "elastic data parallelism (with --max-restarts): start MAX ranks; a restart leaves out the "
        "slots whose rank could not start (a GPU that failed the start-up probe) and tries smaller "
        "worlds while the program cannot use one, never fewer than MIN ranks. The program keeps its "
-       "global batch (COLO_ELASTIC_MAX_WORLD says the world it was planned for). One node only")
+       "global batch (COLO_ELASTIC_MAX_WORLD says the world it was planned for). On several nodes "
+       "(the same --elastic on each) node 0 chooses each attempt's world and a node that is lost is "
+       "left out")
       ("no-prefix", "pass the ranks' output through without the '[rank R] ' prefix")
       ("check", "instead of a program, start N copies of colo-run that verify their environment");
   // clang-format on
@@ -212,11 +214,6 @@ LaunchConfig parse_args(const std::vector<std::string>& args) {
       config.control_port = config.master_port + 1;
     }
   }
-  if (config.elastic_max > 0 && config.nnodes > 1) {
-    problems.push_back(
-        "--elastic with --nnodes > 1 is not implemented yet (the nodes would have to agree on the world of each "
-        "attempt through the store); run an elastic job on one node");
-  }
   if (config.elastic_max > 0 && config.max_restarts == 0) {
     problems.push_back("--elastic changes the world only when the job starts again: add --max-restarts N (N >= 1)");
   }
@@ -267,7 +264,12 @@ std::string usage() {
           "says so: its pipeline and tensor parallelism do not divide it, or its global batch\n"
           "does not split) the next smaller one is tried; each attempt counts as a restart, and\n"
           "below MIN ranks the job stops. COLO_ELASTIC_MAX_WORLD tells the ranks the world the\n"
-          "run was planned for (train_vit keeps the global batch by accumulating more).\n"
+          "run was planned for (train_vit keeps the global batch by accumulating more). On\n"
+          "several nodes (give each the same --elastic) node 0's colo-run chooses each attempt's\n"
+          "world: the nodes in order with their live slots, global ranks numbered across them; a\n"
+          "node whose colo-run is lost, that stops answering or that can start fewer than MIN\n"
+          "ranks is left out and the job restarts without it (node 0 cannot be: its rank 0 serves\n"
+          "the store); a world the program refuses loses ranks from the last nodes first.\n"
           "Warns when the ranks outnumber the cores (or the GPUs) available. Options end at "
           "PROGRAM.\n\n"
           "Who may join: on one node the ranks meet through a store file in a fresh directory\n"

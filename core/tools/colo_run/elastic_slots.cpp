@@ -11,7 +11,7 @@ namespace colo::launcher {
 ElasticNotes read_elastic_notes(const LaunchConfig& config) {
   ElasticNotes notes;
   for (int local = 0; local < config.nproc_per_node; ++local) {
-    const int rank = config.node_rank * config.nproc_per_node + local;
+    const int rank = first_rank_of(config) + local;
     if (auto why = env::read_elastic_note(config.run_reports, env::ElasticNote::kCannotStart, rank)) {
       notes.cannot_start.emplace_back(local, *why);
     }
@@ -34,13 +34,14 @@ std::string ElasticSlots::device_of_slot(int slot) const {
   return slot < static_cast<int>(visible_.size()) ? visible_[static_cast<std::size_t>(slot)] : std::to_string(slot);
 }
 
-void ElasticSlots::configure(LaunchConfig& config) const {
-  config.nproc_per_node = size();
+void ElasticSlots::configure(LaunchConfig& config, int count) const {
+  count = std::clamp(count, 0, static_cast<int>(live_.size()));
+  config.nproc_per_node = count;
   config.elastic_devices.clear();
   bool first_slots = true;
-  for (int local = 0; local < size(); ++local) first_slots = first_slots && live_[static_cast<std::size_t>(local)] == local;
+  for (int local = 0; local < count; ++local) first_slots = first_slots && live_[static_cast<std::size_t>(local)] == local;
   if (first_slots) return;  // the node's (or the inherited list's) own numbering holds
-  for (int local = 0; local < size(); ++local) {
+  for (int local = 0; local < count; ++local) {
     config.elastic_devices.push_back(device_of_slot(live_[static_cast<std::size_t>(local)]));
   }
 }

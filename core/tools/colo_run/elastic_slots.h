@@ -34,9 +34,10 @@ class ElasticSlots {
   int live() const { return static_cast<int>(live_.size()); }
   int cap() const { return cap_; }
 
-  // Points `config` at the next attempt's slots: its rank count and, once those are not the
-  // node's first slots, the GPUs they stand for (config.elastic_devices).
-  void configure(LaunchConfig& config) const;
+  // Points `config` at the next attempt's first `count` live slots (at most size(); with several
+  // nodes node 0's colo-run says how many): its rank count and, once those are not the node's
+  // first slots, the GPUs they stand for (config.elastic_devices).
+  void configure(LaunchConfig& config, int count) const;
 
   // Takes what the failed attempt's ranks said (the attempt ran `attempt_size` ranks on the first
   // of the live slots); returns what colo-run prints about it.

@@ -115,7 +115,7 @@ class Job {
     ranks_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local = 0; local < config_.nproc_per_node; ++local) {
       Rank& rank = ranks_.emplace_back();
-      rank.global_rank = config_.node_rank * config_.nproc_per_node + local;
+      rank.global_rank = first_rank_of(config_) + local;
 
       // Everything the child needs is built before fork(): between fork and exec the child
       // only makes system calls.

@@ -57,9 +57,33 @@ Attempt run_attempt(LaunchConfig config, const LaunchConfig& given, NodeLink* li
   return attempt;
 }
 
+// What this node runs of an attempt, as node 0 assigned it: its ranks, their global numbers and
+// the world; under --elastic the GPUs of its first live slots.
+void take_share(LaunchConfig& config, const NodeShare& share, const std::optional<ElasticSlots>& slots) {
+  if (slots) {
+    slots->configure(config, share.local_size);
+  } else {
+    config.nproc_per_node = share.local_size;
+  }
+  config.first_rank = share.first_rank;
+  config.world_size = share.world_size;
+}
+
+// "; this node runs ranks 2-3 of 4" and the like, for the restart line under --elastic.
+std::string share_text(const NodeShare& share) {
+  if (share.local_size == 0) return fmt::format("; this node sits it out (a world of {})", share.world_size);
+  return fmt::format("; this node runs rank{} {} of {}", share.local_size == 1 ? "" : "s",
+                     share.local_size == 1 ? std::to_string(share.first_rank)
+                                           : fmt::format("{}-{}", share.first_rank, share.first_rank + share.local_size - 1),
+                     share.world_size);
+}
+
 // --max-restarts with --nnodes > 1: every attempt starts and ends on every node together, as node
-// 0's colo-run decides (node_link.h); node 0's --max-restarts governs.
+// 0's colo-run decides (node_link.h); node 0's --max-restarts governs and, under --elastic, node 0
+// chooses each attempt's world from every node's live slots.
 int run_linked_job(LaunchConfig& config, const LaunchConfig& given) {
+  std::optional<ElasticSlots> slots;
+  if (config.elastic_max > 0) slots.emplace(config, split_devices(std::getenv("CUDA_VISIBLE_DEVICES")));
   std::optional<NodeLink> link;
   try {
     link.emplace(config);
@@ -67,29 +91,42 @@ int run_linked_job(LaunchConfig& config, const LaunchConfig& given) {
     print_to(STDERR_FILENO, "colo-run: {}\n", e.what());
     return 1;
   }
-  if (const auto ended = link->start(0)) {
-    print_to(STDERR_FILENO, "colo-run: node 0 ended the job before it started: {}\n", ended->why);
-    return ended->exit_code;
+  const NodeVerdict first = link->start();
+  if (!first.restart) {
+    print_to(STDERR_FILENO, "colo-run: node 0 ended the job before it started: {}\n", first.why);
+    return first.exit_code;
   }
+  take_share(config, first.share, slots);
   for (;;) {
     const auto started = std::chrono::steady_clock::now();
-    const JobOutcome outcome = run_attempt(config, given, &*link).outcome;
+    Attempt attempt;
+    if (config.nproc_per_node > 0) attempt = run_attempt(config, given, &*link);
+    const JobOutcome& outcome = attempt.outcome;
     const char* kind = outcome.stopped_by_link ? "stopped"
                        : outcome.exit_code == 0 ? "ok"
                        : outcome.rank_failed    ? "failed"
                                                 : "fatal";
-    const NodeVerdict verdict = link->finish(NodeReport{outcome.exit_code, kind, outcome.cause});
+    NodeReport report{outcome.exit_code, kind, outcome.cause, config.nproc_per_node, false};
+    if (slots) {
+      if (outcome.rank_failed) {
+        for (const auto& line : slots->take(attempt.notes, config.nproc_per_node)) print_to(STDERR_FILENO, "colo-run: {}\n", line);
+      }
+      report.slots = slots->live();
+      report.refused_world = attempt.notes.world_size_unusable.has_value();
+    }
+    const NodeVerdict verdict = link->finish(report);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!verdict.restart) {
       if (!verdict.why.empty()) print_to(STDERR_FILENO, "colo-run: the job ended after {:.1f} s: {}\n", seconds, verdict.why);
       return verdict.exit_code;
     }
     config.restart_count = verdict.next_attempt;
+    take_share(config, verdict.share, slots);
     print_to(STDERR_FILENO,
              "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting this node's ranks again, with every "
-             "node's, after {:.1f} s, because {}\n",
-             config.restart_count, config.max_restarts, config.restart_count, seconds, verdict.why);
-    link->start(config.restart_count);
+             "node's, after {:.1f} s, because {}{}\n",
+             config.restart_count, config.max_restarts, config.restart_count, seconds, verdict.why,
+             slots ? share_text(verdict.share) : std::string());
   }
 }
 
@@ -164,7 +201,7 @@ int run_job(LaunchConfig config) {
       return outcome.exit_code;
     }
     ++config.restart_count;
-    if (slots) slots->configure(config);
+    if (slots) slots->configure(config, slots->size());
     print_to(STDERR_FILENO,
              "colo-run: restart {} of {} (COLO_RESTART_COUNT={}): starting {} again after {:.1f} s, because {}\n",
              config.restart_count, config.max_restarts, config.restart_count,

@@ -38,9 +38,9 @@ EnvVars make_rank_env(const LaunchConfig& config, int local_rank) {
                                             local_rank, config.nproc_per_node - 1));
   }
   EnvVars env = {
-      {"RANK", std::to_string(config.node_rank * config.nproc_per_node + local_rank)},
+      {"RANK", std::to_string(first_rank_of(config) + local_rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(config.nnodes * config.nproc_per_node)},
+      {"WORLD_SIZE", std::to_string(world_size_of(config))},
       {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
       {"GROUP_RANK", std::to_string(config.node_rank)},
       {"MASTER_ADDR", config.master_addr},

@@ -58,12 +58,25 @@ struct LaunchConfig {
   int elastic_min = 0;
   int elastic_max = 0;
   std::vector<std::string> elastic_devices;
+  // This node's first global rank and the job's world, where node 0's colo-run assigns them per
+  // attempt (--elastic with --nnodes > 1: nodes may run different numbers of ranks, or none).
+  // -1 and 0: node_rank * nproc_per_node and nnodes * nproc_per_node (first_rank_of, world_size_of).
+  int first_rank = -1;
+  int world_size = 0;
   bool prefix_output = true;
   bool self_check = false;  // --check: run the launcher's own self-check instead of a program
   bool show_help = false;
   bool new_token = false;   // --new-token: print a fresh job token and exit
   std::vector<std::string> command;  // the program and its arguments, passed through untouched
 };
+
+// This node's first global rank and the job's world size (see LaunchConfig::first_rank).
+inline int first_rank_of(const LaunchConfig& config) {
+  return config.first_rank >= 0 ? config.first_rank : config.node_rank * config.nproc_per_node;
+}
+inline int world_size_of(const LaunchConfig& config) {
+  return config.world_size > 0 ? config.world_size : config.nnodes * config.nproc_per_node;
+}
 
 // The status colo's programs (and colo-run) exit with for a bad command line or environment: a
 // job that failed with it is not restarted (the same command would fail again).
