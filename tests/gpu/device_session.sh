@@ -11,7 +11,7 @@
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
-# elastic-gpu (colo-run --elastic on every GPU, issue 36) save-stall-6b (the 6.45B ViT's save stall under gemini, issue 36) profile-stability (colo-plan profile's run-to-run spread)
+# elastic-gpu (colo-run --elastic on every GPU, issue 36) elastic-nodes (--elastic across two one-GPU nodes) save-stall-6b (the 6.45B ViT's save stall under gemini, issue 36) profile-stability (colo-plan profile's run-to-run spread)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
 # build-base engine-room (a change's A/B: the tree before it, from .gpu-base.tgz, against this one).
 # The image decoders (issue 23) come from Debian too: fetch them into .gpu-deps with
@@ -1081,6 +1081,52 @@ PY
             tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
         done
       done
+      ;;
+    elastic-nodes)
+      # Issue 36 / 45: colo-run --elastic across two "nodes" of one GPU each (CUDA_VISIBLE_DEVICES 0
+      # and 1, NCCL), train_vit dp 2 (torch_ddp, fp32): node 1's colo-run is killed from outside once
+      # the run has saved step 10; node 0's colo-run leaves node 1 out and the run finishes as dp 1
+      # (accumulating 2 passes). Per-step losses against an uninterrupted dp 2 run's; the time from the
+      # kill to the restart line.
+      en_model=(--dataset synthetic --synthetic-samples 2048 --image-size 64 --model custom --patch-size 8 --embed-dim 384
+        --depth 6 --heads 6 --batch-size 64 --log-every 1 --eval-batch-size 256 --epochs 2 --max-steps 40
+        --checkpoint-every 5 --resume auto)
+      token=$(build-gpu/bin/colo-run --new-token)
+      rm -rf /tmp/en_clean /tmp/en_faulty
+      timeout 150 build-gpu/bin/colo-run --nproc-per-node 2 build-gpu/bin/train_vit --plugin torch_ddp "${en_model[@]}" \
+        --save /tmp/en_clean --metrics "$LOGS/en_clean.jsonl" >"$LOGS/en_clean.log" 2>&1
+      note "elastic-nodes: clean dp 2 rc=$?"
+      pids=()
+      for node in 1 0; do
+        COLO_JOB_TOKEN=$token CUDA_VISIBLE_DEVICES=$node COLO_TIMEOUT_MS=15000 \
+          timeout 240 build-gpu/bin/colo-run --nnodes 2 --node-rank $node --elastic 1:1 --max-restarts 2 \
+          --master-addr 127.0.0.1 --master-port 29730 build-gpu/bin/train_vit --plugin torch_ddp "${en_model[@]}" \
+          --save /tmp/en_faulty --metrics "$LOGS/en_faulty.jsonl" >"$LOGS/en_faulty_$node.log" 2>&1 &
+        pids+=($!)
+      done
+      for ((i = 0; i < 600; i++)); do [ -d /tmp/en_faulty/step-00000010 ] && break; sleep 0.1; done
+      t_kill=$(date +%s.%N)
+      pkill -9 -f -- "colo-run --nnodes 2 --node-rank 1 " && note "elastic-nodes: killed node 1's colo-run after step 10 was saved"
+      wait "${pids[1]}"; rc0=$?
+      wait "${pids[0]}"; rc1=$?
+      note "elastic-nodes: node 0 rc=$rc0, node 1 rc=$rc1 (killed: 137 or -9)"
+      grep -E "colo-run: |resumed from|elastic:" "$LOGS/en_faulty_0.log" | head -12 | sed 's/^/node 0: /' |
+        tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      python3 - "$LOGS/en_clean.jsonl" "$LOGS/en_faulty.jsonl" "$t_kill" "$LOGS/en_faulty_0.log" <<'PY' | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+import json, sys
+def losses(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("event") == "train": out[r["step"]] = r["loss"]
+    return out
+clean, faulty = losses(sys.argv[1]), losses(sys.argv[2])
+common = sorted(set(clean) & set(faulty))
+diffs = [abs(clean[s] - faulty[s]) for s in common]
+after = [abs(clean[s] - faulty[s]) for s in common if s > 10]
+print(f"elastic-nodes: {len(common)} steps in both (clean {len(clean)}, elastic {len(faulty)}); max |loss diff| "
+      f"{max(diffs):.3e}, after step 10 (dp 1 x accumulation 2) {max(after) if after else float('nan'):.3e}")
+PY
       ;;
     four-gpu-2d)
       # Issue 35: 2D tensor parallelism on four GPUs over NCCL. The distributed tests of the 2D code
