@@ -147,6 +147,12 @@ bool ProcessGroup::store_is_file() const {
   return dynamic_cast<const c10d::FileStore*>(store) != nullptr;
 }
 
+namespace {
+int64_t traffic_bytes_of(const torch::Tensor& tensor) {
+  return static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size());
+}
+}  // namespace
+
 std::string ProcessGroup::describe() const {
   return fmt::format("{} ({}, global ranks {})", name_, backend_name(backend_), fmt::join(global_ranks_, ","));
 }
@@ -154,6 +160,7 @@ std::string ProcessGroup::describe() const {
 Work ProcessGroup::all_reduce(torch::Tensor tensor, ReduceOp op) {
   auto& backend = *live("all_reduce").backend;
   require_same_device_kind(tensor, backend_, "all_reduce");
+  count_collective(2 * (size() - 1) * traffic_bytes_of(tensor));
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op, backend_);
@@ -174,6 +181,7 @@ Work ProcessGroup::all_gather(torch::Tensor output, torch::Tensor input) {
     throw std::invalid_argument(fmt::format("all_gather on {}: output has {} rows, expected {} x {}", describe(),
                                             output.size(0), size(), input.size(0)));
   }
+  count_collective((size() - 1) * traffic_bytes_of(output));
   if (backend_ == Backend::kNccl) {
     return numbered(*impl_->progress, this, backend._allgather_base(output, input), "all_gather");
   }
@@ -196,6 +204,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
     throw std::invalid_argument(fmt::format("reduce_scatter on {}: input has {} rows, expected {} x {}", describe(),
                                             input.size(0), size(), output.size(0)));
   }
+  count_collective((size() - 1) * traffic_bytes_of(input));
   if (compat::backend_has_reduce_scatter(backend)) {
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op, backend_);
@@ -224,6 +233,7 @@ Work ProcessGroup::reduce_scatter(torch::Tensor output, torch::Tensor input, Red
 Work ProcessGroup::broadcast(torch::Tensor tensor, int src) {
   auto& backend = *live("broadcast").backend;
   require_same_device_kind(tensor, backend_, "broadcast");
+  count_collective(src == rank() ? 0 : size() * traffic_bytes_of(tensor));
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = src;
@@ -259,6 +269,7 @@ Work ProcessGroup::send(torch::Tensor tensor, int dst, int tag) {
   HostStaging staging;
   std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.outgoing(tensor) : tensor};
   const auto op = fmt::format("send to {}", dst);
+  sent_p2p_ += traffic_bytes_of(tensor);
   auto work = issue_point_to_point(*this, op, [&] { return backend.send(tensors, dst, tag); });
   return make_work({std::move(work)}, op, this);
 }
@@ -268,6 +279,7 @@ Work ProcessGroup::recv(torch::Tensor tensor, int src, int tag) {
   HostStaging staging;
   std::vector<at::Tensor> tensors{backend_ == Backend::kGloo ? staging.incoming(tensor) : tensor};
   const auto op = fmt::format("recv from {}", src);
+  received_p2p_ += traffic_bytes_of(tensor);
   auto work = issue_point_to_point(*this, op, [&] { return backend.recv(tensors, src, tag); });
   return make_work({std::move(work)}, op, this, staging.completion());
 }
@@ -277,6 +289,7 @@ Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
   HostStaging staging;
   const bool staged = backend_ == Backend::kGloo;
   const auto name = fmt::format("batch_send_recv ({} ops)", ops.size());
+  for (const auto& op : ops) (op.kind == P2POp::Kind::kSend ? sent_p2p_ : received_p2p_) += traffic_bytes_of(op.tensor);
   auto works = issue_point_to_point(*this, name, [&] {
     std::vector<c10::intrusive_ptr<c10d::Work>> issued;
     compat::start_coalescing(backend);
@@ -290,6 +303,23 @@ Work ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
     return issued;
   });
   return make_work(std::move(works), name, this, staging.completion());
+}
+
+Traffic ProcessGroup::traffic() const {
+  return Traffic{collectives_.load(), static_cast<double>(received_times_size_.load()) / size(), sent_p2p_.load(),
+                 received_p2p_.load()};
+}
+
+void ProcessGroup::reset_traffic() {
+  collectives_ = 0;
+  received_times_size_ = 0;
+  sent_p2p_ = 0;
+  received_p2p_ = 0;
+}
+
+void ProcessGroup::count_collective(int64_t received_bytes_times_size) {
+  ++collectives_;
+  received_times_size_ += received_bytes_times_size;
 }
 
 Work ProcessGroup::barrier() {

@@ -2,7 +2,9 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +55,19 @@ struct P2POp {
   torch::Tensor tensor;
   int peer;  // rank within the group
   int tag = 0;
+};
+
+// What this rank's collectives on one group have moved since the group was made or the count
+// reset (ProcessGroup::traffic), counted as they are issued, in the accounting of
+// docs/tensor_parallel_modes.md: a broadcast delivers its tensor once to every rank but the source;
+// an all-gather (output of N bytes) or a reduce-scatter (input of N bytes) over p ranks brings
+// (p−1)/p·N to each rank; an all-reduce twice that. A reduce-scatter counts as one even where Gloo
+// emulates it with an all-reduce. Point-to-point sends and receives count their bytes apart.
+struct Traffic {
+  int64_t collectives = 0;
+  double received_bytes = 0;  // by the collectives
+  int64_t sent_p2p_bytes = 0;
+  int64_t received_p2p_bytes = 0;
 };
 
 // A group of ranks and the collectives over it, a thin wrapper over one c10d backend (Gloo or
@@ -110,6 +125,11 @@ class ProcessGroup {
   Work batch_send_recv(const std::vector<P2POp>& ops);
   Work barrier();
 
+  // What this rank's operations on the group have moved (Traffic), and a fresh count. Safe to
+  // read while collectives are issued from other threads (the autograd engine's).
+  Traffic traffic() const;
+  void reset_traffic();
+
   // `tensor` itself where this group's backend can communicate it, else a copy on the current
   // CUDA device: NCCL takes CUDA tensors only, and small host values (a norm of offloaded
   // gradients, an overflow flag) travel to the GPU for the collective. Gloo takes both: its
@@ -149,6 +169,12 @@ class ProcessGroup {
   int rank_;
   Backend backend_;
   std::chrono::milliseconds timeout_;
+  // Traffic's counts; received bytes kept times the group's size, so that they stay whole numbers.
+  void count_collective(int64_t received_bytes_times_size);
+  std::atomic<int64_t> collectives_{0};
+  std::atomic<int64_t> received_times_size_{0};
+  std::atomic<int64_t> sent_p2p_{0};
+  std::atomic<int64_t> received_p2p_{0};
 };
 
 // Rendezvous (a FileStore when env.rdzv_file is set, else a TCPStore served by rank 0 at

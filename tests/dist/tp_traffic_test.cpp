@@ -1,0 +1,138 @@
+// docs/tensor_parallel_modes.md against the code: one encoder block of colo's ViT, sharded 1D
+// over four ranks (two in a world of two) and 2D on a 2×2 grid, runs a forward and a backward
+// while its groups count what they move (ProcessGroup::traffic); the counts must be the cost
+// note's formulas to the byte, group by group, with the number of collectives. A change that adds
+// a collective, or moves a bigger tensor, fails here until the note says so. At 8 ranks the world
+// runs two groups of four; at 2 the 2D case skips. Helpers carry a tptraffic_ prefix (the CUDA
+// build compiles these files as one unit).
+#include <colo/dist/process_group.h>
+#include <colo/nn/encoder_block.h>
+#include <colo/nn/layer_stack.h>
+#include <colo/nn/vision_transformer.h>
+#include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_2d_policy.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "dist_test_env.h"
+#include "plugin_equivalence.h"
+
+namespace colo::shardformer {
+namespace {
+
+using namespace test;
+
+#define TPTRAFFIC_REQUIRE_FOUR()                                                                     \
+  if (world()->size() % 4 != 0) {                                                                    \
+    GTEST_SKIP() << "the block is sharded over groups of 4 ranks, the world has " << world()->size(); \
+  }
+
+// Batch 4 of 16×16 images in patches of 8: s = 5 tokens a sample, T = 20; width h = 16, 4 heads,
+// MLP 2h; every linear with a bias.
+constexpr int64_t kBatch = 4, kTokens = 5, kWidth = 16, kMlp = 32;
+constexpr double kElement = 4;  // fp32
+
+std::shared_ptr<nn::LayerStack> tptraffic_vit() {
+  torch::manual_seed(23);
+  auto model = nn::make_vision_transformer(nn::ViTConfig()
+                                               .image_size(16)
+                                               .patch_size(8)
+                                               .in_channels(3)
+                                               .num_classes(10)
+                                               .embed_dim(kWidth)
+                                               .depth(1)
+                                               .num_heads(4)
+                                               .mlp_ratio(2.0)
+                                               .drop_rate(0.0)
+                                               .attn_drop_rate(0.0)
+                                               .drop_path_rate(0.0));
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
+  model->to(device());
+  return model;
+}
+
+nn::EncoderBlock& tptraffic_block(nn::LayerStack& model) {
+  for (std::size_t k = 0; k < model.size(); ++k) {
+    if (auto* block = dynamic_cast<nn::EncoderBlock*>(model.layer(k).get())) return *block;
+  }
+  throw std::logic_error("the ViT has no encoder block");
+}
+
+// One forward and backward of `block` on a random input of `shape`, with a random output gradient.
+void tptraffic_step(nn::EncoderBlock& block, std::vector<int64_t> shape) {
+  torch::manual_seed(31);
+  const auto x = torch::randn(shape).to(device()).requires_grad_(true);
+  const auto y = block.forward(x);
+  y.backward(torch::randn_like(y));
+}
+
+// The note's four linears of a block: qkv (h → 3h), proj (h → h), fc1 (h → 4h; here 2h), fc2.
+struct TptrafficLinear {
+  int64_t in, out;
+};
+constexpr TptrafficLinear kLinears[] = {{kWidth, 3 * kWidth}, {kWidth, kWidth}, {kWidth, kMlp}, {kMlp, kWidth}};
+
+// 1D over p = 4 ranks (2 in a world of 2): two all-reduces of T·h forward (after proj and fc2),
+// two backward (the input gradients of qkv and fc1), 2(p−1)/p·T·h each; the LayerNorms
+// replicated, no collective.
+TEST(TpTraffic, OneBlockIn1dMovesWhatTheCostNoteSays) {
+  const auto tp = consecutive_group(world()->size() % 4 == 0 ? 4 : 2, "tptraffic_1d");
+  auto model = tptraffic_vit();
+  ShardFormer(tp).shard(*model);
+  tp->reset_traffic();
+  tptraffic_step(tptraffic_block(*model), {kBatch, kTokens, kWidth});
+  const double p = tp->size(), T = kBatch * kTokens;
+  const auto got = tp->traffic();
+  EXPECT_EQ(got.collectives, 4);
+  EXPECT_DOUBLE_EQ(got.received_bytes, 4 * 2 * (p - 1) / p * T * kWidth * kElement);
+  EXPECT_EQ(got.sent_p2p_bytes + got.received_p2p_bytes, 0);
+}
+
+// 2D on a q = 2 grid, per group. Each Linear2D(in, out): q broadcasts of the input block
+// T·in/q² along the row forward and q again backward, plus the reduce-scatter of the stacked dX
+// terms (q·T/q·in/q elements) over the row; q + q broadcasts of the weight block out·in/q² down
+// the column, the reduce-scatter of the dW terms (q·out/q·in/q) and the bias gradient's all-reduce
+// [out/q] over the column. Each LayerNorm2D: four all-reduces of [T/q] statistics over the row, the
+// weight and bias gradients [h/q] all-reduced over the column.
+TEST(TpTraffic, OneBlockIn2dMovesWhatTheCostNoteSays) {
+  TPTRAFFIC_REQUIRE_FOUR();
+  const auto grid = std::make_shared<Tp2dGrid>(consecutive_group(4, "tptraffic_2d"));
+  auto model = tptraffic_vit();
+  Vit2dSharder(grid).shard(*model);
+  for (auto* group : {&grid->tp(), &grid->row_group(), &grid->column_group()}) group->reset_traffic();
+  const int64_t q = grid->q();
+  tptraffic_step(tptraffic_block(*model), {kBatch / q, kTokens, kWidth / q});
+
+  const double Q = static_cast<double>(q), T = kBatch * kTokens;
+  const double ring = (Q - 1) / Q;  // an all-gather's or reduce-scatter's share per rank
+  double row = 0, column = 0;
+  int64_t row_calls = 0, column_calls = 0;
+  for (const auto& linear : kLinears) {
+    const double in = static_cast<double>(linear.in), out = static_cast<double>(linear.out);
+    row += 2 * (Q - 1) * T * in / (Q * Q) + ring * (Q * (T / Q) * (in / Q));
+    column += 2 * (Q - 1) * out * in / (Q * Q) + ring * (Q * (out / Q) * (in / Q)) + 2 * ring * out / Q;
+    row_calls += 2 * q + 1;
+    column_calls += 2 * q + 2;
+  }
+  for (int norm = 0; norm < 2; ++norm) {
+    row += 4 * 2 * ring * T / Q;
+    column += 2 * 2 * ring * kWidth / Q;
+    row_calls += 4;
+    column_calls += 2;
+  }
+  const auto got_row = grid->row_group().traffic();
+  const auto got_column = grid->column_group().traffic();
+  EXPECT_EQ(got_row.collectives, row_calls) << "row group";
+  EXPECT_DOUBLE_EQ(got_row.received_bytes, row * kElement) << "row group";
+  EXPECT_EQ(got_column.collectives, column_calls) << "column group";
+  EXPECT_DOUBLE_EQ(got_column.received_bytes, column * kElement) << "column group";
+  EXPECT_EQ(grid->tp().traffic().collectives, 0) << "a 2D block talks along the grid's rows and columns only";
+}
+
+}  // namespace
+}  // namespace colo::shardformer
