@@ -4,8 +4,6 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <optional>
-#include <utility>
 #include <vector>
 
 namespace colo::shardformer {
@@ -19,19 +17,10 @@ struct Summa : torch::autograd::Function<Summa> {
     const auto& grid = grid_at(grid_handle);
     ctx->saved_data["grid"] = grid_handle;
     ctx->save_for_backward({x, w});
-    // Step k + 1's broadcasts start before step k's product (PendingBroadcast): two blocks of X
-    // and of W in flight at most.
-    auto start = [&](int k) {
-      return std::make_pair(PendingBroadcast(x, k, grid.row_group()), PendingBroadcast(w, k, grid.column_group()));
-    };
-    std::optional<std::pair<PendingBroadcast, PendingBroadcast>> next = start(0);
     torch::Tensor y;
     for (int k = 0; k < grid.q(); ++k) {
-      auto now = std::move(*next);
-      next.reset();
-      if (k + 1 < grid.q()) next = start(k + 1);
-      const auto x_ik = now.first.take();
-      const auto w_kj = now.second.take();
+      const auto x_ik = broadcast_from(x, k, grid.row_group());
+      const auto w_kj = broadcast_from(w, k, grid.column_group());
       auto term = torch::matmul(x_ik, w_kj.t());
       y = y.defined() ? y.add_(term) : term;
     }
@@ -51,21 +40,10 @@ struct Summa : torch::autograd::Function<Summa> {
     const bool want_w = ctx->needs_input_grad(1);
     std::vector<torch::Tensor> x_terms;  // term k: dY_ij · W_kj, reduced to column k
     std::vector<torch::Tensor> w_terms;  // term k: dY_ijᵀ · X_ik, reduced to row k
-    // The same prefetch as forward: step k + 1's blocks travel during step k's products.
-    auto start = [&](int k) {
-      std::pair<std::optional<PendingBroadcast>, std::optional<PendingBroadcast>> blocks;
-      if (want_x) blocks.first.emplace(w, k, grid.column_group());
-      if (want_w) blocks.second.emplace(x, k, grid.row_group());
-      return blocks;
-    };
-    auto next = start(0);
     for (int k = 0; k < grid.q(); ++k) {
-      auto now = std::move(next);
-      next = {};
-      if (k + 1 < grid.q()) next = start(k + 1);
-      if (want_x) x_terms.push_back(torch::matmul(dy, now.first->take()));
+      if (want_x) x_terms.push_back(torch::matmul(dy, broadcast_from(w, k, grid.column_group())));
       if (want_w) {
-        const auto x_ik = now.second->take();
+        const auto x_ik = broadcast_from(x, k, grid.row_group());
         w_terms.push_back(dy_rows.t().mm(x_ik.reshape({-1, x_ik.size(-1)})));
       }
     }

@@ -56,33 +56,17 @@ torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group) 
 }
 
 torch::Tensor broadcast_from(const torch::Tensor& x, int src, dist::ProcessGroup& group) {
-  return PendingBroadcast(x, src, group).take();
-}
-
-PendingBroadcast::PendingBroadcast(const torch::Tensor& x, int src, dist::ProcessGroup& group) : like_(x) {
-  if (group.size() == 1) {
-    value_ = x;
-    return;
-  }
+  if (group.size() == 1) return x;
   // The others receive in place: into a buffer of their own, never the caller's tensor. The source
   // sends the caller's values through a tensor with a version counter of its own (variable_data):
   // a broadcast counts as an in-place write on every rank, the source's included (Gloo on CUDA
   // tensors even copies the values back), and `x` may be saved for a backward (2D's SUMMA
   // broadcasts attention's output, which scaled_dot_product_attention's CUDA kernels keep).
-  value_ = travelling(group.rank() == src ? x.contiguous().variable_data()
-                                          : torch::empty_like(x, at::MemoryFormat::Contiguous),
-                      group);
-  work_ = group.broadcast(value_, src);
-  pending_ = true;
-}
-
-torch::Tensor PendingBroadcast::take() {
-  if (pending_) {
-    work_.wait();
-    pending_ = false;
-    return value_.to(like_.device(), like_.scalar_type());
-  }
-  return value_;
+  auto value = travelling(group.rank() == src ? x.contiguous().variable_data()
+                                              : torch::empty_like(x, at::MemoryFormat::Contiguous),
+                          group);
+  group.broadcast(value, src).wait();
+  return value.to(x.device(), x.scalar_type());
 }
 
 namespace {

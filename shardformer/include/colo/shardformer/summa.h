@@ -16,9 +16,7 @@
 //   dW_kj = Σ_i dY_ijᵀ · X_ik     (X_ik broadcast along the row); the column group reduces term
 //                                 k to row k.
 // Each set of q reductions travels as one reduce-scatter of the q terms stacked (piece k to the
-// group's rank k). Each step's broadcasts start before the previous step's products, so that
-// the transfers overlap the compute (PendingBroadcast, tp_mappings.h): two blocks of each in
-// flight at most. docs/tensor_parallel_modes.md counts the bytes. The grid must outlive the graph.
+// group's rank k). docs/tensor_parallel_modes.md counts the bytes. The grid must outlive the graph.
 #include <torch/types.h>
 
 namespace colo::shardformer {

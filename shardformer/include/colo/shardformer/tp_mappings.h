@@ -6,7 +6,6 @@
 // backward of one is the forward of its mirror, which is what keeps gradients exact.
 //
 // The group must outlive every autograd graph built through these functions.
-#include <colo/dist/process_group.h>
 #include <torch/types.h>
 
 namespace colo::dist {
@@ -38,22 +37,5 @@ torch::Tensor all_reduce_sum(const torch::Tensor& x, dist::ProcessGroup& group);
 // The group's rank `src`'s `x` on every rank (no autograd). Every rank passes a tensor of the
 // same shape and dtype; only src's values are read (2D tensor parallelism's SUMMA steps).
 torch::Tensor broadcast_from(const torch::Tensor& x, int src, dist::ProcessGroup& group);
-
-// broadcast_from in two halves, so that a caller can start the next broadcast before it computes
-// with the current one (SUMMA's prefetch: the transfer of step k + 1 overlaps step k's product;
-// over NCCL a collective waits for the work queued before it is started, so one started after a
-// product would wait for that product). Constructing starts it; take() waits and returns the value
-// on x's device and dtype, once.
-class PendingBroadcast {
- public:
-  PendingBroadcast(const torch::Tensor& x, int src, dist::ProcessGroup& group);
-  torch::Tensor take();
-
- private:
-  torch::Tensor like_;   // the caller's tensor: the device and dtype of the result
-  torch::Tensor value_;  // what travels
-  dist::Work work_;
-  bool pending_ = false;
-};
 
 }  // namespace colo::shardformer
