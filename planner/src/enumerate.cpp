@@ -3,6 +3,7 @@
 #include <colo/planner/planner.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace colo::planner {
 namespace {
@@ -76,8 +77,14 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
       const int dp = world / (tp * pp);
       if (r.global_batch % dp != 0) continue;
       const int64_t local = r.global_batch / dp;
-      for (bool sp : both) {
+      // 1d without and with sequence parallelism; 2d where tp is a square q² whose side divides
+      // the heads, the MLP and the width (never with sp: it splits the activations itself).
+      const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+      const bool grid = tp >= 4 && q * q == tp && c.num_heads() % q == 0 && c.mlp_hidden_dim() % q == 0 &&
+                        c.embed_dim() % q == 0;
+      for (const auto& [sp, mode] : std::vector<std::pair<bool, std::string>>{{false, "1d"}, {true, "1d"}, {false, "2d"}}) {
         if (sp && tp == 1) continue;
+        if (mode == "2d" && !grid) continue;
         for (int zero : {0, 1, 2}) {
           if (zero > 0 && dp == 1) continue;  // nothing to shard over
           for (bool offload : both) {
@@ -89,6 +96,7 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
               base.pp = pp;
               base.tp = tp;
               base.sequence_parallel = sp;
+              base.tp_mode = mode;
               base.zero_stage = zero;
               base.cpu_offload = offload;
               base.activation_checkpointing = ckpt;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace colo::planner::detail {
 namespace {
@@ -44,7 +45,8 @@ LayerTimes LayerCosts::analytic(const std::string& layer, int64_t samples) const
     flops = encoder_block_flops(c, samples, tp);
     // Replicated over tp (unless sequence parallel): two norms, two residual adds (~10 passes
     // over the tokens); split: q, k, v and the attention output, GELU over the hidden units.
-    const double replicated = 10 * b * t * d / (layout_.sequence_parallel ? tp : 1);
+    // (2d splits them too: every activation is a q x q block.)
+    const double replicated = 10 * b * t * d / (layout_.sequence_parallel || layout_.tp_mode == "2d" ? tp : 1);
     const double split = (6 * b * t * d + 3 * b * t * m) / tp;
     bytes = element_ * (replicated + split);
   } else {
@@ -82,8 +84,45 @@ LayerTimes LayerCosts::times(const std::string& layer, int64_t samples) const {
 double LayerCosts::boundary_bytes(int64_t samples) const {
   const auto& c = request_.model.vit;
   const double tokens = static_cast<double>(c.num_tokens());
-  const double share = layout_.sequence_parallel ? 1.0 / layout_.tp : 1.0;
+  // Sequence parallelism and 2d pass this rank's share of the activation between stages.
+  const double share = layout_.sequence_parallel || layout_.tp_mode == "2d" ? 1.0 / layout_.tp : 1.0;
   return element_ * static_cast<double>(samples) * tokens * static_cast<double>(c.embed_dim()) * share;
+}
+
+// 2D tensor parallelism's collectives for one block, from docs/tensor_parallel_modes.md (checked
+// against the code by tests/dist/tp_traffic_test.cpp): per Linear2D(in, out) q broadcasts of the
+// input block (T·in/q²) along the row and q of the weight block (out·in/q²) down the column each
+// way, backward also the reduce-scatters of the stacked dX (T·in/q) and dW (out·in/q) terms and
+// the bias gradient's all-reduce (out/q); per LayerNorm2D two all-reduces of T/q statistics along
+// the row each way and, backward, the weight and bias gradients (h/q) down the column. The row and
+// column groups are q ranks of one node (tp never spans nodes).
+LayerCosts::GridComm LayerCosts::grid_2d_comm(int64_t samples) const {
+  const auto& c = request_.model.vit;
+  const auto& cluster = request_.cluster;
+  const double q = std::round(std::sqrt(static_cast<double>(layout_.tp)));
+  const auto line = tp_group(static_cast<int>(q), cluster.gpus_per_node);
+  const double e = element_;
+  const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
+  const double h = static_cast<double>(c.embed_dim());
+  const double m = static_cast<double>(c.mlp_hidden_dim());
+  auto seconds = [&](Collective what, double bytes) { return collective_seconds(cluster, what, bytes, line); };
+  GridComm g;
+  const std::pair<double, double> linears[] = {{h, 3 * h}, {h, h}, {h, m}, {m, h}};
+  for (const auto& [in, out] : linears) {
+    const double broadcasts = q * (seconds(Collective::kBroadcast, T * in / (q * q) * e) +
+                                   seconds(Collective::kBroadcast, out * in / (q * q) * e));
+    g.block_forward += broadcasts;
+    g.block_backward += broadcasts + seconds(Collective::kReduceScatter, T * in / q * e) +
+                        seconds(Collective::kReduceScatter, out * in / q * e) +
+                        seconds(Collective::kAllReduce, out / q * e);
+  }
+  const double statistics = 2 * seconds(Collective::kAllReduce, T / q * e);
+  g.block_forward += 2 * statistics;
+  g.block_backward += 2 * (statistics + 2 * seconds(Collective::kAllReduce, h / q * e));
+  // gather_2d before the head (split_2d's backward after the embedding): the features along the
+  // row, then the batch down the column.
+  g.edge = seconds(Collective::kAllGather, T * h / q * e) + seconds(Collective::kAllGather, T * h * e);
+  return g;
 }
 
 PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
@@ -103,7 +142,14 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
                                 ? 2 * (collective_seconds(cluster, Collective::kAllGather, activation, group) +
                                        collective_seconds(cluster, Collective::kReduceScatter, activation, group))
                                 : 2 * collective_seconds(cluster, Collective::kAllReduce, activation, group);
-  const double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
+  double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
+  double block_forward = block_comm, block_backward = block_comm;
+  if (layout_.tp_mode == "2d" && tp > 1) {
+    const auto grid = grid_2d_comm(samples);
+    block_forward = grid.block_forward;
+    block_backward = grid.block_backward;
+    edge_comm = grid.edge;
+  }
   for (int l = begin; l < end; ++l) {
     const std::string kind = l == 0 ? "patch_embedding" : l <= depth_ ? "encoder_block" : "head";
     const auto t = times(kind, samples);
@@ -121,11 +167,14 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
     }
     pass.weight_grad += t.weight_grad;
     if (tp > 1 && kind == "encoder_block") {
-      pass.tp_forward += block_comm;
-      pass.tp_backward += block_comm * (recomputed ? 2 : 1);
+      pass.tp_forward += block_forward;
+      pass.tp_backward += block_backward + (recomputed ? block_forward : 0.0);
     }
-    if (tp > 1 && layout_.sequence_parallel && kind == "patch_embedding") pass.tp_backward += edge_comm;
-    if (tp > 1 && layout_.sequence_parallel && kind == "head") pass.tp_forward += edge_comm;
+    // Sequence parallelism and 2d enter their split region after the patch embedding (gathered
+    // in its backward) and leave it before the head (gathered in its forward).
+    const bool split_region = layout_.sequence_parallel || layout_.tp_mode == "2d";
+    if (tp > 1 && split_region && kind == "patch_embedding") pass.tp_backward += edge_comm;
+    if (tp > 1 && split_region && kind == "head") pass.tp_forward += edge_comm;
   }
   return pass;
 }

@@ -34,6 +34,11 @@ class LayerCosts {
 
  private:
   LayerTimes times(const std::string& layer, int64_t samples) const;
+  // tp_mode 2d: one block's collectives each way, and the region's entry/exit gathers.
+  struct GridComm {
+    double block_forward = 0, block_backward = 0, edge = 0;
+  };
+  GridComm grid_2d_comm(int64_t samples) const;
   LayerTimes analytic(const std::string& layer, int64_t samples) const;
 
   const PlanRequest& request_;

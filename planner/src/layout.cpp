@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
@@ -29,7 +30,7 @@ std::string tokens_of(const std::string& plugin) {
   if (plugin == "torch_ddp") return "dpN, accumN, ckpt";
   if (plugin == "low_level_zero") return "dpN, zero1, zero2, offload, accumN, ckpt";
   if (plugin == "gemini") return "dpN, static, auto, optim_offload, accumN, ckpt";
-  return fmt::format("dpN, ppN, tpN, sp, zero0, zero1, zero2, offload, {}, mbN, chunksN, ckpt",
+  return fmt::format("dpN, ppN, tpN, 2d, sp, zero0, zero1, zero2, offload, {}, mbN, chunksN, ckpt",
                      fmt::join(pipeline::builtin_schedules().names(), ", "));
 }
 
@@ -39,6 +40,7 @@ std::string Layout::name() const {
   std::string text = fmt::format("{} dp{}", plugin, dp);
   if (plugin == "hybrid_parallel") {
     text += fmt::format(" pp{} tp{}", pp, tp);
+    if (tp_mode != "1d") text += " " + tp_mode;
     if (sequence_parallel) text += " sp";
     text += fmt::format(" zero{}", zero_stage);
     if (cpu_offload) text += " offload";
@@ -70,6 +72,7 @@ PluginOptions Layout::plugin_options(const std::string& precision) const {
   } else if (plugin == "hybrid_parallel") {
     o["tp_size"] = std::to_string(tp);
     o["pp_size"] = std::to_string(pp);
+    if (tp_mode != "1d") o["tp_mode"] = tp_mode;
     if (sequence_parallel) o["enable_sequence_parallelism"] = "true";
     o["zero_stage"] = std::to_string(zero_stage);
     if (cpu_offload) o["cpu_offload"] = "true";
@@ -119,6 +122,8 @@ Layout Layout::parse(const std::string& text, int world_size) {
       l.pp = n;
     } else if (hybrid && numbered(t, "tp", 1, &n)) {
       l.tp = n;
+    } else if (hybrid && t == "2d") {
+      l.tp_mode = t;
     } else if (hybrid && t == "sp") {
       l.sequence_parallel = true;
     } else if (hybrid && (t == "zero0" || t == "zero1" || t == "zero2")) {
@@ -141,6 +146,15 @@ Layout Layout::parse(const std::string& text, int world_size) {
     throw std::invalid_argument(fmt::format("layout \"{}\": optim_offload is a static placement; auto places the "
                                             "optimizer state itself", text));
   }
+  if (l.tp_mode == "2d") {
+    const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(l.tp))));
+    if (q * q != l.tp) {
+      throw std::invalid_argument(fmt::format("layout \"{}\": 2d needs tp = q² (a q x q grid), got tp{}", text, l.tp));
+    }
+    if (l.sequence_parallel) {
+      throw std::invalid_argument(fmt::format("layout \"{}\": 2d splits the activations already: drop sp", text));
+    }
+  }
   if (world_size < 1 || world_size % (l.pp * l.tp) != 0) {
     throw std::invalid_argument(
         fmt::format("layout \"{}\": pp {} x tp {} does not divide the world size {}", text, l.pp, l.tp, world_size));
@@ -159,7 +173,7 @@ Layout Layout::parse(const std::string& text, int world_size) {
 
 bool operator==(const Layout& a, const Layout& b) {
   auto key = [](const Layout& l) {
-    return std::make_tuple(l.plugin, l.dp, l.pp, l.tp, l.sequence_parallel, l.zero_stage, l.cpu_offload,
+    return std::make_tuple(l.plugin, l.dp, l.pp, l.tp, l.tp_mode, l.sequence_parallel, l.zero_stage, l.cpu_offload,
                            l.gemini_placement, l.optim_offload, l.microbatches, l.schedule, l.chunks,
                            l.activation_checkpointing, l.grad_accum);
   };

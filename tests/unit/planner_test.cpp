@@ -10,6 +10,8 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "planner_fixture.h"
 
@@ -95,6 +97,51 @@ TEST(PlannerStepModel, TensorParallelCollectivesStayOnTheCriticalPath) {
   const double piece = 1e-4 + 18432e-9;
   EXPECT_NEAR(sp.breakdown.compute, 0.006 + 5 * 0.030 + 0.006, kEps);
   EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece, kEps);
+}
+
+// 2d on a 2 x 2 grid (tp 4), 8 samples: T = 136 tokens, 4 bytes an element (docs/tensor_parallel_modes.md,
+// whose counts tests/dist/tp_traffic_test.cpp checks against the code). Per Linear2D(in, out):
+// forward two broadcasts of the input block (T·in/4 elements) and two of the weight block
+// (out·in/4); backward those again, the reduce-scatters of the stacked dX (T·in/2) and dW
+// (out·in/2) terms and the bias's all-reduce (out/2). Per LayerNorm2D: two all-reduces of T/2
+// statistics each way, and backward two of h/2. The region's edges: the head's two gathers
+// (T·h/2 and T·h gathered) and the embedding's backward ones. Every group has 2 ranks, 100 us +
+// moved bytes / 1 GB/s: a broadcast or an all-reduce moves B, an all-gather or reduce-scatter B/2.
+TEST(PlannerStepModel, TwoDimensionalTensorParallelismPaysTheCostNotesCollectives) {
+  auto request = fixture_request(4, 8);
+  auto block = request.profile->layers[2];  // the block at tp 2 stands for tp 4's compute here
+  block.tp = 4;
+  request.profile->layers.push_back(block);
+  StepModel model(request);
+  const auto two_d = model.predict(layout("hybrid_parallel tp4 2d", 4));
+  const double T = 8 * 17, h = 64, m = 128, e = 4;
+  auto seconds = [](double moved) { return 1e-4 + moved * 1e-9; };
+  double block_comm = 0;
+  for (const auto& [in, out] : {std::pair{h, 3 * h}, std::pair{h, h}, std::pair{h, m}, std::pair{m, h}}) {
+    const double broadcasts = 2 * (seconds(T * in / 4 * e) + seconds(out * in / 4 * e));
+    block_comm += 2 * broadcasts + seconds(T * in / 2 * e / 2) + seconds(out * in / 2 * e / 2) + seconds(out / 2 * e);
+  }
+  block_comm += 2 * (4 * seconds(T / 2 * e) + 2 * seconds(h / 2 * e));
+  const double edges = 2 * (seconds(T * h / 2 * e / 2) + seconds(T * h * e / 2));
+  EXPECT_NEAR(two_d.breakdown.tp_comm, 5 * block_comm + edges, kEps);
+  EXPECT_EQ(layout("hybrid_parallel tp4 2d", 4).plugin_options("fp32").at("tp_mode"), "2d");
+  EXPECT_EQ(layout("hybrid_parallel tp4 2d", 4).name(), "hybrid_parallel dp1 pp1 tp4 2d zero0");
+  // The search offers 2d where tp is a square inside a node, never with sequence parallelism.
+  request.cluster.gpus_per_node = 4;
+  std::set<std::string> names;
+  for (const auto& l : colo::planner::enumerate_layouts(request)) names.insert(l.name());
+  EXPECT_EQ(names.count("hybrid_parallel dp1 pp1 tp4 2d zero0"), 1u);
+  EXPECT_EQ(names.count("hybrid_parallel dp2 pp1 tp2 2d zero0"), 0u);
+  for (const auto& name : names) EXPECT_FALSE(name.find(" 2d") != std::string::npos && name.find(" sp") != std::string::npos) << name;
+  for (const auto& [text, says] : {std::pair<std::string, std::string>{"hybrid_parallel tp2 2d", "2d needs tp = q²"},
+                                   {"hybrid_parallel tp4 2d sp", "2d splits the activations already: drop sp"}}) {
+    try {
+      colo::planner::Layout::parse(text, 4);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
 }
 
 // pp 2, 2 microbatches of 4 samples. Stage 0: the patch embedding and blocks 0-1 (F 21 ms, B 42 ms),

@@ -13,6 +13,7 @@ namespace colo::planner {
 //   "low_level_zero dp8 zero2 offload"
 //   "gemini dp8 auto" | "gemini dp8 static" | "gemini dp8 static optim_offload"
 //   "hybrid_parallel dp4 pp4 tp4 sp zero1 1f1b mb4 ckpt" | "... interleaved chunks2 mb8"
+//   "hybrid_parallel dp2 pp1 tp4 2d zero0" (2D tensor parallelism on a 2 x 2 grid)
 // dpN is what the world leaves (world / (pp × tp)); mbN the microbatches of a pipelined
 // hybrid_parallel step (0: not pipelined); accumN the accumulation passes of the others.
 struct Layout {
@@ -21,6 +22,8 @@ struct Layout {
   int pp = 1;
   int tp = 1;
   bool sequence_parallel = false;
+  // hybrid_parallel's tp_mode: "1d" (Megatron) or "2d" (a q x q grid, tp = q²; never with sp).
+  std::string tp_mode = "1d";
   // low_level_zero: 1 or 2; hybrid_parallel: 0, 1 or 2; gemini: 3 (ZeRO-3, its chunks sharded).
   int zero_stage = 0;
   // low_level_zero / hybrid_parallel ZeRO: fp32 state and step on the host.
