@@ -44,7 +44,9 @@ void Vit25dSharder::shard(nn::LayerStack& model) const {
   check_problems(problems(model), grid_->tp().size());
   VitGridSharding how;
   how.grid = grid_->layer_grid();
-  how.depth = grid_->depth_group();
+  // One layer (d = 1) is 2D exactly: no depth group, so the modules keep 2D's paths (Linear2D
+  // at q = 1 is colo::nn::linear, whose weight gradient a zero-bubble pipeline can defer).
+  if (grid_->depth() > 1) how.depth = grid_->depth_group();
   how.tp = &grid_->tp();
   how.split = [grid = grid_](const torch::Tensor& x) { return split_25d(x, *grid); };
   how.gather = [grid = grid_](const torch::Tensor& x) { return gather_25d(x, *grid); };

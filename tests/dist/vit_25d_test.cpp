@@ -3,8 +3,8 @@
 // blocks written out here; Linear2D and LayerNorm2D on a layer's grid with the depth group against
 // one colo::nn::linear and torch's layer_norm on the whole tensors; colo's ViT sharded by
 // Vit25dSharder against the same ViT in one process (logits, loss, every gradient, and the
-// gradient norm counting each block once by its cuts); the refusals' texts. The world is the tp
-// group: at any other world size the cases skip.
+// gradient norm counting each block once by its cuts); one layer (d = 1) as 2D exactly; the
+// refusals' texts. The world is the tp group: at any other world size the cases skip.
 // Helpers carry a vit25d_ prefix: the CUDA build compiles the test files as one unity unit.
 #include <colo/amp/grad_clip.h>
 #include <colo/dist/process_group.h>
@@ -305,6 +305,36 @@ TEST(Vit25d, ShardedVitEqualsOneProcess) {
   double want_sq = 0;
   for (const auto& g : want_grads) want_sq += g.to(torch::kDouble).square().sum().item<double>();
   EXPECT_NEAR(amp::global_grad_norm(grads, plan, 1.0, pieces), std::sqrt(want_sq), 1e-5 * std::sqrt(want_sq));
+  world()->barrier().wait();
+}
+
+// One layer (tp_depth 1) is 2D exactly: no depth group in the modules (Linear2D at q = 1 keeps
+// colo::nn::linear's deferrable path), and the sharded ViT computes the whole one's logits. The 8
+// ranks run two such grids of 4 side by side.
+TEST(Vit25d, ADepthOfOneIsTwoD) {
+  VIT25D_REQUIRE_EIGHT();
+  const auto grid = std::make_shared<Tp25dGrid>(consecutive_group(4, "vit25d_one_layer"), 1);
+  EXPECT_EQ(grid->q(), 2);
+  EXPECT_EQ(grid->depth_group()->size(), 1);
+  EXPECT_EQ(grid->layer_grid()->tp().global_ranks(), grid->tp().global_ranks()) << "the layer is the tp group";
+  const auto config = vit25d_config();
+  torch::manual_seed(29);
+  const auto images = torch::randn({4, 3, 16, 16}).to(device());
+  auto reference = vit25d_model(config);
+  auto model = vit25d_model(config);
+  Vit25dSharder(grid).shard(*model);
+  int linears = 0;
+  for (std::size_t k = 0; k < model->size(); ++k) {
+    for (const auto& item : model->layer(k)->named_modules("", /*include_self=*/false)) {
+      if (const auto linear = std::dynamic_pointer_cast<Linear2DImpl>(item.value())) {
+        ++linears;
+        EXPECT_EQ(linear->options().depth(), nullptr) << item.key() << " has a depth group of one rank";
+      }
+    }
+  }
+  EXPECT_EQ(linears, config.depth() * 4);
+  torch::NoGradGuard no_grad;
+  EXPECT_LE(relative_error(model->forward(images), reference->forward(images)), 1e-6);
   world()->barrier().wait();
 }
 
