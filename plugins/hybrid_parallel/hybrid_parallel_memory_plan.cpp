@@ -9,7 +9,9 @@
 #include <colo/shardformer/policy.h>
 #include <colo/shardformer/policy_registry.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_25d_policy.h>
 #include <colo/shardformer/vit_2d_policy.h>
 #include <colo/shardformer/vit_policy.h>
 #include <fmt/format.h>
@@ -88,12 +90,19 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   std::function<int64_t(const std::string&, int64_t)> tp_share;
   // 2d: the blocks' activations are q x q blocks (B/q samples, D/q features: 1/q² a rank), which
   // activation_bytes counts as sequence parallelism over q² ranks does; the patch embedding's and
-  // the head's stay whole and are added back below.
-  const bool grid = o.tp_mode() == "2d" && tp > 1;
+  // the head's stay whole and are added back below. 2.5d: the same blocks of the parameters
+  // (repeated over the d layers), and activations of B/(d·q) samples and D/q features: 1/tp again.
+  const bool layered = o.tp_mode() == "2.5d" && tp > 1;
+  const bool grid = (o.tp_mode() == "2d" || layered) && tp > 1;
   if (grid) {
-    const int64_t q = shardformer::Tp2dGrid::side_of(tp);
+    const int64_t depth = layered ? o.tp_depth() : 1;
+    const int64_t q = layered ? shardformer::Tp25dGrid::side_and_depth_of(tp, o.tp_depth()).q
+                              : shardformer::Tp2dGrid::side_of(tp);
     try {
-      shardformer::check_problems(shardformer::Vit2dSharder::plan_problems(in.model, q, o.sequence_parallel()), tp);
+      shardformer::check_problems(
+          layered ? shardformer::Vit25dSharder::plan_problems(in.model, q, depth, o.sequence_parallel())
+                  : shardformer::Vit2dSharder::plan_problems(in.model, q, o.sequence_parallel()),
+          tp);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
     }
@@ -101,9 +110,16 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       const auto it = shares.find(name);
       return it == shares.end() ? numel : it->second;
     };
-    plan.notes.push_back(fmt::format("tensor parallelism 2d on a {0}x{0} grid (the blocks' linear weights 1/{1}, their "
-                                     "biases and LayerNorms 1/{0}, activations inside the blocks 1/{1})",
-                                     q, q * q));
+    if (layered) {
+      plan.notes.push_back(fmt::format("tensor parallelism 2.5d on {2} layers of a {0}x{0} grid (the blocks' linear "
+                                       "weights 1/{1}, their biases and LayerNorms 1/{0}, the same on every layer; "
+                                       "activations inside the blocks 1/{3})",
+                                       q, q * q, depth, tp));
+    } else {
+      plan.notes.push_back(fmt::format("tensor parallelism 2d on a {0}x{0} grid (the blocks' linear weights 1/{1}, "
+                                       "their biases and LayerNorms 1/{0}, activations inside the blocks 1/{1})",
+                                       q, q * q));
+    }
   } else if (tp > 1) {
     // As ShardFormer looks them up: the program's own first, colo's ViT policy last.
     auto policies = shardformer::PolicyRegistry::global().policies();

@@ -10,7 +10,9 @@
 #include <colo/nn/layer_stack.h>
 #include <colo/pipeline/partition.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_25d_policy.h>
 #include <colo/shardformer/vit_2d_policy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -113,6 +115,14 @@ void HybridParallelPlugin::shard_tensor_parallel(nn::LayerStack& model, const to
       sharder.shard(model);
       return;
     }
+    if (options_.tp_mode() == "2.5d") {
+      // The layers' and their grids' groups, collective over tp likewise.
+      const shardformer::Vit25dSharder sharder(
+          std::make_shared<shardformer::Tp25dGrid>(tp, options_.tp_depth()),
+          shardformer::Vit25dOptions{options_.sequence_parallel(), seed, context_.device});
+      sharder.shard(model);
+      return;
+    }
     const shardformer::ShardFormer former(tp, shardformer::ShardFormerOptions()
                                                   .sequence_parallel(options_.sequence_parallel())
                                                   .seed(seed)
@@ -137,7 +147,8 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   //    stage would not hold). 1d: the policy that knows the model shards its layers for this rank's
   //    tp coordinate; at tp_size 1 a model with a policy goes through the same code (its parallel
   //    layers then communicate nothing); one without is used as it is. 2d: the ViT's blocks on a
-  //    q x q grid of the tp ranks (Vit2dSharder).
+  //    q x q grid of the tp ranks (Vit2dSharder). 2.5d: on tp_depth layers of a q x q grid, the
+  //    batch split over the layers too (Vit25dSharder).
   shard_tensor_parallel(*inputs.model, *inputs.optimizer, tp);
   const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
 
@@ -205,6 +216,11 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.pp_group = pp;
   parts.policy = policy;
   if (options_.tp_mode() == "2d") parts.batch_multiple = shardformer::Tp2dGrid::side_of(tp->size());
+  // 2.5d: the batch's rows are cut over the layers and each layer's grid rows, d·q ways.
+  if (options_.tp_mode() == "2.5d") {
+    parts.batch_multiple = static_cast<int64_t>(options_.tp_depth()) *
+                           shardformer::Tp25dGrid::side_and_depth_of(tp->size(), options_.tp_depth()).q;
+  }
   if (options_.cuda_graphs()) {
     // A capture slot per microbatch in flight: execute_pipeline sets each chunk's count from its
     // schedule; a plain forward and backward (one stage, no microbatches) needs one.
@@ -307,7 +323,8 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   // Training microbatches are equal (the batch divides); forward-only ones differ by one at most.
   const auto compute_inputs = pipelined->policy().cast_to_compute(inputs);
   auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
-  // 2d: each microbatch padded to a multiple of q rows; its loss and outputs see its own rows only.
+  // 2d (2.5d): each microbatch padded to a multiple of q (d·q) rows; its loss and outputs see its
+  // own rows only.
   std::vector<int64_t> micro_rows;
   for (auto& micro : micro_inputs) {
     micro_rows.push_back(micro.size(0));

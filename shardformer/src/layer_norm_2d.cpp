@@ -36,8 +36,13 @@ torch::Tensor LayerNorm2DImpl::forward(const torch::Tensor& x) {
   const auto variance = shared_sum(centred.square().sum(-1, /*keepdim=*/true), row) / features;
   auto y = centred * torch::rsqrt(variance + options_.eps());
   if (narrow) y = y.to(x.scalar_type());
-  if (weight.defined()) y = y * replicated_in(weight, grid_->column_group());
-  if (bias.defined()) y = y + replicated_in(bias, grid_->column_group());
+  // Each column's copy saw the column's rows of the batch (and, under 2.5D, each layer's its share).
+  const auto shared = [&](const torch::Tensor& p) {
+    const auto in_column = replicated_in(p, grid_->column_group());
+    return options_.depth() ? replicated_in(in_column, *options_.depth()) : in_column;
+  };
+  if (weight.defined()) y = y * shared(weight);
+  if (bias.defined()) y = y + shared(bias);
   return y;
 }
 

@@ -34,9 +34,12 @@ std::vector<nn::ShardSpec> Linear2DImpl::bias_cuts() const {
 }
 
 torch::Tensor Linear2DImpl::forward(const torch::Tensor& x) {
-  if (grid_->q() == 1) return nn::linear(x, weight, bias);
-  auto y = summa_linear(x, weight, *grid_);
-  return bias.defined() ? y + replicated_in(bias, grid_->column_group()) : y;
+  const auto& depth = options_.depth();
+  if (grid_->q() == 1 && !depth) return nn::linear(x, weight, bias);
+  // 2.5D: each layer's product saw its own share of the batch; the depth group sums the shares.
+  const auto across_depth = [&](const torch::Tensor& p) { return depth ? replicated_in(p, *depth) : p; };
+  auto y = summa_linear(x, across_depth(weight), *grid_);
+  return bias.defined() ? y + across_depth(replicated_in(bias, grid_->column_group())) : y;
 }
 
 }  // namespace colo::shardformer

@@ -1,13 +1,6 @@
-// Vit2dSharder (vit_2d_policy.h): colo's ViT under 2D tensor parallelism.
+// Vit2dSharder (vit_2d_policy.h): colo's ViT under 2D tensor parallelism. The work is shared with
+// 2.5D's sharder (vit_grid_sharding.h).
 #include <colo/dist/process_group.h>
-#include <colo/nn/classifier_head.h>
-#include <colo/nn/encoder_block.h>
-#include <colo/nn/layer_stack.h>
-#include <colo/nn/model_summary.h>
-#include <colo/nn/patch_embedding.h>
-#include <colo/shardformer/layer_norm_2d.h>
-#include <colo/shardformer/linear_2d.h>
-#include <colo/shardformer/rng_tracker.h>
 #include <colo/shardformer/shard_former.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/tp2d_mappings.h>
@@ -18,52 +11,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "vit_grid_sharding.h"
+
 namespace colo::shardformer {
 namespace {
 
-// The sub-module at `path` inside `layer` (the block's own names: "attn.qkv", "norm1").
-std::shared_ptr<torch::nn::Module> submodule(const nn::Layer& layer, const std::string& path) {
-  for (const auto& item : layer.named_modules("", /*include_self=*/false)) {
-    if (item.key() == path) return item.value();
-  }
-  throw std::logic_error(fmt::format("Vit2dSharder: the encoder block has no sub-module '{}'", path));
-}
-
-// A sub-module's own parameter `name` (undefined when it has none).
-torch::Tensor own_parameter(const torch::nn::Module& module, const std::string& name) {
-  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-    if (item.key() == name) return item.value();
-  }
-  return {};
-}
-
-// A sub-module's local parameter names inside the block and the cuts each got.
-void record_cuts(nn::Layer& layer, const std::string& path, const std::vector<nn::ShardSpec>& weight_cuts,
-                 const std::vector<nn::ShardSpec>& bias_cuts, bool has_bias) {
-  layer.set_shard_cuts(path + ".weight", weight_cuts);
-  if (has_bias) layer.set_shard_cuts(path + ".bias", bias_cuts);
-}
-
-void replace_linear(nn::EncoderBlock& block, const std::string& path, int64_t parts,
-                    const std::shared_ptr<Tp2dGrid>& grid) {
-  const auto module = submodule(block, path);
-  const auto weight = own_parameter(*module, "weight");
-  const auto bias = own_parameter(*module, "bias");
-  Linear2D linear(weight, bias, grid, Linear2DOptions().parts(parts));
-  record_cuts(block, path, linear->weight_cuts(), linear->bias_cuts(), bias.defined());
-  block.replace_submodule(path, torch::nn::AnyModule(linear));
-}
-
-void replace_norm(nn::EncoderBlock& block, const std::string& path, const std::shared_ptr<Tp2dGrid>& grid) {
-  const auto module = std::dynamic_pointer_cast<torch::nn::LayerNormImpl>(submodule(block, path));
-  if (!module) throw std::logic_error(fmt::format("Vit2dSharder: the encoder block's '{}' is not a LayerNorm", path));
-  const auto weight = own_parameter(*module, "weight");
-  const auto bias = own_parameter(*module, "bias");
-  LayerNorm2D norm(weight, bias, grid, LayerNorm2DOptions().eps(module->options.eps()));
-  if (weight.defined()) block.set_shard_cuts(path + ".weight", norm->weight_cuts());
-  if (bias.defined()) block.set_shard_cuts(path + ".bias", norm->bias_cuts());
-  block.replace_submodule(path, torch::nn::AnyModule(norm));
-}
+VitGridWords words_2d(int64_t q) { return {"2d", fmt::format("tp_mode=2d on a {}×{} grid", q, q), q}; }
 
 }  // namespace
 
@@ -72,128 +25,28 @@ Vit2dSharder::Vit2dSharder(std::shared_ptr<Tp2dGrid> grid, Vit2dOptions options)
   if (!grid_) throw std::invalid_argument("Vit2dSharder: the 2D grid is null");
 }
 
-namespace {
-
-// The sizes problems() checks, from a block's heads and its fc1 weight [hidden, embed]; `block` false
-// when the model has no encoder block.
-std::vector<std::string> size_problems(int64_t q, bool sequence_parallel, bool block, int64_t heads, int64_t hidden,
-                                       int64_t embed) {
-  std::vector<std::string> found;
-  const auto grid = fmt::format("tp_mode=2d on a {}×{} grid", q, q);
-  if (sequence_parallel) {
-    found.push_back(grid + ": sequence parallelism is not supported with 2d (the 2D blocks already split every "
-                           "activation by batch rows and features); turn sequence parallelism off or use tp_mode=1d");
-  }
-  if (!block) {
-    found.push_back(grid + ": the model has no ViT encoder block (nn::EncoderBlock) to shard");
-    return found;
-  }
-  if (embed % q != 0) {
-    found.push_back(fmt::format("{}: the embedding width {} does not divide by q={} (each grid column keeps D/q "
-                                "features): use a q that divides {}",
-                                grid, embed, q, embed));
-  }
-  if (heads % q != 0) {
-    found.push_back(fmt::format("{}: {} heads do not divide by q={} (each grid column keeps whole heads): use a q "
-                                "that divides {}",
-                                grid, heads, q, heads));
-  }
-  if (hidden % q != 0) {
-    found.push_back(fmt::format("{}: the MLP's {} hidden units do not divide by q={}: use a q that divides {}", grid,
-                                hidden, q, hidden));
-  }
-  return found;
-}
-
-// The sub-modules Vit2dSharder replaces, and what a rank keeps of their parameters.
-constexpr const char* kLinears[] = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"};
-constexpr const char* kNorms[] = {"norm1", "norm2"};
-
-}  // namespace
-
 std::vector<std::string> Vit2dSharder::problems(const nn::LayerStack& model) const {
-  const nn::EncoderBlock* block = nullptr;
-  for (const auto& layer : model.layers()) {
-    if ((block = dynamic_cast<const nn::EncoderBlock*>(layer.get()))) break;
-  }
-  if (!block) return size_problems(grid_->q(), options_.sequence_parallel, false, 0, 0, 0);
-  // Every block of a ViT has the same shapes: the first one speaks for all.
-  const auto fc1 = own_parameter(*submodule(*block, "mlp.fc1"), "weight");
-  return size_problems(grid_->q(), options_.sequence_parallel, true, block->attention_heads(), fc1.size(0), fc1.size(1));
+  return vit_grid_problems(model, words_2d(grid_->q()), options_.sequence_parallel);
 }
-
-namespace {
-
-// A block's fc1 weight in a summary (a layer with attention heads and "<name>.mlp.fc1.weight").
-const nn::ParameterSummary* summary_fc1(const nn::LayerSummary& layer) {
-  if (layer.attention_heads <= 0) return nullptr;
-  for (const auto& p : layer.parameters) {
-    if (p.name == layer.name + ".mlp.fc1.weight" && p.shape.size() == 2) return &p;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 std::vector<std::string> Vit2dSharder::plan_problems(const nn::ModelSummary& model, int64_t q, bool sequence_parallel) {
-  for (const auto& layer : model.layers) {
-    if (const auto* fc1 = summary_fc1(layer)) {
-      return size_problems(q, sequence_parallel, true, layer.attention_heads, fc1->shape[0], fc1->shape[1]);
-    }
-  }
-  return size_problems(q, sequence_parallel, false, 0, 0, 0);
+  return vit_grid_plan_problems(model, words_2d(q), sequence_parallel);
 }
 
 std::map<std::string, int64_t> Vit2dSharder::rank_numels(const nn::ModelSummary& model, int64_t q) {
-  std::map<std::string, int64_t> numels;
-  for (const auto& layer : model.layers) {
-    if (!summary_fc1(layer)) continue;
-    for (const auto& p : layer.parameters) {
-      for (const char* linear : kLinears) {
-        const auto path = layer.name + "." + linear;
-        if (p.name == path + ".weight") numels[p.name] = p.numel / (q * q);
-        if (p.name == path + ".bias") numels[p.name] = p.numel / q;
-      }
-      for (const char* norm : kNorms) {
-        const auto path = layer.name + "." + norm;
-        if (p.name == path + ".weight" || p.name == path + ".bias") numels[p.name] = p.numel / q;
-      }
-    }
-  }
-  return numels;
+  return vit_grid_rank_numels(model, q);
 }
 
 void Vit2dSharder::shard(nn::LayerStack& model) const {
   check_problems(problems(model), grid_->tp().size());
-  const auto grid = grid_;
-  // Each rank holds a different block of every activation inside the blocks: its own masks.
-  std::shared_ptr<nn::RegionRng> rng;
-  if (grid->tp().size() > 1) rng = std::make_shared<RngTracker>(options_.seed, grid->tp().rank(), options_.device);
-  for (const auto& layer : model.layers()) {
-    if (auto* embedding = dynamic_cast<nn::PatchEmbedding*>(layer.get())) {
-      embedding->set_output_mapping([grid](const torch::Tensor& x) { return split_2d(x, *grid); });
-    }
-    if (auto* head = dynamic_cast<nn::ClassifierHead*>(layer.get())) {
-      head->set_input_mapping([grid](const torch::Tensor& x) { return gather_2d(x, *grid); });
-    }
-    auto* block = dynamic_cast<nn::EncoderBlock*>(layer.get());
-    if (!block) continue;
-    // On a 1 x 1 grid a LayerNorm2D is the block's own LayerNorm in unfused kernels, and a
-    // replaced norm costs the block its fused residual-and-norm path: the norms stay.
-    if (grid->q() > 1) replace_norm(*block, "norm1", grid);
-    replace_linear(*block, "attn.qkv", 3, grid);
-    replace_linear(*block, "attn.proj", 1, grid);
-    if (grid->q() > 1) replace_norm(*block, "norm2", grid);
-    replace_linear(*block, "mlp.fc1", 1, grid);
-    replace_linear(*block, "mlp.fc2", 1, grid);
-    // The residual stream's dropout, too, draws on this rank's block (outputs_too). Drop-path
-    // keeps the default stream: its per-sample mask must agree along a grid row (the same
-    // samples), which the default generator, seeded alike on every rank, gives. The rows then
-    // draw the same masks for their different samples (correlated across rows, each sample's
-    // still Bernoulli): a per-row stream would fix that; not needed while no run trains with it.
-    block->attn()->set_sharded_rng(rng, /*outputs_too=*/true);
-    block->mlp()->set_sharded_rng(rng, /*outputs_too=*/true);
-  }
+  VitGridSharding how;
+  how.grid = grid_;
+  how.tp = &grid_->tp();
+  how.split = [grid = grid_](const torch::Tensor& x) { return split_2d(x, *grid); };
+  how.gather = [grid = grid_](const torch::Tensor& x) { return gather_2d(x, *grid); };
+  how.seed = options_.seed;
+  how.device = options_.device;
+  shard_vit_on_grid(model, how);
 }
 
 }  // namespace colo::shardformer

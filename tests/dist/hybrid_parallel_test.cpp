@@ -221,6 +221,14 @@ TEST(HybridParallel, TensorParallelCheckpointsLoadInOneProcessAndBack) {
   if (size == 8) tensor_parallel_checkpoint_chain(pipeline(2, grid), "2d, 2 x 2, x pp 2 on 8 ranks");
 }
 
+// 2.5d (2 layers of a 2 x 2 grid: 2d's blocks, each held by both layers) through the same chain:
+// the load slices each tensor for both layers, the save gathers the first layer's pieces.
+TEST(HybridParallel, TwoAndAHalfDimensionalCheckpointsLoadInOneProcessAndBack) {
+  if (world()->size() != 8) GTEST_SKIP() << "2 layers of a 2 x 2 grid on 8 ranks";
+  tensor_parallel_checkpoint_chain({{"tp_size", "8"}, {"tp_mode", "2.5d"}, {"tp_depth", "2"}},
+                                   "2.5d, 2 layers of 2 x 2, on 8 ranks");
+}
+
 void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::string& label) {
   SCOPED_TRACE(label);
   const auto dir = shared_directory("hp_tp_checkpoints");
@@ -296,8 +304,21 @@ void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::st
 // microbatch of 3 on a 2 x 2 grid) goes in padded and comes out trimmed, with the outputs and the
 // loss of one process on the same rows, through model->forward and through the pipeline's
 // microbatches (evaluating 5 rows as 3 and 2, training 6 as 3 and 3, each padded to 4).
+void grid_takes_batches_it_does_not_divide(const PluginOptions& grid);
+
 TEST(HybridParallel, TwoDimensionalGridTakesBatchesItsSideDoesNotDivide) {
   if (world()->size() != 4) GTEST_SKIP() << "a 2 x 2 grid on 4 ranks";
+  grid_takes_batches_it_does_not_divide({{"tp_size", "4"}, {"tp_mode", "2d"}});
+}
+
+// 2.5d cuts every batch into d·q row blocks (2 layers of a 2 x 2 grid: 4): the same batches, each
+// padded to 4 rows.
+TEST(HybridParallel, TwoAndAHalfDimensionalGridTakesBatchesItDoesNotDivide) {
+  if (world()->size() != 8) GTEST_SKIP() << "2 layers of a 2 x 2 grid on 8 ranks";
+  grid_takes_batches_it_does_not_divide({{"tp_size", "8"}, {"tp_mode", "2.5d"}, {"tp_depth", "2"}});
+}
+
+void grid_takes_batches_it_does_not_divide(const PluginOptions& grid) {
   // Evaluated: 5 images (microbatches of 3 and 2); trained: 6 (microbatches of 3, equal as
   // training needs).
   const auto data = make_batches(1, 6, 17);
@@ -322,7 +343,7 @@ TEST(HybridParallel, TwoDimensionalGridTakesBatchesItsSideDoesNotDivide) {
   }
   for (const bool pipelined : {false, true}) {
     SCOPED_TRACE(pipelined ? "pp 1 with 2 microbatches" : "no microbatches");
-    PluginOptions options{{"tp_size", "4"}, {"tp_mode", "2d"}};
+    PluginOptions options = grid;
     if (pipelined) options["num_microbatches"] = "2";
     auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{world(), device()});
     Booster booster(plugin);

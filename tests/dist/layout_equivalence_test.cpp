@@ -410,6 +410,24 @@ std::vector<Row> rows() {
     options["zero_stage"] = zero;
     r.push_back({"hybrid_parallel", options, {2, 1, 4}, 1, 1, 0.05});
   }
+  // 2.5D tensor parallelism (tp_mode=2.5d): 2 layers of a 2 x 2 grid, alone and clipped (the norm
+  // counts each block once although every layer holds it); 2 layers of a 1 x 1 grid (q = 1: the
+  // batch split over the layers is all there is, every parameter's gradient summed over them),
+  // alone, under 1F1B and zero-bubble pipelines, and with ZeRO-1 on data-parallel replicas, clipped.
+  const PluginOptions layers{{"tp_size", "8"}, {"tp_mode", "2.5d"}, {"tp_depth", "2"}};
+  r.push_back({"hybrid_parallel", layers, {1, 1, 8}});
+  r.push_back({"hybrid_parallel", layers, {1, 1, 8}, 1, 1, 0.05});
+  const PluginOptions thin_layers{{"tp_size", "2"}, {"tp_mode", "2.5d"}, {"tp_depth", "2"}};
+  r.push_back({"hybrid_parallel", thin_layers, {1, 1, 2}});
+  r.push_back({"hybrid_parallel", pipeline(2, 4, "1f1b", thin_layers), {1, 2, 2}, 4});
+  // Zero bubble defers colo::nn::linear's weight gradients past the backward; Linear2D with a
+  // depth group never takes that path (its gradient must reach the depth sum in the backward).
+  r.push_back({"hybrid_parallel", pipeline(2, 4, "zero_bubble", thin_layers), {1, 2, 2}, 4});
+  {
+    auto options = thin_layers;
+    options["zero_stage"] = "1";
+    r.push_back({"hybrid_parallel", options, {2, 1, 2}, 1, 1, 0.05});
+  }
   // gemini (ZeRO-3 in chunks): every placement, at 1, 2 and 4 data-parallel ranks.
   for (int dp : {1, 2, 4}) r.push_back({"gemini", {}, {dp, 1, 1}});
   r.push_back({"gemini", {{"chunk_size_mb", "0.03"}, {"max_prefetch", "0"}}, {2, 1, 1}});

@@ -849,8 +849,8 @@ TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
 
 // The hybrid example's layout words: "parallel": {"pipeline": P, "tensor": {"mode", "size", "depth"}}
 // set pp_size, tp_mode, tp_size and tp_depth. 1d trains on 4 and 8 ranks, 2d on 4 (a 2 x 2 grid) and
-// its dry run plans it; the modes not built yet are refused by the dry run as by the run, and sizes
-// a mode cannot take name the ones it can.
+// its dry run plans it, as it does 2.5d's (2 layers of a 2 x 2 grid); the mode not built yet (3d) is
+// refused by the dry run as by the run, and sizes a mode cannot take name the ones it can.
 TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes) {
   const auto words = write("words.json", R"({"plugin": "hybrid_parallel", "parallel": {"pipeline": 2, "microbatches": 2,
                                              "tensor": {"mode": "1d", "size": 2}}})");
@@ -879,8 +879,12 @@ TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes)
   EXPECT_NE(planned.out.find("tensor parallelism 2d on a 2x2 grid"), std::string::npos) << planned.out;
   refused("three_d.json", R"({"tensor": {"mode": "3d", "size": 8}})", 8,
           "tp_mode=3d (q=2 over tp_size=8) is not built yet");
-  refused("tesseract.json", R"({"tensor": {"mode": "2.5d", "size": 8, "depth": 2}})", 8,
-          "tp_mode=2.5d (q=2, depth 2 over tp_size=8) is not built yet");
+  // 2.5d plans (its training is tests/dist/layout_equivalence_test.cpp's 2.5d rows).
+  const auto tesseract = write("tesseract.json",
+                               R"({"plugin": "hybrid_parallel", "parallel": {"tensor": {"mode": "2.5d", "size": 8, "depth": 2}}})");
+  const Result layered = run(tiny_override({"--config", tesseract, "--dry-run", "--world-size", "8"}));
+  EXPECT_EQ(layered.exit_code, 0) << layered.out << layered.err;
+  EXPECT_NE(layered.out.find("tensor parallelism 2.5d on 2 layers of a 2x2 grid"), std::string::npos) << layered.out;
   refused("six.json", R"({"tensor": {"mode": "2d", "size": 6}})", 6,
           "tp_mode=2d needs tp_size = q² (a q × q grid), got 6: use 4 or 9");
   refused("both.json", R"({"tp": 2, "tensor": {"mode": "1d", "size": 2}})", 2,

@@ -9,6 +9,10 @@
 #include <memory>
 #include <vector>
 
+namespace colo::dist {
+class ProcessGroup;
+}
+
 namespace colo::shardformer {
 
 class Tp2dGrid;
@@ -16,6 +20,9 @@ class Tp2dGrid;
 struct LayerNorm2DOptions {
   // The replaced LayerNorm's eps (timm's ViT: 1e-6; torch's default 1e-5).
   TORCH_ARG(double, eps) = 1e-5;
+  // 2.5D: the depth group, over which the weight's and bias's gradients are summed as well (see
+  // Linear2DOptions::depth). Null (2D): none.
+  TORCH_ARG(std::shared_ptr<dist::ProcessGroup>, depth) = nullptr;
 };
 
 // LayerNorm over the last dim under 2D tensor parallelism (tp2d_grid.h): the input is this

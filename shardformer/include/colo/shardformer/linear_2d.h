@@ -10,6 +10,10 @@
 #include <memory>
 #include <vector>
 
+namespace colo::dist {
+class ProcessGroup;
+}
+
 namespace colo::shardformer {
 
 class Tp2dGrid;
@@ -19,6 +23,10 @@ struct Linear2DOptions {
   // 3), so that column j keeps matching rows of each block: whole heads of q, k and v (as
   // ParallelLinearOptions::parts).
   TORCH_ARG(int64_t, parts) = 1;
+  // 2.5D (tp25d_grid.h): the depth group, the ranks that hold this same block in the other
+  // layers, each for its own share of the batch: the weight's and the bias's gradients are summed
+  // over it (replicated_in in the forward), so the copies stay equal. Null (2D): none.
+  TORCH_ARG(std::shared_ptr<dist::ProcessGroup>, depth) = nullptr;
 };
 
 // Y = X·Aᵀ + b under 2D tensor parallelism on a q×q grid (tp2d_grid.h). Rank (i, j) holds the
@@ -31,9 +39,10 @@ struct Linear2DOptions {
 //
 // Built from a whole linear layer's parameters like ColumnParallelLinear: the SAME tensors are
 // kept and cut in place to this rank's block (set_data), so a parameter's identity and name
-// ("attn.qkv.weight") survive. At q = 1 the forward is colo::nn::linear itself (a zero-bubble
-// pipeline can defer its weight gradient); at q > 1 the products sit inside SUMMA's autograd
-// function, which colo::nn::linear's deferral does not reach.
+// ("attn.qkv.weight") survive. At q = 1 (without a depth group) the forward is colo::nn::linear
+// itself (a zero-bubble pipeline can defer its weight gradient); at q > 1, or with a depth group,
+// the products sit inside SUMMA's autograd function, which colo::nn::linear's deferral does not
+// reach (a deferred gradient would land in the depth mapping's output, not the parameter).
 class Linear2DImpl : public torch::nn::Module {
  public:
   Linear2DImpl(torch::Tensor weight, torch::Tensor bias, std::shared_ptr<Tp2dGrid> grid, Linear2DOptions options = {});
