@@ -1,5 +1,5 @@
 // docs/tensor_parallel_modes.md against the code: one encoder block of colo's ViT, sharded 1D
-// over four ranks (two in a world of two) and 2D on a 2×2 grid, runs a forward and a backward
+// over four ranks (two in a world of two), 2D on a 2×2 grid and 2.5D on 2 layers of one (8 ranks), runs a forward and a backward
 // while its groups count what they move (ProcessGroup::traffic); the counts must be the cost
 // note's formulas to the byte, group by group, with the number of collectives. A change that adds
 // a collective, or moves a bigger tensor, fails here until the note says so. At 8 ranks the world
@@ -10,7 +10,9 @@
 #include <colo/nn/layer_stack.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/shardformer/shard_former.h>
+#include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_25d_policy.h>
 #include <colo/shardformer/vit_2d_policy.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -132,6 +134,52 @@ TEST(TpTraffic, OneBlockIn2dMovesWhatTheCostNoteSays) {
   EXPECT_EQ(got_column.collectives, column_calls) << "column group";
   EXPECT_DOUBLE_EQ(got_column.received_bytes, column * kElement) << "column group";
   EXPECT_EQ(grid->tp().traffic().collectives, 0) << "a 2D block talks along the grid's rows and columns only";
+}
+
+// 2.5D on d = 2 layers of a q = 2 grid (8 ranks): each layer runs 2D's collectives above on its
+// T/d tokens, and the depth group (the d ranks holding the same blocks) sums every parameter
+// gradient: per Linear2D the weight block (out·in/q²) and the bias block (out/q), per LayerNorm2D
+// the weight and bias blocks (h/q), each an all-reduce, 2(d−1)/d of it received.
+TEST(TpTraffic, OneBlockIn25dMovesWhatTheCostNoteSays) {
+  if (world()->size() % 8 != 0) GTEST_SKIP() << "2.5D on 2 layers of a 2x2 grid needs 8 ranks";
+  const auto grid = std::make_shared<Tp25dGrid>(consecutive_group(8, "tptraffic_25d"), 2);
+  auto model = tptraffic_vit();
+  Vit25dSharder(grid).shard(*model);
+  const auto& layer = *grid->layer_grid();
+  for (auto* group : {&grid->tp(), &layer.row_group(), &layer.column_group(), grid->depth_group().get()}) {
+    group->reset_traffic();
+  }
+  const int64_t q = grid->q(), d = grid->depth();
+  tptraffic_step(tptraffic_block(*model), {kBatch / (d * q), kTokens, kWidth / q});
+
+  const double Q = static_cast<double>(q), D = static_cast<double>(d), T = kBatch * kTokens / D;
+  const double ring = (Q - 1) / Q, deep = 2 * (D - 1) / D;
+  double row = 0, column = 0, depth = 0;
+  int64_t row_calls = 0, column_calls = 0, depth_calls = 0;
+  for (const auto& linear : kLinears) {
+    const double in = static_cast<double>(linear.in), out = static_cast<double>(linear.out);
+    row += 2 * (Q - 1) * T * in / (Q * Q) + ring * (Q * (T / Q) * (in / Q));
+    column += 2 * (Q - 1) * out * in / (Q * Q) + ring * (Q * (out / Q) * (in / Q)) + 2 * ring * out / Q;
+    depth += deep * (out * in / (Q * Q) + out / Q);
+    row_calls += 2 * q + 1;
+    column_calls += 2 * q + 2;
+    depth_calls += 2;
+  }
+  for (int norm = 0; norm < 2; ++norm) {
+    row += 4 * 2 * ring * T / Q;
+    column += 2 * 2 * ring * kWidth / Q;
+    depth += 2 * deep * kWidth / Q;
+    row_calls += 4;
+    column_calls += 2;
+    depth_calls += 2;
+  }
+  EXPECT_EQ(layer.row_group().traffic().collectives, row_calls) << "row group";
+  EXPECT_DOUBLE_EQ(layer.row_group().traffic().received_bytes, row * kElement) << "row group";
+  EXPECT_EQ(layer.column_group().traffic().collectives, column_calls) << "column group";
+  EXPECT_DOUBLE_EQ(layer.column_group().traffic().received_bytes, column * kElement) << "column group";
+  EXPECT_EQ(grid->depth_group()->traffic().collectives, depth_calls) << "depth group";
+  EXPECT_DOUBLE_EQ(grid->depth_group()->traffic().received_bytes, depth * kElement) << "depth group";
+  EXPECT_EQ(grid->tp().traffic().collectives, 0) << "a 2.5D block talks along its layer's grid and its depth only";
 }
 
 }  // namespace
