@@ -898,7 +898,7 @@ TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes)
 TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
   std::vector<std::string> names = files::list_directory(COLO_SOURCE_DIR "/examples/configs");
   std::sort(names.begin(), names.end());
-  ASSERT_EQ(names.size(), 8u);
+  ASSERT_EQ(names.size(), 9u);
   for (const auto& name : names) {
     const bool large = name.rfind("hybrid_vit_", 0) == 0;
     const int world = large ? (name.find("64gpu") != std::string::npos ? 64 : 32)
@@ -914,6 +914,9 @@ TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
     EXPECT_NE(r.out.find("activation checkpointing"), std::string::npos) << r.out;
     if (name.find("_2d") != std::string::npos) {
       EXPECT_NE(r.out.find("tensor parallelism 2d on a 2x2 grid"), std::string::npos) << r.out;
+    }
+    if (name.find("_2p5d") != std::string::npos) {
+      EXPECT_NE(r.out.find("tensor parallelism 2.5d on 2 layers of a 2x2 grid"), std::string::npos) << r.out;
     }
     EXPECT_NE(r.out.find("global batch " + std::string(world == 32 ? "256" : "512")), std::string::npos) << r.out;
     // The plan prints ranks that hold alike in groups ("ranks 0,1,2,...,19 (8 ranks) (pp 0 of 4; ...)"):
