@@ -16,6 +16,8 @@
 #include <colo/shardformer/sequence_mappings.h>
 #include <colo/shardformer/shard_former.h>
 #include <colo/shardformer/tp2d_grid.h>
+#include <colo/shardformer/vit_25d_policy.h>
+#include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp_mappings.h>
 #include <colo/shardformer/vit_2d_policy.h>
 #include <fmt/format.h>
@@ -273,6 +275,18 @@ TEST(Shardformer, ShardedVitLoadsTimmWeightsAndGivesItsLogits) {
     torch::manual_seed(78);
     auto model = nn::make_vision_transformer(config);
     Vit2dSharder(grid).shard(*model);
+    nn::load_pretrained(*model, path);
+    model->eval();
+    expect_close(model->forward(four), want_four, "logits", 1e-5);
+  }
+  // 2.5D: into 2 layers of a 2 x 2 grid (8 ranks; each layer's blocks are 2D's, the same on both
+  // layers): the batch splits over layers and grid rows, one image each.
+  if (world()->size() % 8 == 0) {
+    SCOPED_TRACE("2.5d on 2 layers of a 2 x 2 grid");
+    const auto grid = std::make_shared<Tp25dGrid>(consecutive_group(8, "sf_timm_25d"), 2);
+    torch::manual_seed(79);
+    auto model = nn::make_vision_transformer(config);
+    Vit25dSharder(grid).shard(*model);
     nn::load_pretrained(*model, path);
     model->eval();
     expect_close(model->forward(four), want_four, "logits", 1e-5);
