@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -127,14 +128,19 @@ TEST_F(ColoRunRestart, WithoutMaxRestartsAFailedJobEndsAtOnceAndTheCountIsZero) 
 }
 
 TEST_F(ColoRunRestart, AUsageErrorOrColoRunsOwnInterruptionIsNotRestarted) {
-  Result r = run({"--max-restarts", "3", "--nproc-per-node", "2", "sh", "-c",
-                  "echo \"attempt $COLO_RESTART_COUNT\"; if [ $RANK = 1 ]; then exit 2; fi; sleep 30"});
+  // Rank 1 acts only once rank 0 has said its line (a file it leaves), or that line could be cut
+  // off by the stop that rank 1's exit brings (CI saw it once).
+  const std::string said = quote(path("said"));
+  const std::string rank1_waits = "echo \"attempt $COLO_RESTART_COUNT\"; if [ $RANK = 0 ]; then touch " +
+                                  said + "; sleep 30; fi; i=0; while [ ! -e " + said +
+                                  " ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; ";
+  Result r = run({"--max-restarts", "3", "--nproc-per-node", "2", "sh", "-c", rank1_waits + "exit 2"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(count_of(r.out, "attempt "), 2u) << r.out;
   EXPECT_CONTAINS(r.err, "colo-run: not restarting: a rank exited with status 2, a usage error");
   // SIGINT to colo-run (the ranks' parent) is a person stopping the job.
-  r = run({"--max-restarts", "3", "--nproc-per-node", "2", "sh", "-c",
-           "echo \"attempt $COLO_RESTART_COUNT\"; if [ $RANK = 1 ]; then kill -INT $PPID; fi; sleep 30"});
+  std::remove(path("said").c_str());
+  r = run({"--max-restarts", "3", "--nproc-per-node", "2", "sh", "-c", rank1_waits + "kill -INT $PPID; sleep 30"});
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_EQ(count_of(r.out, "attempt "), 2u) << r.out;
   EXPECT_LACKS(r.err, "restart 1");
