@@ -71,20 +71,41 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
   if (!wants("hybrid_parallel")) return out;
 
   for (int tp : divisors(world, world)) {
-    if (c.num_heads() % tp != 0 || c.mlp_hidden_dim() % tp != 0) continue;
     if (tp > r.cluster.gpus_per_node && tp > 1) continue;  // tensor parallelism across nodes: never worth it
     for (int pp : divisors(world / tp, layers)) {
       const int dp = world / (tp * pp);
       if (r.global_batch % dp != 0) continue;
       const int64_t local = r.global_batch / dp;
       // 1d without and with sequence parallelism; 2d where tp is a square q² whose side divides
-      // the heads, the MLP and the width (never with sp: it splits the activations itself).
+      // the heads, the MLP and the width; 2.5d (below); 3d where tp is a cube q³ whose side divides the heads
+      // and the MLP and whose cube divides the width (never with sp: they split the activations
+      // themselves).
       const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
       const bool grid = tp >= 4 && q * q == tp && c.num_heads() % q == 0 && c.mlp_hidden_dim() % q == 0 &&
                         c.embed_dim() % q == 0;
-      for (const auto& [sp, mode] : std::vector<std::pair<bool, std::string>>{{false, "1d"}, {true, "1d"}, {false, "2d"}}) {
+      const int side = static_cast<int>(std::lround(std::cbrt(static_cast<double>(tp))));
+      const bool cube = tp >= 8 && side * side * side == tp && c.num_heads() % side == 0 &&
+                        c.mlp_hidden_dim() % side == 0 && c.embed_dim() % tp == 0;
+      // 2.5d: every depth d >= 2 leaving a square q² >= 4 whose side divides them likewise.
+      struct Mode {
+        bool sp;
+        std::string name;
+        int depth;
+      };
+      std::vector<Mode> modes;
+      if (c.num_heads() % tp == 0 && c.mlp_hidden_dim() % tp == 0) modes = {{false, "1d", 1}, {true, "1d", 1}};
+      if (grid) modes.push_back({false, "2d", 1});
+      for (int d = 2; d <= tp / 4; ++d) {
+        if (tp % d != 0) continue;
+        const int side_of_layer = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp / d))));
+        if (side_of_layer * side_of_layer * d == tp && c.num_heads() % side_of_layer == 0 &&
+            c.mlp_hidden_dim() % side_of_layer == 0 && c.embed_dim() % side_of_layer == 0) {
+          modes.push_back({false, "2.5d", d});
+        }
+      }
+      if (cube) modes.push_back({false, "3d", 1});
+      for (const auto& [sp, mode, depth] : modes) {
         if (sp && tp == 1) continue;
-        if (mode == "2d" && !grid) continue;
         for (int zero : {0, 1, 2}) {
           if (zero > 0 && dp == 1) continue;  // nothing to shard over
           for (bool offload : both) {
@@ -97,6 +118,7 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
               base.tp = tp;
               base.sequence_parallel = sp;
               base.tp_mode = mode;
+              base.tp_depth = depth;
               base.zero_stage = zero;
               base.cpu_offload = offload;
               base.activation_checkpointing = ckpt;

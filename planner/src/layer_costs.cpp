@@ -45,8 +45,8 @@ LayerTimes LayerCosts::analytic(const std::string& layer, int64_t samples) const
     flops = encoder_block_flops(c, samples, tp);
     // Replicated over tp (unless sequence parallel): two norms, two residual adds (~10 passes
     // over the tokens); split: q, k, v and the attention output, GELU over the hidden units.
-    // (2d splits them too: every activation is a q x q block.)
-    const double replicated = 10 * b * t * d / (layout_.sequence_parallel || layout_.tp_mode == "2d" ? tp : 1);
+    // (the grid modes split them too: every activation is a block.)
+    const double replicated = 10 * b * t * d / (splits_activations() ? tp : 1);
     const double split = (6 * b * t * d + 3 * b * t * m) / tp;
     bytes = element_ * (replicated + split);
   } else {
@@ -84,8 +84,8 @@ LayerTimes LayerCosts::times(const std::string& layer, int64_t samples) const {
 double LayerCosts::boundary_bytes(int64_t samples) const {
   const auto& c = request_.model.vit;
   const double tokens = static_cast<double>(c.num_tokens());
-  // Sequence parallelism and 2d pass this rank's share of the activation between stages.
-  const double share = layout_.sequence_parallel || layout_.tp_mode == "2d" ? 1.0 / layout_.tp : 1.0;
+  // Sequence parallelism and the grid modes pass this rank's share of the activation between stages.
+  const double share = splits_activations() ? 1.0 / layout_.tp : 1.0;
   return element_ * static_cast<double>(samples) * tokens * static_cast<double>(c.embed_dim()) * share;
 }
 
@@ -96,11 +96,11 @@ double LayerCosts::boundary_bytes(int64_t samples) const {
 // the bias gradient's all-reduce (out/q); per LayerNorm2D two all-reduces of T/q statistics along
 // the row each way and, backward, the weight and bias gradients (h/q) down the column. The row and
 // column groups are q ranks of one node (tp never spans nodes).
-LayerCosts::GridComm LayerCosts::grid_2d_comm(int64_t samples) const {
+LayerCosts::GridComm LayerCosts::grid_2d_comm(int64_t samples, int side) const {
   const auto& c = request_.model.vit;
   const auto& cluster = request_.cluster;
-  const double q = std::round(std::sqrt(static_cast<double>(layout_.tp)));
-  const auto line = tp_group(static_cast<int>(q), cluster.gpus_per_node);
+  const double q = side;
+  const auto line = tp_group(side, cluster.gpus_per_node);
   const double e = element_;
   const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
   const double h = static_cast<double>(c.embed_dim());
@@ -125,6 +125,84 @@ LayerCosts::GridComm LayerCosts::grid_2d_comm(int64_t samples) const {
   return g;
 }
 
+bool LayerCosts::splits_activations() const { return layout_.sequence_parallel || layout_.tp_mode != "1d"; }
+
+// 2.5D (docs/tensor_parallel_modes.md's "2.5D"): each layer of the d runs 2D's collectives on its
+// samples / d, and the depth group (d ranks) all-reduces every parameter gradient: per linear the
+// weight block (out·in/q²) and the bias block (out/q), per LayerNorm the weight and the bias
+// (h/q). The edges add the layers' shares gathered over the depth group ([T, h]).
+LayerCosts::GridComm LayerCosts::grid_25d_comm(int64_t samples) const {
+  const auto& c = request_.model.vit;
+  const auto& cluster = request_.cluster;
+  const int d = layout_.tp_depth;
+  const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(layout_.tp / d))));
+  auto g = grid_2d_comm(samples / d, side);
+  const auto depth = tp_group(d, cluster.gpus_per_node);
+  const double q = side, e = element_;
+  const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
+  const double h = static_cast<double>(c.embed_dim());
+  const double m = static_cast<double>(c.mlp_hidden_dim());
+  auto sum = [&](double elements) { return collective_seconds(cluster, Collective::kAllReduce, elements * e, depth); };
+  const std::pair<double, double> linears[] = {{h, 3 * h}, {h, h}, {h, m}, {m, h}};
+  for (const auto& [in, out] : linears) g.block_backward += sum(out * in / (q * q)) + sum(out / q);
+  g.block_backward += 2 * 2 * sum(h / q);
+  g.edge += collective_seconds(cluster, Collective::kAllGather, T * h * e, depth);
+  return g;
+}
+
+// 3D tensor parallelism's collectives for one block, from docs/tensor_parallel_modes.md's "3D"
+// (checked against the code by tests/dist/tp_traffic_test.cpp), T the microbatch's tokens. Per
+// Linear3D(in, out), forward: the input [T/q, in/q] gathered over a line of q, the weight block
+// [out/q, in/q] over j, the product [T/q, out/q] reduce-scattered over a line; backward: dY
+// gathered, the weight and the input gathered again, dX and dW reduce-scattered, and the bias
+// [out/q] over a plane of q² (qkv's and fc1's all-reduced; proj's and fc2's gathered forward and
+// reduce-scattered back). Per LayerNorm3D two all-reduces of T/q² statistics each way and its
+// weight and bias [h/q] gathered over the plane (reduce-scattered back).
+LayerCosts::GridComm LayerCosts::grid_3d_comm(int64_t samples) const {
+  const auto& c = request_.model.vit;
+  const auto& cluster = request_.cluster;
+  const double q = std::round(std::cbrt(static_cast<double>(layout_.tp)));
+  const int lines = static_cast<int>(q);
+  const auto line = tp_group(lines, cluster.gpus_per_node);
+  const auto plane = tp_group(lines * lines, cluster.gpus_per_node);
+  const double e = element_;
+  const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
+  const double h = static_cast<double>(c.embed_dim());
+  const double m = static_cast<double>(c.mlp_hidden_dim());
+  auto on_line = [&](Collective what, double elements) { return collective_seconds(cluster, what, elements * e, line); };
+  auto on_plane = [&](Collective what, double elements) {
+    return collective_seconds(cluster, what, elements * e, plane);
+  };
+  GridComm g;
+  struct Linear {
+    double in, out;
+    bool outer;  // reads the residual stream: its bias is all-reduced over the ij plane
+  };
+  const Linear linears[] = {{h, 3 * h, true}, {h, h, false}, {h, m, true}, {m, h, false}};
+  for (const auto& l : linears) {
+    const double input = on_line(Collective::kAllGather, T * l.in / (q * q));
+    const double weight = on_line(Collective::kAllGather, l.out * l.in / (q * q));
+    const double output = on_line(Collective::kReduceScatter, T * l.out / (q * q));
+    g.block_forward += input + weight + output;
+    g.block_backward += on_line(Collective::kAllGather, T * l.out / (q * q)) + weight + input +
+                        on_line(Collective::kReduceScatter, T * l.in / (q * q)) +
+                        on_line(Collective::kReduceScatter, l.out * l.in / (q * q));
+    if (l.outer) {
+      g.block_backward += on_plane(Collective::kAllReduce, l.out / q);
+    } else {
+      g.block_forward += on_plane(Collective::kAllGather, l.out / q);
+      g.block_backward += on_plane(Collective::kReduceScatter, l.out / q);
+    }
+  }
+  const double statistics = 2 * on_line(Collective::kAllReduce, T / (q * q));
+  g.block_forward += 2 * (statistics + 2 * on_plane(Collective::kAllGather, h / q));
+  g.block_backward += 2 * (statistics + 2 * on_plane(Collective::kReduceScatter, h / q));
+  // gather_3d before the head (split_3d's backward after the embedding): the features along i,
+  // then the rows over the jk plane.
+  g.edge = on_line(Collective::kAllGather, T * h / (q * q)) + on_plane(Collective::kAllGather, T * h);
+  return g;
+}
+
 PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
   PassCosts pass;
   const bool checkpointing = layout_.activation_checkpointing;
@@ -144,8 +222,11 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
                                 : 2 * collective_seconds(cluster, Collective::kAllReduce, activation, group);
   double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
   double block_forward = block_comm, block_backward = block_comm;
-  if (layout_.tp_mode == "2d" && tp > 1) {
-    const auto grid = grid_2d_comm(samples);
+  if (layout_.tp_mode != "1d" && tp > 1) {
+    const auto grid = layout_.tp_mode == "3d"     ? grid_3d_comm(samples)
+                      : layout_.tp_mode == "2.5d" ? grid_25d_comm(samples)
+                                                  : grid_2d_comm(samples, static_cast<int>(std::lround(
+                                                                              std::sqrt(static_cast<double>(tp)))));
     block_forward = grid.block_forward;
     block_backward = grid.block_backward;
     edge_comm = grid.edge;
@@ -170,9 +251,9 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
       pass.tp_forward += block_forward;
       pass.tp_backward += block_backward + (recomputed ? block_forward : 0.0);
     }
-    // Sequence parallelism and 2d enter their split region after the patch embedding (gathered
-    // in its backward) and leave it before the head (gathered in its forward).
-    const bool split_region = layout_.sequence_parallel || layout_.tp_mode == "2d";
+    // Sequence parallelism and the grid modes enter their split region after the patch embedding
+    // (gathered in its backward) and leave it before the head (gathered in its forward).
+    const bool split_region = splits_activations();
     if (tp > 1 && split_region && kind == "patch_embedding") pass.tp_backward += edge_comm;
     if (tp > 1 && split_region && kind == "head") pass.tp_forward += edge_comm;
   }

@@ -34,11 +34,16 @@ class LayerCosts {
 
  private:
   LayerTimes times(const std::string& layer, int64_t samples) const;
-  // tp_mode 2d: one block's collectives each way, and the region's entry/exit gathers.
+  // tp_mode 2d, 2.5d and 3d: one block's collectives each way, and the region's entry/exit gathers.
   struct GridComm {
     double block_forward = 0, block_backward = 0, edge = 0;
   };
-  GridComm grid_2d_comm(int64_t samples) const;
+  // 2d on a q x q grid for `samples` (2.5d: one layer's share, samples / d).
+  GridComm grid_2d_comm(int64_t samples, int q) const;
+  GridComm grid_25d_comm(int64_t samples) const;
+  GridComm grid_3d_comm(int64_t samples) const;
+  // Whether the blocks' activations are this rank's share (sequence parallelism, 2d, 2.5d, 3d).
+  bool splits_activations() const;
   LayerTimes analytic(const std::string& layer, int64_t samples) const;
 
   const PlanRequest& request_;

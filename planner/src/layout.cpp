@@ -30,7 +30,7 @@ std::string tokens_of(const std::string& plugin) {
   if (plugin == "torch_ddp") return "dpN, accumN, ckpt";
   if (plugin == "low_level_zero") return "dpN, zero1, zero2, offload, accumN, ckpt";
   if (plugin == "gemini") return "dpN, static, auto, optim_offload, accumN, ckpt";
-  return fmt::format("dpN, ppN, tpN, 2d, sp, zero0, zero1, zero2, offload, {}, mbN, chunksN, ckpt",
+  return fmt::format("dpN, ppN, tpN, 2d, 2.5d, depthN, 3d, sp, zero0, zero1, zero2, offload, {}, mbN, chunksN, ckpt",
                      fmt::join(pipeline::builtin_schedules().names(), ", "));
 }
 
@@ -41,6 +41,7 @@ std::string Layout::name() const {
   if (plugin == "hybrid_parallel") {
     text += fmt::format(" pp{} tp{}", pp, tp);
     if (tp_mode != "1d") text += " " + tp_mode;
+    if (tp_mode == "2.5d") text += fmt::format(" depth{}", tp_depth);
     if (sequence_parallel) text += " sp";
     text += fmt::format(" zero{}", zero_stage);
     if (cpu_offload) text += " offload";
@@ -73,6 +74,7 @@ PluginOptions Layout::plugin_options(const std::string& precision) const {
     o["tp_size"] = std::to_string(tp);
     o["pp_size"] = std::to_string(pp);
     if (tp_mode != "1d") o["tp_mode"] = tp_mode;
+    if (tp_mode == "2.5d") o["tp_depth"] = std::to_string(tp_depth);
     if (sequence_parallel) o["enable_sequence_parallelism"] = "true";
     o["zero_stage"] = std::to_string(zero_stage);
     if (cpu_offload) o["cpu_offload"] = "true";
@@ -122,8 +124,10 @@ Layout Layout::parse(const std::string& text, int world_size) {
       l.pp = n;
     } else if (hybrid && numbered(t, "tp", 1, &n)) {
       l.tp = n;
-    } else if (hybrid && t == "2d") {
+    } else if (hybrid && (t == "2d" || t == "2.5d" || t == "3d")) {
       l.tp_mode = t;
+    } else if (hybrid && numbered(t, "depth", 1, &n)) {
+      l.tp_depth = n;
     } else if (hybrid && t == "sp") {
       l.sequence_parallel = true;
     } else if (hybrid && (t == "zero0" || t == "zero1" || t == "zero2")) {
@@ -151,9 +155,29 @@ Layout Layout::parse(const std::string& text, int world_size) {
     if (q * q != l.tp) {
       throw std::invalid_argument(fmt::format("layout \"{}\": 2d needs tp = q² (a q x q grid), got tp{}", text, l.tp));
     }
-    if (l.sequence_parallel) {
-      throw std::invalid_argument(fmt::format("layout \"{}\": 2d splits the activations already: drop sp", text));
+  }
+  if (l.tp_depth != 1 && l.tp_mode != "2.5d") {
+    throw std::invalid_argument(fmt::format("layout \"{}\": depth{} is 2.5d's: add 2.5d or drop it", text, l.tp_depth));
+  }
+  if (l.tp_mode == "2.5d") {
+    const int layer = l.tp % l.tp_depth == 0 ? l.tp / l.tp_depth : 0;
+    const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(layer))));
+    if (layer == 0 || q * q != layer) {
+      throw std::invalid_argument(fmt::format(
+          "layout \"{}\": 2.5d with depth{} needs tp = q² x {} ({} layers of a q x q grid), got tp{}", text,
+          l.tp_depth, l.tp_depth, l.tp_depth, l.tp));
     }
+  }
+  if (l.tp_mode == "3d") {
+    const int q = static_cast<int>(std::lround(std::cbrt(static_cast<double>(l.tp))));
+    if (q * q * q != l.tp) {
+      throw std::invalid_argument(
+          fmt::format("layout \"{}\": 3d needs tp = q³ (a q x q x q cube), got tp{}", text, l.tp));
+    }
+  }
+  if (l.tp_mode != "1d" && l.sequence_parallel) {
+    throw std::invalid_argument(
+        fmt::format("layout \"{}\": {} splits the activations already: drop sp", text, l.tp_mode));
   }
   if (world_size < 1 || world_size % (l.pp * l.tp) != 0) {
     throw std::invalid_argument(
@@ -171,9 +195,25 @@ Layout Layout::parse(const std::string& text, int world_size) {
   return l;
 }
 
+std::string tensor_split_problem(const nn::ViTConfig& c, const Layout& l) {
+  if (l.tp <= 1) return "";
+  if (l.tp_mode == "1d") {
+    if (c.num_heads() % l.tp == 0 && c.mlp_hidden_dim() % l.tp == 0) return "";
+    return fmt::format("tp {} does not divide the {} heads and {} hidden units", l.tp, c.num_heads(),
+                       c.mlp_hidden_dim());
+  }
+  const bool cube = l.tp_mode == "3d";
+  const double cells = l.tp_mode == "2.5d" ? static_cast<double>(l.tp) / l.tp_depth : static_cast<double>(l.tp);
+  const int q = static_cast<int>(std::lround(cube ? std::cbrt(cells) : std::sqrt(cells)));
+  const int width_multiple = cube ? q * q * q : q;
+  if (c.num_heads() % q == 0 && c.mlp_hidden_dim() % q == 0 && c.embed_dim() % width_multiple == 0) return "";
+  return fmt::format("{} (side {}) does not divide the {} heads and {} hidden units, or {} the width {}", l.tp_mode, q,
+                     c.num_heads(), c.mlp_hidden_dim(), width_multiple, c.embed_dim());
+}
+
 bool operator==(const Layout& a, const Layout& b) {
   auto key = [](const Layout& l) {
-    return std::make_tuple(l.plugin, l.dp, l.pp, l.tp, l.tp_mode, l.sequence_parallel, l.zero_stage, l.cpu_offload,
+    return std::make_tuple(l.plugin, l.dp, l.pp, l.tp, l.tp_mode, l.tp_depth, l.sequence_parallel, l.zero_stage, l.cpu_offload,
                            l.gemini_placement, l.optim_offload, l.microbatches, l.schedule, l.chunks,
                            l.activation_checkpointing, l.grad_accum);
   };

@@ -52,9 +52,7 @@ std::string StepModel::structural_problem(const Layout& l) const {
                        request_.world_size);
   }
   if (l.plugin != "hybrid_parallel" && (l.pp != 1 || l.tp != 1)) return fmt::format("{} has no pp or tp", l.plugin);
-  if (l.tp > 1 && (c.num_heads() % l.tp != 0 || c.mlp_hidden_dim() % l.tp != 0)) {
-    return fmt::format("tp {} does not divide the {} heads and {} hidden units", l.tp, c.num_heads(), c.mlp_hidden_dim());
-  }
+  if (auto why = tensor_split_problem(c, l); !why.empty()) return why;
   if (l.pp * l.chunks > layers) {
     return fmt::format("pp {} x chunks {} stages for {} layers (blocks and the patch embedding)", l.pp, l.chunks, layers);
   }

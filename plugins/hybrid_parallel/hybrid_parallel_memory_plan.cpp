@@ -12,6 +12,8 @@
 #include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/vit_25d_policy.h>
+#include <colo/shardformer/vit_3d_policy.h>
+#include <colo/shardformer/tp3d_grid.h>
 #include <colo/shardformer/vit_2d_policy.h>
 #include <colo/shardformer/vit_policy.h>
 #include <fmt/format.h>
@@ -71,7 +73,6 @@ int64_t whole_layers_activations(const nn::ModelSummary& model, const pipeline::
 
 MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const MemoryPlanInputs& in) {
   const auto o = HybridParallelOptions::parse(given);
-  if (auto why = o.not_built()) throw std::invalid_argument(fmt::format("hybrid_parallel memory plan: {}", *why));
   const int world = in.world_size();
   const int tp = o.tp_size(), pp = o.pp_size(), chunks = o.num_model_chunks();
   if (world < 1 || world % (tp * pp) != 0) {
@@ -93,8 +94,26 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   // the head's stay whole and are added back below. 2.5d: the same blocks of the parameters
   // (repeated over the d layers), and activations of B/(d·q) samples and D/q features: 1/tp again.
   const bool layered = o.tp_mode() == "2.5d" && tp > 1;
-  const bool grid = (o.tp_mode() == "2d" || layered) && tp > 1;
-  if (grid) {
+  const bool cube = o.tp_mode() == "3d" && tp > 1;
+  const bool grid = (o.tp_mode() == "2d" || layered || cube) && tp > 1;
+  if (cube) {
+    // 3d: linear weights, LayerNorms and the residual-side biases 1/q³, the inner-side biases
+    // 1/q; activations inside the blocks [B/q², S, D/q]: 1/tp again.
+    const int64_t q = shardformer::Tp3dGrid::side_of(tp);
+    try {
+      shardformer::check_problems(shardformer::Vit3dSharder::plan_problems(in.model, q, o.sequence_parallel()), tp);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("hybrid_parallel: {}", e.what()));
+    }
+    tp_share = [shares = shardformer::Vit3dSharder::rank_numels(in.model, q)](const std::string& name, int64_t numel) {
+      const auto it = shares.find(name);
+      return it == shares.end() ? numel : it->second;
+    };
+    plan.notes.push_back(fmt::format("tensor parallelism 3d on a {0}x{0}x{0} cube (the blocks' linear weights, "
+                                     "LayerNorms and residual-side biases 1/{1}, qkv's and fc1's biases 1/{0}; "
+                                     "activations inside the blocks 1/{1})",
+                                     q, tp));
+  } else if (grid) {
     const int64_t depth = layered ? o.tp_depth() : 1;
     const int64_t q = layered ? shardformer::Tp25dGrid::side_and_depth_of(tp, o.tp_depth()).q
                               : shardformer::Tp2dGrid::side_of(tp);

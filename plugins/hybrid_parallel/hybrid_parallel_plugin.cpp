@@ -13,6 +13,8 @@
 #include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/vit_25d_policy.h>
+#include <colo/shardformer/vit_3d_policy.h>
+#include <colo/shardformer/tp3d_grid.h>
 #include <colo/shardformer/vit_2d_policy.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -72,7 +74,6 @@ std::vector<double> layer_params(const nn::LayerStack& model) {
 
 HybridParallelPlugin::HybridParallelPlugin(const PluginOptions& options, const PluginContext& context)
     : Plugin(context), options_(HybridParallelOptions::parse(options)) {
-  if (auto why = options_.not_built()) throw std::invalid_argument(fmt::format("hybrid_parallel: {}", *why));
   context_.mesh = make_mesh(context_, options_);
   const auto& mesh = *context_.mesh;
   if (options_.cuda_graphs()) {
@@ -123,6 +124,14 @@ void HybridParallelPlugin::shard_tensor_parallel(nn::LayerStack& model, const to
       sharder.shard(model);
       return;
     }
+    if (options_.tp_mode() == "3d") {
+      // The cube's axis and plane groups, collective over tp likewise.
+      const shardformer::Vit3dSharder sharder(std::make_shared<shardformer::Tp3dGrid>(tp),
+                                              shardformer::Vit3dOptions{options_.sequence_parallel(), seed,
+                                                                        context_.device});
+      sharder.shard(model);
+      return;
+    }
     const shardformer::ShardFormer former(tp, shardformer::ShardFormerOptions()
                                                   .sequence_parallel(options_.sequence_parallel())
                                                   .seed(seed)
@@ -148,7 +157,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   //    tp coordinate; at tp_size 1 a model with a policy goes through the same code (its parallel
   //    layers then communicate nothing); one without is used as it is. 2d: the ViT's blocks on a
   //    q x q grid of the tp ranks (Vit2dSharder). 2.5d: on tp_depth layers of a q x q grid, the
-  //    batch split over the layers too (Vit25dSharder).
+  //    batch split over the layers too (Vit25dSharder). 3d: on a q x q x q cube (Vit3dSharder).
   shard_tensor_parallel(*inputs.model, *inputs.optimizer, tp);
   const pipeline::StageManager stages(options_.pp_size(), mesh.coordinate(MeshAxis::kPp), options_.num_model_chunks());
 
@@ -216,6 +225,11 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   parts.pp_group = pp;
   parts.policy = policy;
   if (options_.tp_mode() == "2d") parts.batch_multiple = shardformer::Tp2dGrid::side_of(tp->size());
+  // 3d: the rows are cut q² ways (by j and k on the residual stream, by j and i inside).
+  if (options_.tp_mode() == "3d") {
+    const int64_t q = shardformer::Tp3dGrid::side_of(tp->size());
+    parts.batch_multiple = q * q;
+  }
   // 2.5d: the batch's rows are cut over the layers and each layer's grid rows, d·q ways.
   if (options_.tp_mode() == "2.5d") {
     parts.batch_multiple = static_cast<int64_t>(options_.tp_depth()) *
@@ -323,7 +337,7 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   // Training microbatches are equal (the batch divides); forward-only ones differ by one at most.
   const auto compute_inputs = pipelined->policy().cast_to_compute(inputs);
   auto micro_inputs = compute_inputs.tensor_split(static_cast<int64_t>(m));
-  // 2d (2.5d): each microbatch padded to a multiple of q (d·q) rows; its loss and outputs see its
+  // 2d (2.5d, 3d): each microbatch padded to a multiple of q (d·q, q²) rows; its loss and outputs see its
   // own rows only.
   std::vector<int64_t> micro_rows;
   for (auto& micro : micro_inputs) {

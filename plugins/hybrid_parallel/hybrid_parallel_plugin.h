@@ -18,7 +18,8 @@ namespace colo::plugins {
 //   0. tensor parallelism over the tp group (shard_tensor_parallel): tp_mode=1d through the
 //      model's shardformer policy, tp_mode=2d through Vit2dSharder on a q × q grid (a batch q does
 //      not divide is padded and trimmed: PipelineModel::Parts::batch_multiple), tp_mode=2.5d
-//      through Vit25dSharder on tp_depth layers of a q × q grid (padded to a multiple of d·q);
+//      through Vit25dSharder on tp_depth layers of a q × q grid (padded to a multiple of d·q),
+//      tp_mode=3d through Vit3dSharder on a q × q × q cube (padded to a multiple of q²);
 //   1. the stack is cut into pp × num_model_chunks virtual stages (partition, layers_per_stage;
 //      the last layer, the head, goes with the one before it); this rank keeps chunk c = virtual
 //      stage c·pp + its pp rank; the rest of the stack is no longer this rank's business;
@@ -64,7 +65,7 @@ class HybridParallelPlugin : public Plugin {
  private:
   // boost's step 0: shards `model` over the tp group as tp_mode says (1d: the model's policy
   // through ShardFormer; 2d: Vit2dSharder on a q x q grid of the tp ranks; 2.5d: Vit25dSharder on
-  // tp_depth layers of a q x q grid).
+  // tp_depth layers of a q x q grid; 3d: Vit3dSharder on a q x q x q cube).
   void shard_tensor_parallel(nn::LayerStack& model, const torch::optim::Optimizer& optimizer,
                              const std::shared_ptr<dist::ProcessGroup>& tp) const;
 

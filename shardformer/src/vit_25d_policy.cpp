@@ -17,7 +17,7 @@ namespace colo::shardformer {
 namespace {
 
 VitGridWords words_25d(int64_t q, int64_t depth) {
-  return {"2.5d", fmt::format("tp_mode=2.5d on {} layers of a {}×{} grid", depth, q, q), q};
+  return {"2.5d", fmt::format("tp_mode=2.5d on {} layers of a {}×{} grid", depth, q, q), q, 0, ""};
 }
 
 }  // namespace
@@ -43,10 +43,9 @@ std::map<std::string, int64_t> Vit25dSharder::rank_numels(const nn::ModelSummary
 void Vit25dSharder::shard(nn::LayerStack& model) const {
   check_problems(problems(model), grid_->tp().size());
   VitGridSharding how;
-  how.grid = grid_->layer_grid();
   // One layer (d = 1) is 2D exactly: no depth group, so the modules keep 2D's paths (Linear2D
   // at q = 1 is colo::nn::linear, whose weight gradient a zero-bubble pipeline can defer).
-  if (grid_->depth() > 1) how.depth = grid_->depth_group();
+  use_2d_modules(how, grid_->layer_grid(), grid_->depth() > 1 ? grid_->depth_group() : nullptr);
   how.tp = &grid_->tp();
   how.split = [grid = grid_](const torch::Tensor& x) { return split_25d(x, *grid); };
   how.gather = [grid = grid_](const torch::Tensor& x) { return gather_25d(x, *grid); };

@@ -16,7 +16,7 @@
 namespace colo::shardformer {
 namespace {
 
-VitGridWords words_2d(int64_t q) { return {"2d", fmt::format("tp_mode=2d on a {}×{} grid", q, q), q}; }
+VitGridWords words_2d(int64_t q) { return {"2d", fmt::format("tp_mode=2d on a {}×{} grid", q, q), q, 0, ""}; }
 
 }  // namespace
 
@@ -40,7 +40,7 @@ std::map<std::string, int64_t> Vit2dSharder::rank_numels(const nn::ModelSummary&
 void Vit2dSharder::shard(nn::LayerStack& model) const {
   check_problems(problems(model), grid_->tp().size());
   VitGridSharding how;
-  how.grid = grid_;
+  use_2d_modules(how, grid_, nullptr);
   how.tp = &grid_->tp();
   how.split = [grid = grid_](const torch::Tensor& x) { return split_2d(x, *grid); };
   how.gather = [grid = grid_](const torch::Tensor& x) { return gather_2d(x, *grid); };

@@ -39,14 +39,11 @@ torch::Tensor own_parameter(const torch::nn::Module& module, const std::string& 
 
 void replace_linear(nn::EncoderBlock& block, const std::string& path, int64_t parts, const VitGridSharding& how) {
   const auto module = submodule(block, path);
-  const auto weight = own_parameter(*module, "weight");
   const auto bias = own_parameter(*module, "bias");
-  Linear2D linear(weight, bias, how.grid, Linear2DOptions().parts(parts).depth(how.depth));
-  // The depth layers hold the same blocks: 2D's cuts say which ranks hold distinct pieces (the
-  // first q² of the tp group, tp25d_grid.h) and the rest repeat them.
-  block.set_shard_cuts(path + ".weight", linear->weight_cuts());
-  if (bias.defined()) block.set_shard_cuts(path + ".bias", linear->bias_cuts());
-  block.replace_submodule(path, torch::nn::AnyModule(linear));
+  auto made = how.linear(path, parts, own_parameter(*module, "weight"), bias);
+  block.set_shard_cuts(path + ".weight", made.weight_cuts);
+  if (bias.defined()) block.set_shard_cuts(path + ".bias", made.bias_cuts);
+  block.replace_submodule(path, made.module);
 }
 
 void replace_norm(nn::EncoderBlock& block, const std::string& path, const VitGridSharding& how) {
@@ -54,10 +51,10 @@ void replace_norm(nn::EncoderBlock& block, const std::string& path, const VitGri
   if (!module) throw std::logic_error(fmt::format("ViT sharder: the encoder block's '{}' is not a LayerNorm", path));
   const auto weight = own_parameter(*module, "weight");
   const auto bias = own_parameter(*module, "bias");
-  LayerNorm2D norm(weight, bias, how.grid, LayerNorm2DOptions().eps(module->options.eps()).depth(how.depth));
-  if (weight.defined()) block.set_shard_cuts(path + ".weight", norm->weight_cuts());
-  if (bias.defined()) block.set_shard_cuts(path + ".bias", norm->bias_cuts());
-  block.replace_submodule(path, torch::nn::AnyModule(norm));
+  auto made = how.norm(weight, bias, module->options.eps());
+  if (weight.defined()) block.set_shard_cuts(path + ".weight", made.weight_cuts);
+  if (bias.defined()) block.set_shard_cuts(path + ".bias", made.bias_cuts);
+  block.replace_submodule(path, made.module);
 }
 
 // "2D" for "2d", "2.5D" for "2.5d".
@@ -83,7 +80,10 @@ std::vector<std::string> size_problems(const VitGridWords& words, bool sequence_
     found.push_back(grid + ": the model has no ViT encoder block (nn::EncoderBlock) to shard");
     return found;
   }
-  if (embed % q != 0) {
+  if (words.embed_multiple > 0 && embed % words.embed_multiple != 0) {
+    found.push_back(fmt::format("{}: the embedding width {} does not divide by {} ({}): use a q whose cube divides {}",
+                                grid, embed, words.embed_multiple, words.embed_why, embed));
+  } else if (embed % q != 0) {
     found.push_back(fmt::format("{}: the embedding width {} does not divide by q={} (each grid column keeps D/q "
                                 "features): use a q that divides {}",
                                 grid, embed, q, embed));
@@ -137,33 +137,39 @@ std::vector<std::string> vit_grid_plan_problems(const nn::ModelSummary& model, c
   return size_problems(words, sequence_parallel, false, 0, 0, 0);
 }
 
-std::map<std::string, int64_t> vit_grid_rank_numels(const nn::ModelSummary& model, int64_t q) {
+std::map<std::string, int64_t> vit_grid_rank_numels(const nn::ModelSummary& model,
+                                                    const std::function<int64_t(const std::string&, int64_t)>& share) {
   std::map<std::string, int64_t> numels;
   for (const auto& layer : model.layers) {
     if (!summary_fc1(layer)) continue;
     for (const auto& p : layer.parameters) {
-      for (const char* linear : kLinears) {
-        const auto path = layer.name + "." + linear;
-        if (p.name == path + ".weight") numels[p.name] = p.numel / (q * q);
-        if (p.name == path + ".bias") numels[p.name] = p.numel / q;
+      for (const char* module : kLinears) {
+        for (const char* kind : {".weight", ".bias"}) {
+          if (p.name == layer.name + "." + module + kind) numels[p.name] = share(std::string(module) + kind, p.numel);
+        }
       }
-      for (const char* norm : kNorms) {
-        const auto path = layer.name + "." + norm;
-        if (p.name == path + ".weight" || p.name == path + ".bias") numels[p.name] = p.numel / q;
+      for (const char* module : kNorms) {
+        for (const char* kind : {".weight", ".bias"}) {
+          if (p.name == layer.name + "." + module + kind) numels[p.name] = share(std::string(module) + kind, p.numel);
+        }
       }
     }
   }
   return numels;
 }
 
+std::map<std::string, int64_t> vit_grid_rank_numels(const nn::ModelSummary& model, int64_t q) {
+  return vit_grid_rank_numels(model, [q](const std::string& name, int64_t numel) {
+    const bool linear_weight = name.rfind("norm", 0) != 0 && name.size() > 7 && name.substr(name.size() - 7) == ".weight";
+    return linear_weight ? numel / (q * q) : numel / q;
+  });
+}
+
 void shard_vit_on_grid(nn::LayerStack& model, const VitGridSharding& how) {
   // Each rank holds a different block of every activation inside the blocks: its own masks.
   std::shared_ptr<nn::RegionRng> rng;
   if (how.tp->size() > 1) rng = std::make_shared<RngTracker>(how.seed, how.tp->rank(), how.device);
-  // On a 1 x 1 grid a LayerNorm2D is the block's own LayerNorm in unfused kernels, and a replaced
-  // norm costs the block its fused residual-and-norm path: the norms stay, unless a depth group
-  // must sum their gradients (2.5D with q = 1: each layer saw its own share of the batch).
-  const bool replace_norms = how.grid->q() > 1 || (how.depth && how.depth->size() > 1);
+  const bool replace_norms = how.replace_norms;
   for (const auto& layer : model.layers()) {
     if (auto* embedding = dynamic_cast<nn::PatchEmbedding*>(layer.get())) embedding->set_output_mapping(how.split);
     if (auto* head = dynamic_cast<nn::ClassifierHead*>(layer.get())) head->set_input_mapping(how.gather);
@@ -184,6 +190,24 @@ void shard_vit_on_grid(nn::LayerStack& model, const VitGridSharding& how) {
     block->attn()->set_sharded_rng(rng, /*outputs_too=*/true);
     block->mlp()->set_sharded_rng(rng, /*outputs_too=*/true);
   }
+}
+
+void use_2d_modules(VitGridSharding& how, const std::shared_ptr<Tp2dGrid>& grid,
+                    const std::shared_ptr<dist::ProcessGroup>& depth) {
+  // The depth layers hold the same blocks: 2D's cuts say which ranks hold distinct pieces (the
+  // first q² of the tp group, tp25d_grid.h) and the rest repeat them.
+  how.linear = [grid, depth](const std::string&, int64_t parts, torch::Tensor weight, torch::Tensor bias) {
+    Linear2D linear(std::move(weight), std::move(bias), grid, Linear2DOptions().parts(parts).depth(depth));
+    return VitGridModule{torch::nn::AnyModule(linear), linear->weight_cuts(), linear->bias_cuts()};
+  };
+  how.norm = [grid, depth](torch::Tensor weight, torch::Tensor bias, double eps) {
+    LayerNorm2D norm(std::move(weight), std::move(bias), grid, LayerNorm2DOptions().eps(eps).depth(depth));
+    return VitGridModule{torch::nn::AnyModule(norm), norm->weight_cuts(), norm->bias_cuts()};
+  };
+  // On a 1 x 1 grid a LayerNorm2D is the block's own LayerNorm in unfused kernels, and a replaced
+  // norm costs the block its fused residual-and-norm path: the norms stay, unless a depth group
+  // must sum their gradients (2.5D with q = 1: each layer saw its own share of the batch).
+  how.replace_norms = grid->q() > 1 || (depth && depth->size() > 1);
 }
 
 }  // namespace colo::shardformer

@@ -229,6 +229,95 @@ TEST(HybridParallel, TwoAndAHalfDimensionalCheckpointsLoadInOneProcessAndBack) {
                                    "2.5d, 2 layers of 2 x 2, on 8 ranks");
 }
 
+// Across the modes, every file read back whole in one process (a tp layout's full_state() is its
+// rank's pieces): 2d (a 2 x 2 grid, x dp 2) trains two steps and saves; 3d (a 2 x 2 x 2 cube)
+// loads that and saves it again at once (the same tensors, bit for bit: its load sliced each
+// timm-named tensor into the cube's pieces and its save gathered them back), trains step 3 and
+// saves; one process reads that (its own step 3 within the tolerance) and saves it again; 1d (tp
+// 2 x dp 4) loads that, trains step 4 and saves, which one process reads as its own step 4: the
+// optimizer state travelled with the weights through every mode.
+TEST(HybridParallel, CheckpointsGoFromTwoDToThreeDToOneProcessToOneD) {
+  if (world()->size() != 8) GTEST_SKIP() << "a 2 x 2 x 2 cube on 8 ranks";
+  const auto dir = shared_directory("hp_mode_checkpoints");
+  const auto from_2d = files::join(dir, "two_d"), again_3d = files::join(dir, "three_d_at_once");
+  const auto from_3d = files::join(dir, "three_d"), from_one = files::join(dir, "one_process");
+  const auto from_1d = files::join(dir, "one_d");
+  const auto data = make_batches(4, 16, 37);
+  constexpr double kTolerance = 2e-5;
+  const auto single = consecutive_group(1, "hp_modes_single");
+  const auto boosted = [&](const std::string& plugin_name, const PluginOptions& options,
+                           std::shared_ptr<dist::ProcessGroup> group, uint64_t seed, auto&& body) {
+    auto plugin = PluginRegistry::global().create(plugin_name, options, PluginContext{std::move(group), device()});
+    Booster booster(plugin);
+    auto model = eight_block_vit(seed);
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+    body(booster, b);
+    world()->barrier().wait();
+  };
+  // What one process holds after loading `from` (its own copy, on every rank).
+  const auto read_back = [&](const std::string& from) {
+    std::map<std::string, torch::Tensor> state;
+    boosted("torch_ddp", {}, single, 98, [&](Booster& booster, auto& b) {
+      booster.load_model(*b.model, from);
+      booster.load_optimizer(*b.optimizer, from);
+      for (const auto& [name, tensor] : b.model->full_state()) state[name] = tensor.detach().to(torch::kCPU).clone();
+    });
+    return state;
+  };
+  std::map<std::string, torch::Tensor> after3, after4;
+  boosted("torch_ddp", {}, single, 9, [&](Booster& booster, auto& b) {
+    for (int step = 0; step < 4; ++step) {
+      train_step(booster, b, data.images[step], data.labels[step]);
+      auto& kept = step == 2 ? after3 : after4;
+      if (step >= 2) {
+        for (const auto& [name, tensor] : b.model->full_state()) kept[name] = tensor.detach().to(torch::kCPU).clone();
+      }
+    }
+  });
+  boosted("hybrid_parallel", {{"tp_size", "4"}, {"tp_mode", "2d"}}, world(), 9, [&](Booster& booster, auto& b) {
+    train_step(booster, b, data.images[0], data.labels[0]);
+    train_step(booster, b, data.images[1], data.labels[1]);
+    booster.save_model(*b.model, from_2d);
+    booster.save_optimizer(*b.optimizer, from_2d);
+  });
+  boosted("hybrid_parallel", {{"tp_size", "8"}, {"tp_mode", "3d"}}, world(), 99, [&](Booster& booster, auto& b) {
+    booster.load_model(*b.model, from_2d);
+    booster.load_optimizer(*b.optimizer, from_2d);
+    booster.save_model(*b.model, again_3d);
+    booster.save_optimizer(*b.optimizer, again_3d);
+    train_step(booster, b, data.images[2], data.labels[2]);
+    booster.save_model(*b.model, from_3d);
+    booster.save_optimizer(*b.optimizer, from_3d);
+  });
+  const auto saved_2d = read_back(from_2d);
+  for (const auto& [name, tensor] : read_back(again_3d)) {
+    EXPECT_TRUE(torch::equal(tensor, saved_2d.at(name))) << name << ": 3d loaded and saved 2d's file unchanged";
+  }
+  const auto stepped_3d = read_back(from_3d);
+  for (const auto& [name, tensor] : stepped_3d) {
+    EXPECT_LE(relative_error(tensor, after3.at(name)), kTolerance) << name << " after step 3 (3d)";
+  }
+  boosted("torch_ddp", {}, single, 97, [&](Booster& booster, auto& b) {
+    booster.load_model(*b.model, from_3d);
+    booster.load_optimizer(*b.optimizer, from_3d);
+    if (world()->rank() == 0) {
+      booster.save_model(*b.model, from_one);
+      booster.save_optimizer(*b.optimizer, from_one);
+    }
+  });
+  boosted("hybrid_parallel", {{"tp_size", "2"}}, world(), 96, [&](Booster& booster, auto& b) {
+    booster.load_model(*b.model, from_one);
+    booster.load_optimizer(*b.optimizer, from_one);
+    train_step(booster, b, data.images[3], data.labels[3]);
+    booster.save_model(*b.model, from_1d);
+    booster.save_optimizer(*b.optimizer, from_1d);
+  });
+  for (const auto& [name, tensor] : read_back(from_1d)) {
+    EXPECT_LE(relative_error(tensor, after4.at(name)), kTolerance) << name << " after step 4 (1d): optimizer state";
+  }
+  remove_shared_directory(dir);
+}
+
 void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::string& label) {
   SCOPED_TRACE(label);
   const auto dir = shared_directory("hp_tp_checkpoints");

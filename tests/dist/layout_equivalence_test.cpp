@@ -428,6 +428,19 @@ std::vector<Row> rows() {
     options["zero_stage"] = "1";
     r.push_back({"hybrid_parallel", options, {2, 1, 2}, 1, 1, 0.05});
   }
+  // 3D tensor parallelism (tp_mode=3d): a 2 x 2 x 2 cube alone, clipped (the norm counts the q³
+  // pieces of the weights and LayerNorms and the q pieces of qkv's and fc1's biases, repeated over
+  // their plane, once each) and checkpointed with accumulation (the recomputation repeats the
+  // cube's gathers); a 1 x 1 x 1 cube (the plain layers) under a pipeline with ZeRO-1 replicas.
+  const PluginOptions cube{{"tp_size", "8"}, {"tp_mode", "3d"}};
+  r.push_back({"hybrid_parallel", cube, {1, 1, 8}});
+  r.push_back({"hybrid_parallel", cube, {1, 1, 8}, 1, 1, 0.05});
+  {
+    Row checkpointed_cube{"hybrid_parallel", cube, {1, 1, 8}, 1, 2};
+    checkpointed_cube.checkpointing = true;
+    r.push_back(checkpointed_cube);
+  }
+  r.push_back({"hybrid_parallel", pipeline(2, 4, "1f1b", {{"tp_mode", "3d"}, {"zero_stage", "1"}}), {2, 2, 1}, 4});
   // gemini (ZeRO-3 in chunks): every placement, at 1, 2 and 4 data-parallel ranks.
   for (int dp : {1, 2, 4}) r.push_back({"gemini", {}, {dp, 1, 1}});
   r.push_back({"gemini", {{"chunk_size_mb", "0.03"}, {"max_prefetch", "0"}}, {2, 1, 1}});

@@ -29,6 +29,30 @@ std::shared_ptr<nn::LayerStack> make_vit(const nn::ViTConfig& config, uint64_t s
   return model;
 }
 
+nn::ViTConfig grid_test_vit() {
+  return nn::ViTConfig()
+      .image_size(16)
+      .patch_size(8)
+      .in_channels(3)
+      .num_classes(10)
+      .embed_dim(16)
+      .depth(2)
+      .num_heads(4)
+      .mlp_ratio(2.0)
+      .drop_rate(0.0)
+      .attn_drop_rate(0.0)
+      .drop_path_rate(0.0);
+}
+
+std::shared_ptr<nn::LayerStack> randomised_vit(const nn::ViTConfig& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto model = nn::make_vision_transformer(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
+  model->to(device());
+  return model;
+}
+
 std::shared_ptr<torch::optim::Optimizer> conditioned_adamw(nn::LayerStack& model, double weight_decay) {
   return std::make_shared<torch::optim::AdamW>(model.parameters(),
                                                torch::optim::AdamWOptions(kLr).eps(kAdamEps).weight_decay(weight_decay));

@@ -60,6 +60,14 @@ struct GlobalBatches {
 };
 GlobalBatches make_batches(int n, int64_t global_batch, uint64_t seed = 11);
 
+// The grid modes' test ViT (2D, 2.5D and 3D at q = 2): image 16, patch 8 (5 tokens), width 16
+// (q³ = 8 divides it), 2 blocks of 4 heads, MLP 32, 10 classes, no dropout.
+nn::ViTConfig grid_test_vit();
+// `config`'s ViT with every parameter re-filled at random (a fresh one has constant biases,
+// LayerNorm weights of one, zero tokens: a cut in the wrong place could pass unseen on
+// constants), the same on every rank, on the test's device.
+std::shared_ptr<nn::LayerStack> randomised_vit(const nn::ViTConfig& config, uint64_t seed = 5);
+
 // Rank `rank`'s contiguous slice of a global batch split over `size` ranks; without them, this
 // rank's slice over the world.
 torch::Tensor shard(const torch::Tensor& global, int rank, int size);

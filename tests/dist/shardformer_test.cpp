@@ -17,6 +17,8 @@
 #include <colo/shardformer/shard_former.h>
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/vit_25d_policy.h>
+#include <colo/shardformer/tp3d_grid.h>
+#include <colo/shardformer/vit_3d_policy.h>
 #include <colo/shardformer/tp25d_grid.h>
 #include <colo/shardformer/tp_mappings.h>
 #include <colo/shardformer/vit_2d_policy.h>
@@ -287,6 +289,18 @@ TEST(Shardformer, ShardedVitLoadsTimmWeightsAndGivesItsLogits) {
     torch::manual_seed(79);
     auto model = nn::make_vision_transformer(config);
     Vit25dSharder(grid).shard(*model);
+    nn::load_pretrained(*model, path);
+    model->eval();
+    expect_close(model->forward(four), want_four, "logits", 1e-5);
+  }
+  // 3D: into a 2 x 2 x 2 cube (8 ranks; weights in q³ pieces, LayerNorms and the residual-side
+  // biases too, qkv's and fc1's biases by k): the batch splits q² ways, one image a row block.
+  if (world()->size() % 8 == 0) {
+    SCOPED_TRACE("3d on a 2 x 2 x 2 cube");
+    const auto grid = std::make_shared<Tp3dGrid>(consecutive_group(8, "sf_timm_3d"));
+    torch::manual_seed(80);
+    auto model = nn::make_vision_transformer(config);
+    Vit3dSharder(grid).shard(*model);
     nn::load_pretrained(*model, path);
     model->eval();
     expect_close(model->forward(four), want_four, "logits", 1e-5);

@@ -1,5 +1,6 @@
 // docs/tensor_parallel_modes.md against the code: one encoder block of colo's ViT, sharded 1D
-// over four ranks (two in a world of two), 2D on a 2×2 grid and 2.5D on 2 layers of one (8 ranks), runs a forward and a backward
+// over four ranks (two in a world of two), 2D on a 2×2 grid, 2.5D on 2 layers of one and 3D on a
+// 2×2×2 cube (8 ranks), runs a forward and a backward
 // while its groups count what they move (ProcessGroup::traffic); the counts must be the cost
 // note's formulas to the byte, group by group, with the number of collectives. A change that adds
 // a collective, or moves a bigger tensor, fails here until the note says so. At 8 ranks the world
@@ -14,6 +15,8 @@
 #include <colo/shardformer/tp2d_grid.h>
 #include <colo/shardformer/vit_25d_policy.h>
 #include <colo/shardformer/vit_2d_policy.h>
+#include <colo/shardformer/tp3d_grid.h>
+#include <colo/shardformer/vit_3d_policy.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -38,25 +41,7 @@ using namespace test;
 constexpr int64_t kBatch = 4, kTokens = 5, kWidth = 16, kMlp = 32;
 constexpr double kElement = 4;  // fp32
 
-std::shared_ptr<nn::LayerStack> tptraffic_vit() {
-  torch::manual_seed(23);
-  auto model = nn::make_vision_transformer(nn::ViTConfig()
-                                               .image_size(16)
-                                               .patch_size(8)
-                                               .in_channels(3)
-                                               .num_classes(10)
-                                               .embed_dim(kWidth)
-                                               .depth(1)
-                                               .num_heads(4)
-                                               .mlp_ratio(2.0)
-                                               .drop_rate(0.0)
-                                               .attn_drop_rate(0.0)
-                                               .drop_path_rate(0.0));
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
-  model->to(device());
-  return model;
-}
+std::shared_ptr<nn::LayerStack> tptraffic_vit() { return randomised_vit(grid_test_vit().depth(1), 23); }
 
 nn::EncoderBlock& tptraffic_block(nn::LayerStack& model) {
   for (std::size_t k = 0; k < model.size(); ++k) {
@@ -180,6 +165,66 @@ TEST(TpTraffic, OneBlockIn25dMovesWhatTheCostNoteSays) {
   EXPECT_EQ(grid->depth_group()->traffic().collectives, depth_calls) << "depth group";
   EXPECT_DOUBLE_EQ(grid->depth_group()->traffic().received_bytes, depth * kElement) << "depth group";
   EXPECT_EQ(grid->tp().traffic().collectives, 0) << "a 2.5D block talks along its layer's grid and its depth only";
+}
+
+// 3D on a q = 2 cube (8 ranks), per group, T the whole batch's tokens. Each Linear3D(in, out)
+// with its input's rows over group R and features over F (qkv, fc1: R = k, F = i; proj, fc2:
+// R = i, F = k): over R the input gathered forward and again backward and dX reduce-scattered,
+// 3·(q−1)·T·in/q³; over F the output reduce-scattered forward and dY gathered backward,
+// 2·(q−1)·T·out/q³; over j the weight gathered twice and dW reduce-scattered, 3·(q−1)·out·in/q³.
+// The bias [out/q]: qkv's and fc1's all-reduced over the ij plane (2(q²−1)/q² of it), proj's
+// and fc2's gathered over the jk plane forward and reduce-scattered back (2·(q²−1)/q² of it).
+// Each LayerNorm3D: four all-reduces of [T/q²] statistics over i; its weight and bias [h/q]
+// gathered over the jk plane and reduce-scattered back.
+TEST(TpTraffic, OneBlockIn3dMovesWhatTheCostNoteSays) {
+  if (world()->size() % 8 != 0) GTEST_SKIP() << "3D on a 2x2x2 cube needs 8 ranks";
+  const auto grid = std::make_shared<Tp3dGrid>(consecutive_group(8, "tptraffic_3d"));
+  auto model = tptraffic_vit();
+  Vit3dSharder(grid).shard(*model);
+  for (auto* group : {&grid->tp(), &grid->i_group(), &grid->j_group(), &grid->k_group(), &grid->jk_plane(),
+                      &grid->ij_plane()}) {
+    group->reset_traffic();
+  }
+  const int64_t q = grid->q();
+  tptraffic_step(tptraffic_block(*model), {kBatch / (q * q), kTokens, kWidth / q});
+
+  const double Q = static_cast<double>(q), T = kBatch * kTokens, cube = Q * Q * Q;
+  const double plane = (Q * Q - 1) / (Q * Q);  // a gather's or reduce-scatter's share over a plane
+  double i = 0, j = 0, k = 0, jk = 0, ij = 0;
+  int64_t i_calls = 0, j_calls = 0, k_calls = 0, jk_calls = 0, ij_calls = 0;
+  for (std::size_t n = 0; n < std::size(kLinears); ++n) {
+    const double in = static_cast<double>(kLinears[n].in), out = static_cast<double>(kLinears[n].out);
+    const bool outer = n == 0 || n == 2;  // qkv and fc1 read the residual stream
+    (outer ? k : i) += 3 * (Q - 1) * T * in / cube;
+    (outer ? i : k) += 2 * (Q - 1) * T * out / cube;
+    (outer ? k_calls : i_calls) += 3;
+    (outer ? i_calls : k_calls) += 2;
+    j += 3 * (Q - 1) * out * in / cube;
+    j_calls += 3;
+    if (outer) {
+      ij += 2 * plane * out / Q;
+      ij_calls += 1;
+    } else {
+      jk += 2 * plane * out / Q;
+      jk_calls += 2;
+    }
+  }
+  for (int norm = 0; norm < 2; ++norm) {
+    i += 4 * 2 * (Q - 1) / Q * T / (Q * Q);
+    i_calls += 4;
+    jk += 2 * 2 * plane * kWidth / Q;
+    jk_calls += 4;
+  }
+  const auto expect = [](dist::ProcessGroup& group, int64_t calls, double elements, const char* name) {
+    EXPECT_EQ(group.traffic().collectives, calls) << name;
+    EXPECT_DOUBLE_EQ(group.traffic().received_bytes, elements * kElement) << name;
+  };
+  expect(grid->i_group(), i_calls, i, "i group");
+  expect(grid->j_group(), j_calls, j, "j group");
+  expect(grid->k_group(), k_calls, k, "k group");
+  expect(grid->jk_plane(), jk_calls, jk, "jk plane");
+  expect(grid->ij_plane(), ij_calls, ij, "ij plane");
+  EXPECT_EQ(grid->tp().traffic().collectives, 0) << "a 3D block talks along the cube's axes and planes only";
 }
 
 }  // namespace

@@ -218,52 +218,26 @@ TEST(Vit25d, LayerNormOnALayerWithTheDepthGroupEqualsOneLayerNorm) {
   world()->barrier().wait();
 }
 
-// image 16, patch 8 (5 tokens), width 16, 2 blocks of 4 heads, MLP 32, 10 classes, no dropout.
-nn::ViTConfig vit25d_config() {
-  return nn::ViTConfig()
-      .image_size(16)
-      .patch_size(8)
-      .in_channels(3)
-      .num_classes(10)
-      .embed_dim(16)
-      .depth(2)
-      .num_heads(4)
-      .mlp_ratio(2.0)
-      .drop_rate(0.0)
-      .attn_drop_rate(0.0)
-      .drop_path_rate(0.0);
-}
 
-// The ViT with every parameter re-filled at random (a fresh one has LayerNorm weights of one,
-// zero biases and tokens: a gradient summed in the wrong place could pass unseen on constants),
-// the same on every rank.
-std::shared_ptr<nn::LayerStack> vit25d_model(const nn::ViTConfig& config) {
-  torch::manual_seed(5);
-  auto model = nn::make_vision_transformer(config);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
-  model->to(device());
-  return model;
-}
 
 // One forward and backward of a batch of 8 (one sample per layer and row... two: 8 / (d·q) = 2).
 TEST(Vit25d, ShardedVitEqualsOneProcess) {
   VIT25D_REQUIRE_EIGHT();
   const auto grid = vit25d_grid("vit25d_equal");
-  const auto config = vit25d_config();
+  const auto config = grid_test_vit();
   constexpr int64_t kBatch = 8;
   torch::manual_seed(17);
   const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
   const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
 
-  auto reference = vit25d_model(config);
+  auto reference = randomised_vit(config);
   const auto want_logits = reference->forward(images);
   const auto want_loss = cross_entropy(want_logits, labels);
   want_loss.backward();
   std::vector<torch::Tensor> want_grads;
   for (const auto& p : reference->parameters()) want_grads.push_back(p.grad());
 
-  auto model = vit25d_model(config);
+  auto model = randomised_vit(config);
   Vit25dSharder(grid).shard(*model);
   const auto logits = model->forward(images);
   const auto loss = cross_entropy(logits, labels);
@@ -317,11 +291,11 @@ TEST(Vit25d, ADepthOfOneIsTwoD) {
   EXPECT_EQ(grid->q(), 2);
   EXPECT_EQ(grid->depth_group()->size(), 1);
   EXPECT_EQ(grid->layer_grid()->tp().global_ranks(), grid->tp().global_ranks()) << "the layer is the tp group";
-  const auto config = vit25d_config();
+  const auto config = grid_test_vit();
   torch::manual_seed(29);
   const auto images = torch::randn({4, 3, 16, 16}).to(device());
-  auto reference = vit25d_model(config);
-  auto model = vit25d_model(config);
+  auto reference = randomised_vit(config);
+  auto model = randomised_vit(config);
   Vit25dSharder(grid).shard(*model);
   int linears = 0;
   for (std::size_t k = 0; k < model->size(); ++k) {
@@ -390,17 +364,17 @@ TEST(Vit25d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
     return Vit25dSharder(grid, options).problems(*nn::make_vision_transformer(config));
   };
   using Texts = std::vector<std::string>;
-  EXPECT_EQ(problems(vit25d_config()), Texts{});
-  EXPECT_EQ(problems(vit25d_config().embed_dim(12).num_heads(3)),
+  EXPECT_EQ(problems(grid_test_vit()), Texts{});
+  EXPECT_EQ(problems(grid_test_vit().embed_dim(12).num_heads(3)),
             Texts{"tp_mode=2.5d on 2 layers of a 2×2 grid: 3 heads do not divide by q=2 (each grid column keeps "
                   "whole heads): use a q that divides 3"});
-  EXPECT_EQ(problems(vit25d_config(), /*sequence_parallel=*/true),
+  EXPECT_EQ(problems(grid_test_vit(), /*sequence_parallel=*/true),
             Texts{"tp_mode=2.5d on 2 layers of a 2×2 grid: sequence parallelism is not supported with 2.5d (the 2.5D "
                   "blocks already split every activation by batch rows and features); turn sequence parallelism off "
                   "or use tp_mode=1d"});
 
   torch::manual_seed(1);
-  auto model = nn::make_vision_transformer(vit25d_config().mlp_ratio(2.0625));
+  auto model = nn::make_vision_transformer(grid_test_vit().mlp_ratio(2.0625));
   const auto before = model->layer(1)->named_parameters()["mlp.fc1.weight"].sizes().vec();
   try {
     Vit25dSharder(grid).shard(*model);

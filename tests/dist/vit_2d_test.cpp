@@ -40,33 +40,7 @@ std::shared_ptr<Tp2dGrid> vit2d_grid(const std::string& name) {
   return std::make_shared<Tp2dGrid>(consecutive_group(kVit2dSide * kVit2dSide, name));
 }
 
-// image 16, patch 8 (5 tokens), width 16, 2 blocks of 4 heads, MLP 32, 10 classes, no dropout.
-nn::ViTConfig vit2d_config() {
-  return nn::ViTConfig()
-      .image_size(16)
-      .patch_size(8)
-      .in_channels(3)
-      .num_classes(10)
-      .embed_dim(16)
-      .depth(2)
-      .num_heads(4)
-      .mlp_ratio(2.0)
-      .drop_rate(0.0)
-      .attn_drop_rate(0.0)
-      .drop_path_rate(0.0);
-}
 
-// The ViT with every parameter re-filled at random (a fresh one has constant biases, LayerNorm
-// weights of one, zero tokens: a cut in the wrong place could pass unseen on constants), the
-// same on every rank.
-std::shared_ptr<nn::LayerStack> vit2d_model(const nn::ViTConfig& config) {
-  torch::manual_seed(5);
-  auto model = nn::make_vision_transformer(config);
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
-  model->to(device());
-  return model;
-}
 
 // Every rank's `local`, in `group`'s rank order.
 std::vector<torch::Tensor> vit2d_pieces(const torch::Tensor& local, dist::ProcessGroup& group) {
@@ -79,18 +53,18 @@ std::vector<torch::Tensor> vit2d_pieces(const torch::Tensor& local, dist::Proces
 TEST(Vit2d, ForwardAndBackwardEqualOneProcess) {
   VIT2D_REQUIRE_GRID();
   const auto grid = vit2d_grid("vit2d_equal");
-  const auto config = vit2d_config();
+  const auto config = grid_test_vit();
   constexpr int64_t kBatch = 4;
   torch::manual_seed(17);
   const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
   const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
 
-  auto reference = vit2d_model(config);
+  auto reference = randomised_vit(config);
   const auto want_logits = reference->forward(images);
   const auto want_loss = cross_entropy(want_logits, labels);
   want_loss.backward();
 
-  auto model = vit2d_model(config);
+  auto model = randomised_vit(config);
   Vit2dSharder(grid).shard(*model);
   const auto logits = model->forward(images);
   const auto loss = cross_entropy(logits, labels);
@@ -133,11 +107,11 @@ TEST(Vit2d, ForwardAndBackwardEqualOneProcess) {
 TEST(Vit2d, AOneByOneGridKeepsTheBlocksOwnLayerNorms) {
   const auto alone = world()->new_subgroup({world()->global_rank(world()->rank())}, "vit2d_alone");
   const auto grid = std::make_shared<Tp2dGrid>(alone);
-  const auto config = vit2d_config();
+  const auto config = grid_test_vit();
   torch::manual_seed(23);
   const auto images = torch::randn({3, 3, 16, 16}).to(device());
-  auto reference = vit2d_model(config);
-  auto model = vit2d_model(config);
+  auto reference = randomised_vit(config);
+  auto model = randomised_vit(config);
   Vit2dSharder(grid).shard(*model);
   int blocks = 0;
   for (std::size_t k = 0; k < model->size(); ++k) {
@@ -172,24 +146,24 @@ TEST(Vit2d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
     return Vit2dSharder(grid, options).problems(*nn::make_vision_transformer(config));
   };
   using Texts = std::vector<std::string>;
-  EXPECT_EQ(problems(vit2d_config()), Texts{});
-  EXPECT_EQ(problems(vit2d_config().embed_dim(12).num_heads(3)),
+  EXPECT_EQ(problems(grid_test_vit()), Texts{});
+  EXPECT_EQ(problems(grid_test_vit().embed_dim(12).num_heads(3)),
             Texts{"tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid column keeps whole heads): use a "
                   "q that divides 3"});
-  EXPECT_EQ(problems(vit2d_config().mlp_ratio(2.0625)),
+  EXPECT_EQ(problems(grid_test_vit().mlp_ratio(2.0625)),
             Texts{"tp_mode=2d on a 2×2 grid: the MLP's 33 hidden units do not divide by q=2: use a q that divides 33"});
-  EXPECT_EQ(problems(vit2d_config().embed_dim(9).num_heads(3).mlp_ratio(2.0)),
+  EXPECT_EQ(problems(grid_test_vit().embed_dim(9).num_heads(3).mlp_ratio(2.0)),
             (Texts{"tp_mode=2d on a 2×2 grid: the embedding width 9 does not divide by q=2 (each grid column keeps "
                    "D/q features): use a q that divides 9",
                    "tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid column keeps whole heads): use "
                    "a q that divides 3"}));
-  EXPECT_EQ(problems(vit2d_config(), /*sequence_parallel=*/true),
+  EXPECT_EQ(problems(grid_test_vit(), /*sequence_parallel=*/true),
             Texts{"tp_mode=2d on a 2×2 grid: sequence parallelism is not supported with 2d (the 2D blocks already "
                   "split every activation by batch rows and features); turn sequence parallelism off or use "
                   "tp_mode=1d"});
 
   torch::manual_seed(1);
-  auto model = nn::make_vision_transformer(vit2d_config().embed_dim(12).num_heads(3));
+  auto model = nn::make_vision_transformer(grid_test_vit().embed_dim(12).num_heads(3));
   const auto before = model->layer(1)->named_parameters()["attn.qkv.weight"].sizes().vec();
   try {
     Vit2dSharder(grid).shard(*model);

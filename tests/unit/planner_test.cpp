@@ -144,6 +144,106 @@ TEST(PlannerStepModel, TwoDimensionalTensorParallelismPaysTheCostNotesCollective
   }
 }
 
+// 2.5d on 2 layers of a 2 x 2 grid (tp 8, one node of 8), 8 samples: each layer runs 2d's
+// collectives (the test above) on its 4 samples, T = 68 tokens; the depth group (2 ranks)
+// all-reduces per linear the weight block (out·in/4) and the bias block (out/2), per LayerNorm the
+// weight and bias (h/2); the edges add the layers' shares gathered over depth ([136, h]).
+TEST(PlannerStepModel, TwoAndAHalfDimensionalTensorParallelismPaysTheCostNotesCollectives) {
+  auto request = fixture_request(8, 8);
+  request.cluster.gpus_per_node = 8;
+  auto block = request.profile->layers[2];
+  block.tp = 8;
+  request.profile->layers.push_back(block);
+  StepModel model(request);
+  const auto layered = model.predict(layout("hybrid_parallel tp8 2.5d depth2", 8));
+  const double T = 4 * 17, h = 64, m = 128, e = 4;
+  auto seconds = [](double moved) { return 1e-4 + moved * 1e-9; };
+  double block_comm = 0;
+  for (const auto& [in, out] : {std::pair{h, 3 * h}, std::pair{h, h}, std::pair{h, m}, std::pair{m, h}}) {
+    const double broadcasts = 2 * (seconds(T * in / 4 * e) + seconds(out * in / 4 * e));
+    block_comm += 2 * broadcasts + seconds(T * in / 2 * e / 2) + seconds(out * in / 2 * e / 2) + seconds(out / 2 * e);
+    block_comm += seconds(out * in / 4 * e) + seconds(out / 2 * e);  // the depth sums
+  }
+  block_comm += 2 * (4 * seconds(T / 2 * e) + 2 * seconds(h / 2 * e) + 2 * seconds(h / 2 * e));
+  const double edges = 2 * (seconds(T * h / 2 * e / 2) + seconds(T * h * e / 2) + seconds(2 * T * h * e / 2));
+  EXPECT_NEAR(layered.breakdown.tp_comm, 5 * block_comm + edges, kEps);
+  const auto options = layout("hybrid_parallel tp8 2.5d depth2", 8).plugin_options("fp32");
+  EXPECT_EQ(options.at("tp_mode"), "2.5d");
+  EXPECT_EQ(options.at("tp_depth"), "2");
+  EXPECT_EQ(layout("hybrid_parallel tp8 2.5d depth2", 8).name(), "hybrid_parallel dp1 pp1 tp8 2.5d depth2 zero0");
+  std::set<std::string> names;
+  for (const auto& l : colo::planner::enumerate_layouts(request)) names.insert(l.name());
+  EXPECT_EQ(names.count("hybrid_parallel dp1 pp1 tp8 2.5d depth2 zero0"), 1u);
+  EXPECT_EQ(names.count("hybrid_parallel dp2 pp1 tp4 2.5d depth1 zero0"), 0u) << "depth 1 is 2d";
+  for (const auto& [text, says] :
+       {std::pair<std::string, std::string>{"hybrid_parallel tp8 2.5d depth3", "2.5d with depth3 needs tp = q² x 3"},
+        {"hybrid_parallel tp8 depth2", "depth2 is 2.5d's: add 2.5d or drop it"},
+        {"hybrid_parallel tp8 2.5d depth2 sp", "2.5d splits the activations already: drop sp"}}) {
+    try {
+      colo::planner::Layout::parse(text, 8);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// 3d on a 2 x 2 x 2 cube (tp 8, one node of 8), 8 samples: T = 136 tokens, 4 bytes an element
+// (docs/tensor_parallel_modes.md's "3D", checked against the code by tp_traffic_test.cpp). Per
+// Linear3D(in, out) on lines of 2 ranks: forward the input [T/2, in/2] and the weight block
+// [out/2, in/2] gathered and the product [T/2, out/2] reduce-scattered; backward dY gathered, the
+// weight and the input gathered again, dX and dW reduce-scattered; the bias [out/2] on a plane of 4
+// ranks: qkv's and fc1's all-reduced, proj's and fc2's gathered forward and reduce-scattered back.
+// Per LayerNorm3D: two all-reduces of T/4 statistics on a line each way, the weight and bias [h/2]
+// gathered on the plane forward and reduce-scattered back. Edges: the features gathered on a line
+// ([T/4, h]), then the rows on the plane ([T, h]). 100 us + moved / 1 GB/s; on a line an all-gather
+// or reduce-scatter moves B/2 and an all-reduce B, on a plane 3B/4 and 3B/2.
+TEST(PlannerStepModel, ThreeDimensionalTensorParallelismPaysTheCostNotesCollectives) {
+  auto request = fixture_request(8, 8);
+  request.cluster.gpus_per_node = 8;
+  auto block = request.profile->layers[2];
+  block.tp = 8;
+  request.profile->layers.push_back(block);
+  StepModel model(request);
+  const auto three_d = model.predict(layout("hybrid_parallel tp8 3d", 8));
+  const double T = 8 * 17, h = 64, m = 128, e = 4;
+  auto line = [](double bytes) { return 1e-4 + bytes / 2 * 1e-9; };  // all-gather, reduce-scatter
+  auto line_sum = [](double bytes) { return 1e-4 + bytes * 1e-9; };   // all-reduce
+  auto plane = [](double bytes) { return 1e-4 + bytes * 3 / 4 * 1e-9; };
+  auto plane_sum = [](double bytes) { return 1e-4 + bytes * 3 / 2 * 1e-9; };
+  double block_comm = 0;
+  struct L {
+    double in, out;
+    bool outer;
+  };
+  for (const auto& l : {L{h, 3 * h, true}, L{h, h, false}, L{h, m, true}, L{m, h, false}}) {
+    const double x = line(T * l.in / 4 * e), w = line(l.out * l.in / 4 * e), y = line(T * l.out / 4 * e);
+    block_comm += (x + w + y) + (y + w + x + x + w);
+    block_comm += l.outer ? plane_sum(l.out / 2 * e) : 2 * plane(l.out / 2 * e);
+  }
+  block_comm += 2 * (4 * line_sum(T / 4 * e) + 4 * plane(h / 2 * e));
+  const double edges = 2 * (line(T * h / 4 * e) + plane(T * h * e));
+  EXPECT_NEAR(three_d.breakdown.tp_comm, 5 * block_comm + edges, kEps);
+  EXPECT_EQ(layout("hybrid_parallel tp8 3d", 8).plugin_options("fp32").at("tp_mode"), "3d");
+  EXPECT_EQ(layout("hybrid_parallel tp8 3d", 8).name(), "hybrid_parallel dp1 pp1 tp8 3d zero0");
+  // The search offers 3d where tp is a cube inside a node whose side divides the heads and the
+  // MLP and whose cube divides the width, never with sequence parallelism.
+  std::set<std::string> names;
+  for (const auto& l : colo::planner::enumerate_layouts(request)) names.insert(l.name());
+  EXPECT_EQ(names.count("hybrid_parallel dp1 pp1 tp8 3d zero0"), 1u);
+  EXPECT_EQ(names.count("hybrid_parallel dp2 pp1 tp4 3d zero0"), 0u);
+  for (const auto& name : names) EXPECT_FALSE(name.find(" 3d") != std::string::npos && name.find(" sp") != std::string::npos) << name;
+  for (const auto& [text, says] : {std::pair<std::string, std::string>{"hybrid_parallel tp4 3d", "3d needs tp = q³"},
+                                   {"hybrid_parallel tp8 3d sp", "3d splits the activations already: drop sp"}}) {
+    try {
+      colo::planner::Layout::parse(text, 8);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 // pp 2, 2 microbatches of 4 samples. Stage 0: the patch embedding and blocks 0-1 (F 21 ms, B 42 ms),
 // stage 1: blocks 2-4 and the head (F 31 ms, B 62 ms); a stage's send (100 us + 4 x 17 x 64 x 4 =
 // 17408 B / 1 GB/s = 0.117408 ms) goes onto the action that produces it.

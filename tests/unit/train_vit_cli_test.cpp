@@ -849,8 +849,8 @@ TEST_F(TrainVitConfig, TheSmallLayoutsTrainOnCpuRanks) {
 
 // The hybrid example's layout words: "parallel": {"pipeline": P, "tensor": {"mode", "size", "depth"}}
 // set pp_size, tp_mode, tp_size and tp_depth. 1d trains on 4 and 8 ranks, 2d on 4 (a 2 x 2 grid) and
-// its dry run plans it, as it does 2.5d's (2 layers of a 2 x 2 grid); the mode not built yet (3d) is
-// refused by the dry run as by the run, and sizes a mode cannot take name the ones it can.
+// its dry run plans it, as it does 2.5d's (2 layers of a 2 x 2 grid); 3d trains on 8 (a 2 x 2 x 2
+// cube) and plans; sizes a mode cannot take name the ones it can.
 TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes) {
   const auto words = write("words.json", R"({"plugin": "hybrid_parallel", "parallel": {"pipeline": 2, "microbatches": 2,
                                              "tensor": {"mode": "1d", "size": 2}}})");
@@ -877,8 +877,18 @@ TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes)
   const Result planned = run(tiny_override({"--config", grid, "--dry-run", "--world-size", "4"}));
   EXPECT_EQ(planned.exit_code, 0) << planned.out << planned.err;
   EXPECT_NE(planned.out.find("tensor parallelism 2d on a 2x2 grid"), std::string::npos) << planned.out;
-  refused("three_d.json", R"({"tensor": {"mode": "3d", "size": 8}})", 8,
-          "tp_mode=3d (q=2 over tp_size=8) is not built yet");
+  // 3d on a 2 x 2 x 2 cube: trains 3 steps on 8 ranks, and its dry run plans it.
+  const auto cube = write("cube.json", R"({"plugin": "hybrid_parallel", "parallel": {"tensor": {"mode": "3d", "size": 8}}})");
+  const auto cube_metrics = files::join(dir_, "cube.jsonl");
+  const Result cubed = run_on(8, tiny_override({"--config", cube, "--metrics", cube_metrics}));
+  ASSERT_EQ(cubed.exit_code, 0) << cubed.out << cubed.err;
+  EXPECT_NE(cubed.out.find("(dp=1 pp=1 tp=8)"), std::string::npos) << cubed.out;
+  EXPECT_EQ(losses(cube_metrics).size(), 3u);
+  const Result cube_plan = run(tiny_override({"--config", cube, "--dry-run", "--world-size", "8"}));
+  EXPECT_EQ(cube_plan.exit_code, 0) << cube_plan.out << cube_plan.err;
+  EXPECT_NE(cube_plan.out.find("tensor parallelism 3d on a 2x2x2 cube"), std::string::npos) << cube_plan.out;
+  refused("four_cube.json", R"({"tensor": {"mode": "3d", "size": 4}})", 4,
+          "tp_mode=3d needs tp_size = q³ (a q × q × q cube), got 4: use 1 or 8");
   // 2.5d plans (its training is tests/dist/layout_equivalence_test.cpp's 2.5d rows).
   const auto tesseract = write("tesseract.json",
                                R"({"plugin": "hybrid_parallel", "parallel": {"tensor": {"mode": "2.5d", "size": 8, "depth": 2}}})");
@@ -898,7 +908,7 @@ TEST_F(TrainVitConfig, TheHybridExamplesLayoutWordsSetTheTensorAndPipelineSizes)
 TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
   std::vector<std::string> names = files::list_directory(COLO_SOURCE_DIR "/examples/configs");
   std::sort(names.begin(), names.end());
-  ASSERT_EQ(names.size(), 9u);
+  ASSERT_EQ(names.size(), 10u);
   for (const auto& name : names) {
     const bool large = name.rfind("hybrid_vit_", 0) == 0;
     const int world = large ? (name.find("64gpu") != std::string::npos ? 64 : 32)
@@ -917,6 +927,9 @@ TEST_F(TrainVitConfig, EveryConfigParsesAndTheLargeOnesPlanEveryRankOnH200s) {
     }
     if (name.find("_2p5d") != std::string::npos) {
       EXPECT_NE(r.out.find("tensor parallelism 2.5d on 2 layers of a 2x2 grid"), std::string::npos) << r.out;
+    }
+    if (name.find("_3d") != std::string::npos) {
+      EXPECT_NE(r.out.find("tensor parallelism 3d on a 2x2x2 cube"), std::string::npos) << r.out;
     }
     EXPECT_NE(r.out.find("global batch " + std::string(world == 32 ? "256" : "512")), std::string::npos) << r.out;
     // The plan prints ranks that hold alike in groups ("ranks 0,1,2,...,19 (8 ranks) (pp 0 of 4; ...)"):

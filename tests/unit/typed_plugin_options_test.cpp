@@ -401,23 +401,6 @@ TEST(TypedPluginOptions, HybridParallelTensorModesTakeTheSizesTheirGridsHave) {
   EXPECT_EQ(colo::tensor_parallel_side("3d", 26, 1), std::nullopt);
 }
 
-// Options that parse but cannot run yet say so, for the plugin and its memory plan to refuse with.
-TEST(TypedPluginOptions, HybridParallelTensorModesNotBuiltSaySo) {
-  EXPECT_EQ(colo::HybridParallelOptions().tp_size(4).not_built(), std::nullopt);
-  EXPECT_EQ(colo::HybridParallelOptions().tp_size(4).tp_mode("2d").not_built(), std::nullopt);
-  EXPECT_EQ(colo::HybridParallelOptions().tp_size(8).tp_mode("2.5d").tp_depth(2).not_built(), std::nullopt);
-  for (const auto& [mode, size, depth, says] :
-       std::vector<std::tuple<std::string, int, int, std::string>>{
-           {"3d", 8, 1, "tp_mode=3d (q=2 over tp_size=8) is not built yet"}}) {
-    const auto why = colo::HybridParallelOptions().tp_size(size).tp_mode(mode).tp_depth(depth).not_built();
-    ASSERT_TRUE(why.has_value()) << mode;
-    EXPECT_NE(why->find(says), std::string::npos) << *why;
-    EXPECT_NE(why->find("use tp_mode=1d"), std::string::npos) << *why;
-    EXPECT_NE(why->find("tp_mode=2d (tp_size = q²) or tp_mode=2.5d (tp_size = q² x tp_depth)"), std::string::npos)
-        << *why;
-  }
-}
-
 TEST(TypedPluginOptions, HybridParallelSaysWhatNoKeyHolds) {
   const auto error_of = [](const colo::HybridParallelOptions& x) -> std::string {
     try {

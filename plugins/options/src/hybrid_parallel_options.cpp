@@ -271,19 +271,6 @@ PluginOptions HybridParallelOptions::to_options() const {
   return out.options();
 }
 
-std::optional<std::string> HybridParallelOptions::not_built() const {
-  if (tp_mode_ == "1d" || tp_mode_ == "2d" || tp_mode_ == "2.5d") return std::nullopt;
-  const auto side = tensor_parallel_side(tp_mode_, tp_size_, tp_depth_);
-  return fmt::format("tp_mode={} ({}) is not built yet in this colo (its parallel layers and the model policy that "
-                     "uses them are not finished); use tp_mode=1d (tp_size={} splits every block's linears the Megatron way), "
-                     "tp_mode=2d (tp_size = q²) or tp_mode=2.5d (tp_size = q² x tp_depth)",
-                     tp_mode_,
-                     side ? fmt::format("q={}{} over tp_size={}", *side,
-                                        tp_mode_ == "2.5d" ? fmt::format(", depth {}", tp_depth_) : "", tp_size_)
-                          : fmt::format("tp_size={}", tp_size_),
-                     tp_size_);
-}
-
 pipeline::Schedule HybridParallelOptions::training_schedule(int microbatches) const {
   if (!schedule_from_file_) {
     return pipeline::builtin_schedules().make(

@@ -75,9 +75,6 @@ struct HybridParallelOptions {
 
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key.
   static HybridParallelOptions parse(const PluginOptions& options);
-  // Why these options cannot run yet although they parse (a tp_mode that is not built), naming
-  // what to use instead; nullopt when they can. The plugin and its memory plan both refuse with it.
-  std::optional<std::string> not_built() const;
   // The keys parse() reads, for the fields that differ from the defaults: parse(to_options())
   // gives these options back, and a default struct gives an empty map. What parse derives is
   // written as the key it came from: a schedule file's schedule, chunks and microbatches as
