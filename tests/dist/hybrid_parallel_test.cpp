@@ -407,6 +407,12 @@ TEST(HybridParallel, TwoAndAHalfDimensionalGridTakesBatchesItDoesNotDivide) {
   grid_takes_batches_it_does_not_divide({{"tp_size", "8"}, {"tp_mode", "2.5d"}, {"tp_depth", "2"}});
 }
 
+// 3d cuts every batch into q² row blocks (a 2 x 2 x 2 cube: 4), as 2.5d's layers do here.
+TEST(HybridParallel, ThreeDimensionalCubeTakesBatchesItDoesNotDivide) {
+  if (world()->size() != 8) GTEST_SKIP() << "a 2 x 2 x 2 cube on 8 ranks";
+  grid_takes_batches_it_does_not_divide({{"tp_size", "8"}, {"tp_mode", "3d"}});
+}
+
 void grid_takes_batches_it_does_not_divide(const PluginOptions& grid) {
   // Evaluated: 5 images (microbatches of 3 and 2); trained: 6 (microbatches of 3, equal as
   // training needs).
