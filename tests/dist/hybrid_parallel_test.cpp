@@ -243,7 +243,10 @@ TEST(HybridParallel, CheckpointsGoFromTwoDToThreeDToOneProcessToOneD) {
   const auto from_3d = files::join(dir, "three_d"), from_one = files::join(dir, "one_process");
   const auto from_1d = files::join(dir, "one_d");
   const auto data = make_batches(4, 16, 37);
-  constexpr double kTolerance = 2e-5;
+  // Three modes' sums in three orders before Adam's normalised step: a bias whose gradient is
+  // small moves by ~lr whatever its size, so its relative error grows past the one-layout rows'
+  // 2e-5 (CUDA tensors over Gloo on one H200: 2.3e-5 on a proj bias; 2e-5 holds on CPU ranks).
+  constexpr double kTolerance = 5e-5;
   const auto single = consecutive_group(1, "hp_modes_single");
   const auto boosted = [&](const std::string& plugin_name, const PluginOptions& options,
                            std::shared_ptr<dist::ProcessGroup> group, uint64_t seed, auto&& body) {

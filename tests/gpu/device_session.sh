@@ -992,8 +992,11 @@ PY
       # (tests/gpu/one_gpu_layouts.sh; COLO_ONEGPU_FP8=1 adds tp 2 in fp8).
       fp8=()
       [ "${COLO_ONEGPU_FP8:-0}" = 1 ] && fp8=(--fp8)
+      # COLO_ONEGPU_LAYOUTS: the layouts to run (default: the script's; tp4_2d tp8_2p5d tp8_3d on request).
+      layouts=()
+      [ -n "${COLO_ONEGPU_LAYOUTS:-}" ] && layouts=(--layouts "$COLO_ONEGPU_LAYOUTS")
       COLO_BACKEND=gloo timeout "${COLO_ONEGPU_TIMEOUT:-540}" bash tests/gpu/one_gpu_layouts.sh --build-dir build-gpu \
-        --out "$LOGS/layouts" "${fp8[@]}" >"$LOGS/onegpu_layouts.log" 2>&1
+        --out "$LOGS/layouts" "${fp8[@]}" "${layouts[@]}" >"$LOGS/onegpu_layouts.log" 2>&1
       note "one-gpu layouts rc=$? ($((SECONDS - start)) s): $(tail -1 "$LOGS/onegpu_layouts.log")"
       grep -E '^\||rc=' "$LOGS/onegpu_layouts.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       ;;

@@ -15,6 +15,10 @@
 #   tp2_pp2          4  hybrid_parallel tp_size=2 pp_size=2, 4 microbatches
 #   gemini_dp2       2  gemini (data parallel)
 #   zero_dp2         2  low_level_zero (data parallel, ZeRO stage 2)
+# and, asked for by --layouts only (8 ranks take a while on CPU):
+#   tp4_2d           4  hybrid_parallel tp_size=4 tp_mode=2d (a 2 x 2 grid)
+#   tp8_2p5d         8  hybrid_parallel tp_size=8 tp_mode=2.5d tp_depth=2 (2 layers of a 2 x 2 grid)
+#   tp8_3d           8  hybrid_parallel tp_size=8 tp_mode=3d (a 2 x 2 x 2 cube)
 # against torch_ddp on one rank. --fp8 adds tp2 in precision fp8 against one rank in fp8 (float8
 # products need a GPU of compute capability 8.9 or newer). The model is train_vit's `mini` ViT
 # (width 96, 4 heads, 4 blocks) on synthetic 32x32 images, global batch 16, the same seed
@@ -35,6 +39,7 @@ steps=5
 precisions="fp32 bf16"
 all_layouts="tp2 pp2_1f1b pp2_interleaved tp2_pp2 gemini_dp2 zero_dp2"
 layouts=$all_layouts
+known_layouts="$all_layouts tp4_2d tp8_2p5d tp8_3d"
 fp8=0
 per_run_timeout=240
 while [ $# -gt 0 ]; do
@@ -46,14 +51,14 @@ while [ $# -gt 0 ]; do
     --layouts) layouts=$2 && shift 2 ;;
     --fp8) fp8=1 && shift ;;
     --timeout) per_run_timeout=$2 && shift 2 ;;
-    -h | --help) sed -n '2,28p' "$0" && exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" && exit 0 ;;
     *) echo "one_gpu_layouts.sh: unknown argument '$1' (see --help)" >&2 && exit 2 ;;
   esac
 done
 for layout in $layouts; do
-  case " $all_layouts " in
+  case " $known_layouts " in
     *" $layout "*) ;;
-    *) echo "one_gpu_layouts.sh: unknown layout '$layout'; the layouts are: $all_layouts" >&2 && exit 2 ;;
+    *) echo "one_gpu_layouts.sh: unknown layout '$layout'; the layouts are: $known_layouts" >&2 && exit 2 ;;
   esac
 done
 for binary in colo-run train_vit; do
@@ -78,6 +83,9 @@ layout() {
     tp2_pp2) ranks=4 opts=(--plugin-opt tp_size=2 "${pipeline[@]}") ;;
     gemini_dp2) plugin=gemini ;;
     zero_dp2) plugin=low_level_zero opts=(--plugin-opt stage=2) ;;
+    tp4_2d) ranks=4 opts=(--plugin-opt tp_size=4 --plugin-opt tp_mode=2d) ;;
+    tp8_2p5d) ranks=8 opts=(--plugin-opt tp_size=8 --plugin-opt tp_mode=2.5d --plugin-opt tp_depth=2) ;;
+    tp8_3d) ranks=8 opts=(--plugin-opt tp_size=8 --plugin-opt tp_mode=3d) ;;
   esac
 }
 
