@@ -87,7 +87,7 @@ class NodeLink {
   // Under --elastic node 0 also prints what it decided about the world.
   NodeVerdict finish(const NodeReport& here);
 
-  struct Peer;  // one connection to another node's colo-run (node_link.cpp)
+  struct Peer;  // one connection to another node's colo-run (node_link_peer.h)
 
  private:
   void send(Peer& peer, const std::string& line);
