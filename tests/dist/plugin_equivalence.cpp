@@ -1,9 +1,11 @@
 #include "plugin_equivalence.h"
 
+#include <colo/amp/grad_clip.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/files/files.h>
 #include <colo/dist/process_group.h>
 #include <colo/nn/vision_transformer.h>
+#include <colo/shardformer/tp_mappings.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -51,6 +53,69 @@ std::shared_ptr<nn::LayerStack> randomised_vit(const nn::ViTConfig& config, uint
   for (auto& p : model->parameters()) p.copy_(torch::randn(p.sizes()) * 0.5);
   model->to(device());
   return model;
+}
+
+std::vector<torch::Tensor> pieces_over(const torch::Tensor& local, dist::ProcessGroup& group) {
+  // Through the tensor-parallel mappings' gather: CUDA tensors over Gloo travel through the host.
+  const auto all = shardformer::all_gather_along(local.unsqueeze(0).contiguous(), 0, group);
+  std::vector<torch::Tensor> pieces;
+  for (const auto& piece : all.chunk(group.size(), 0)) pieces.push_back(piece.squeeze(0));
+  return pieces;
+}
+
+torch::Tensor whole_from_pieces(const torch::Tensor& local, const std::vector<nn::ShardSpec>& cuts,
+                                dist::ProcessGroup& tp) {
+  auto pieces = pieces_over(local, tp);
+  pieces.resize(static_cast<std::size_t>(nn::pieces_of(cuts)));
+  return nn::unshard(pieces, cuts);
+}
+
+void expect_sharded_vit_equals_one_process(nn::LayerStack& sharded, nn::LayerStack& reference,
+                                           std::shared_ptr<dist::ProcessGroup> tp, const torch::Tensor& images,
+                                           const torch::Tensor& labels, const ShardedVitCheck& check) {
+  const auto want_logits = reference.forward(images);
+  const auto want_loss = cross_entropy(want_logits, labels);
+  want_loss.backward();
+  const auto logits = sharded.forward(images);
+  const auto loss = cross_entropy(logits, labels);
+  loss.backward();
+  ASSERT_EQ(logits.sizes(), want_logits.sizes());
+  EXPECT_LE(relative_error(logits, want_logits), check.logits_tolerance) << "logits";
+  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-6) << "loss";
+
+  int replaced = 0, blocks = 0;
+  std::vector<torch::Tensor> grads;
+  std::vector<int64_t> pieces;
+  double want_sq = 0;
+  for (std::size_t k = 0; k < sharded.size(); ++k) {
+    const auto& layer = *sharded.layer(k);
+    if (!layer.shard_cuts().empty()) ++blocks;
+    const auto want = reference.layer(k)->named_parameters(/*recurse=*/true);
+    for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
+      const auto name = layer.canonical_prefix() + item.key();
+      ASSERT_TRUE(item.value().grad().defined()) << name;
+      const auto& want_grad = want[item.key()].grad();
+      want_sq += want_grad.to(torch::kDouble).square().sum().item<double>();
+      auto grad = item.value().grad();
+      grads.push_back(grad);
+      pieces.push_back(1);
+      const auto cuts = layer.shard_cuts().find(item.key());
+      if (cuts != layer.shard_cuts().end()) {
+        ++replaced;
+        pieces.back() = nn::pieces_of(cuts->second);
+        if (check.each_cut) check.each_cut(grad, want_grad, cuts->second, name);
+        grad = whole_from_pieces(grad, cuts->second, *tp);
+      }
+      ASSERT_EQ(grad.sizes(), want_grad.sizes()) << name;
+      EXPECT_LE(relative_error(grad, want_grad), 1e-5) << name << " gradient";
+    }
+  }
+  // Per block: norm1, qkv, proj, norm2, fc1, fc2, each a weight and a bias.
+  EXPECT_GT(blocks, 0);
+  EXPECT_EQ(replaced, blocks * 12) << "every replaced parameter records its cuts";
+  amp::GradNormPlan plan;
+  plan.tp = std::move(tp);
+  EXPECT_NEAR(amp::global_grad_norm(grads, plan, 1.0, pieces), std::sqrt(want_sq), 1e-5 * std::sqrt(want_sq));
 }
 
 std::shared_ptr<torch::optim::Optimizer> conditioned_adamw(nn::LayerStack& model, double weight_decay) {

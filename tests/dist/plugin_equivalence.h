@@ -10,11 +10,13 @@
 #include <colo/dist/process_group.h>
 #include <colo/nn/layer.h>
 #include <colo/nn/layer_stack.h>
+#include <colo/nn/shard_spec.h>
 #include <colo/nn/vit_config.h>
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +69,31 @@ nn::ViTConfig grid_test_vit();
 // LayerNorm weights of one, zero tokens: a cut in the wrong place could pass unseen on
 // constants), the same on every rank, on the test's device.
 std::shared_ptr<nn::LayerStack> randomised_vit(const nn::ViTConfig& config, uint64_t seed = 5);
+
+// Every rank's `local`, in `group`'s rank order.
+std::vector<torch::Tensor> pieces_over(const torch::Tensor& local, dist::ProcessGroup& group);
+// The whole tensor from the tp group's pieces of a parameter cut by `cuts`, as a checkpoint reads
+// them (per_stage_checkpoint_io): the group's first pieces_of ranks hold the distinct pieces.
+torch::Tensor whole_from_pieces(const torch::Tensor& local, const std::vector<nn::ShardSpec>& cuts,
+                                dist::ProcessGroup& tp);
+
+// A grid mode's sharded ViT against the same ViT in one process: `sharded` (a copy of
+// `reference`'s weights, sharded over `tp`) and `reference` each run one forward and backward of
+// cross-entropy on `images` and `labels`; the logits (relative `logits_tolerance`), the loss
+// (1e-6), every gradient (1e-5; a replaced parameter's whole from its pieces), and the gradient
+// norm from the cuts (amp::global_grad_norm's pieces: each piece counted once) must agree, and
+// every block's 12 replaced parameters must record their cuts. `each_cut`, when given, is called
+// with every replaced parameter's local gradient, its whole reference gradient, its cuts and name
+// (a mode's own checks: 2.5D's copies equal over depth).
+struct ShardedVitCheck {
+  double logits_tolerance = 1e-6;
+  std::function<void(const torch::Tensor& local, const torch::Tensor& want, const std::vector<nn::ShardSpec>& cuts,
+                     const std::string& name)>
+      each_cut;
+};
+void expect_sharded_vit_equals_one_process(nn::LayerStack& sharded, nn::LayerStack& reference,
+                                           std::shared_ptr<dist::ProcessGroup> tp, const torch::Tensor& images,
+                                           const torch::Tensor& labels, const ShardedVitCheck& check = {});
 
 // Rank `rank`'s contiguous slice of a global batch split over `size` ranks; without them, this
 // rank's slice over the world.

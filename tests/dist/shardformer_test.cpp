@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "dist_test_env.h"
@@ -265,46 +266,36 @@ TEST(Shardformer, ShardedVitLoadsTimmWeightsAndGivesItsLogits) {
       expect_close(model->forward(images), want, "logits", 1e-5);
     }
   }
-  // 2D: the same file into a 2 x 2 grid (each weight cut in blocks, LayerNorms and biases by
-  // column: load_pretrained slices by the recorded cuts), and into a 1 x 1 grid. A 2D model
-  // splits the batch by grid rows: 4 images.
+  // The grid modes: the same file into each (load_pretrained slices by the recorded cuts), on 4
+  // images: 2D on a 1 x 1 and a 2 x 2 grid (weights in blocks, LayerNorms and biases by column; the
+  // batch by grid rows), 2.5D on 2 layers of a 2 x 2 grid (2D's blocks on both layers; the batch
+  // by layer and row) and 3D on a 2 x 2 x 2 cube (weights, LayerNorms and the residual-side biases
+  // in q³ pieces, qkv's and fc1's biases by k; the batch in q² row blocks), one image a row block.
   const auto four = make_batches(1, 4, 12).images[0].cpu();
   const auto want_four = whole->forward(four);
+  const auto loads_timm = [&](int ranks, const std::string& label, uint64_t seed,
+                              const std::function<void(nn::LayerStack&, std::shared_ptr<dist::ProcessGroup>)>& shard) {
+    if (world()->size() % ranks != 0) return;
+    SCOPED_TRACE(label);
+    const auto group = consecutive_group(ranks, "sf_timm_" + label);
+    torch::manual_seed(seed);  // other weights: the load must replace them all
+    auto model = nn::make_vision_transformer(config);
+    shard(*model, group);
+    nn::load_pretrained(*model, path);
+    model->eval();
+    expect_close(model->forward(four), want_four, "logits", 1e-5);
+  };
   for (int side : {1, 2}) {
-    if (world()->size() % (side * side) != 0) continue;
-    SCOPED_TRACE(fmt::format("2d on a {0} x {0} grid", side));
-    const auto grid = std::make_shared<Tp2dGrid>(consecutive_group(side * side, "sf_timm_2d"));
-    torch::manual_seed(78);
-    auto model = nn::make_vision_transformer(config);
-    Vit2dSharder(grid).shard(*model);
-    nn::load_pretrained(*model, path);
-    model->eval();
-    expect_close(model->forward(four), want_four, "logits", 1e-5);
+    loads_timm(side * side, fmt::format("2d on a {0} x {0} grid", side), 78, [](auto& model, auto group) {
+      Vit2dSharder(std::make_shared<Tp2dGrid>(group)).shard(model);
+    });
   }
-  // 2.5D: into 2 layers of a 2 x 2 grid (8 ranks; each layer's blocks are 2D's, the same on both
-  // layers): the batch splits over layers and grid rows, one image each.
-  if (world()->size() % 8 == 0) {
-    SCOPED_TRACE("2.5d on 2 layers of a 2 x 2 grid");
-    const auto grid = std::make_shared<Tp25dGrid>(consecutive_group(8, "sf_timm_25d"), 2);
-    torch::manual_seed(79);
-    auto model = nn::make_vision_transformer(config);
-    Vit25dSharder(grid).shard(*model);
-    nn::load_pretrained(*model, path);
-    model->eval();
-    expect_close(model->forward(four), want_four, "logits", 1e-5);
-  }
-  // 3D: into a 2 x 2 x 2 cube (8 ranks; weights in q³ pieces, LayerNorms and the residual-side
-  // biases too, qkv's and fc1's biases by k): the batch splits q² ways, one image a row block.
-  if (world()->size() % 8 == 0) {
-    SCOPED_TRACE("3d on a 2 x 2 x 2 cube");
-    const auto grid = std::make_shared<Tp3dGrid>(consecutive_group(8, "sf_timm_3d"));
-    torch::manual_seed(80);
-    auto model = nn::make_vision_transformer(config);
-    Vit3dSharder(grid).shard(*model);
-    nn::load_pretrained(*model, path);
-    model->eval();
-    expect_close(model->forward(four), want_four, "logits", 1e-5);
-  }
+  loads_timm(8, "2.5d on 2 layers of a 2 x 2 grid", 79, [](auto& model, auto group) {
+    Vit25dSharder(std::make_shared<Tp25dGrid>(group, 2)).shard(model);
+  });
+  loads_timm(8, "3d on a 2 x 2 x 2 cube", 80, [](auto& model, auto group) {
+    Vit3dSharder(std::make_shared<Tp3dGrid>(group)).shard(model);
+  });
   remove_shared_directory(dir);
 }
 

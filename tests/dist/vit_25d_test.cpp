@@ -76,25 +76,9 @@ torch::Tensor vit25d_block(const torch::Tensor& whole, const Tp25dGrid& grid, in
   return torch::cat(pieces, -1).contiguous();
 }
 
-// Every rank's `local`, in `group`'s rank order.
-std::vector<torch::Tensor> vit25d_pieces(const torch::Tensor& local, dist::ProcessGroup& group) {
-  auto all = all_gather_along(local.unsqueeze(0).contiguous(), 0, group);
-  std::vector<torch::Tensor> pieces;
-  for (const auto& piece : all.chunk(group.size(), 0)) pieces.push_back(piece.squeeze(0));
-  return pieces;
-}
-
-// The whole tensor from the tp group's pieces as a checkpoint reads them (per_stage_checkpoint_io):
-// the group's first pieces_of ranks hold the distinct pieces, the others repeat them.
-torch::Tensor vit25d_whole(const torch::Tensor& local, const std::vector<nn::ShardSpec>& cuts, dist::ProcessGroup& tp) {
-  auto pieces = vit25d_pieces(local, tp);
-  pieces.resize(static_cast<std::size_t>(nn::pieces_of(cuts)));
-  return nn::unshard(pieces, cuts);
-}
-
 // `local` is the same on every rank of `group` (a depth replica's gradient).
 void vit25d_expect_same_over(const torch::Tensor& local, dist::ProcessGroup& group, const std::string& what) {
-  const auto pieces = vit25d_pieces(local, group);
+  const auto pieces = pieces_over(local, group);
   for (std::size_t k = 1; k < pieces.size(); ++k) {
     EXPECT_TRUE(torch::equal(pieces[k].cpu(), pieces[0].cpu())) << what << ": layer " << k << " differs from layer 0";
   }
@@ -173,11 +157,11 @@ TEST(Vit25d, LinearOnALayerWithTheDepthGroupEqualsOneLinear) {
     vit25d_expect_close(y, vit25d_block(ry.detach(), *grid, c.parts), "output block", 1e-6);
     y.backward(vit25d_block(gy, *grid, c.parts));
     vit25d_expect_close(xb.grad(), vit25d_block(rx.grad(), *grid), "input gradient block", 1e-5);
-    vit25d_expect_close(vit25d_whole(layer->weight.grad(), layer->weight_cuts(), grid->tp()), rw.grad(),
+    vit25d_expect_close(whole_from_pieces(layer->weight.grad(), layer->weight_cuts(), grid->tp()), rw.grad(),
                         "weight gradient", 1e-5);
     vit25d_expect_same_over(layer->weight.grad(), *grid->depth_group(), "weight gradient");
     if (c.bias) {
-      vit25d_expect_close(vit25d_whole(layer->bias.grad(), layer->bias_cuts(), grid->tp()), rb.grad(),
+      vit25d_expect_close(whole_from_pieces(layer->bias.grad(), layer->bias_cuts(), grid->tp()), rb.grad(),
                           "bias gradient", 1e-5);
       vit25d_expect_same_over(layer->bias.grad(), *grid->depth_group(), "bias gradient");
     } else {
@@ -210,9 +194,9 @@ TEST(Vit25d, LayerNormOnALayerWithTheDepthGroupEqualsOneLayerNorm) {
   vit25d_expect_close(y, vit25d_block(ry.detach(), *grid), "output block", 1e-6);
   y.backward(vit25d_block(gy, *grid));
   vit25d_expect_close(xb.grad(), vit25d_block(rx.grad(), *grid), "input gradient block", 1e-5);
-  vit25d_expect_close(vit25d_whole(norm->weight.grad(), norm->weight_cuts(), grid->tp()), rw.grad(), "weight gradient",
+  vit25d_expect_close(whole_from_pieces(norm->weight.grad(), norm->weight_cuts(), grid->tp()), rw.grad(), "weight gradient",
                       1e-5);
-  vit25d_expect_close(vit25d_whole(norm->bias.grad(), norm->bias_cuts(), grid->tp()), rb.grad(), "bias gradient", 1e-5);
+  vit25d_expect_close(whole_from_pieces(norm->bias.grad(), norm->bias_cuts(), grid->tp()), rb.grad(), "bias gradient", 1e-5);
   vit25d_expect_same_over(norm->weight.grad(), *grid->depth_group(), "weight gradient");
   vit25d_expect_same_over(norm->bias.grad(), *grid->depth_group(), "bias gradient");
   world()->barrier().wait();
@@ -220,65 +204,22 @@ TEST(Vit25d, LayerNormOnALayerWithTheDepthGroupEqualsOneLayerNorm) {
 
 
 
-// One forward and backward of a batch of 8 (one sample per layer and row... two: 8 / (d·q) = 2).
+// One forward and backward of a batch of 8 (two samples a layer and row: 8 / (d·q) = 2); every
+// replaced parameter's gradient equal over the depth group.
 TEST(Vit25d, ShardedVitEqualsOneProcess) {
   VIT25D_REQUIRE_EIGHT();
   const auto grid = vit25d_grid("vit25d_equal");
-  const auto config = grid_test_vit();
-  constexpr int64_t kBatch = 8;
   torch::manual_seed(17);
-  const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
-  const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
-
-  auto reference = randomised_vit(config);
-  const auto want_logits = reference->forward(images);
-  const auto want_loss = cross_entropy(want_logits, labels);
-  want_loss.backward();
-  std::vector<torch::Tensor> want_grads;
-  for (const auto& p : reference->parameters()) want_grads.push_back(p.grad());
-
-  auto model = randomised_vit(config);
+  const auto images = torch::randn({8, 3, 16, 16}).to(device());
+  const auto labels = torch::randint(0, 10, {8}, torch::kLong).to(device());
+  auto reference = randomised_vit(grid_test_vit());
+  auto model = randomised_vit(grid_test_vit());
   Vit25dSharder(grid).shard(*model);
-  const auto logits = model->forward(images);
-  const auto loss = cross_entropy(logits, labels);
-  loss.backward();
-
-  ASSERT_EQ(logits.sizes(), want_logits.sizes());
-  EXPECT_LE(relative_error(logits, want_logits), 1e-6) << "logits";
-  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-6) << "loss";
-
-  int replaced = 0;
-  std::vector<torch::Tensor> grads;
-  std::vector<int64_t> pieces;
-  for (std::size_t k = 0; k < model->size(); ++k) {
-    const auto& layer = *model->layer(k);
-    const auto want = reference->layer(k)->named_parameters(/*recurse=*/true);
-    for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
-      const auto name = layer.canonical_prefix() + item.key();
-      ASSERT_TRUE(item.value().grad().defined()) << name;
-      auto grad = item.value().grad();
-      grads.push_back(grad);
-      pieces.push_back(1);
-      const auto cuts = layer.shard_cuts().find(item.key());
-      if (cuts != layer.shard_cuts().end()) {
-        ++replaced;
-        pieces.back() = nn::pieces_of(cuts->second);
-        vit25d_expect_same_over(grad, *grid->depth_group(), name);
-        grad = vit25d_whole(grad, cuts->second, grid->tp());
-      }
-      ASSERT_EQ(grad.sizes(), want[item.key()].grad().sizes()) << name;
-      EXPECT_LE(relative_error(grad, want[item.key()].grad()), 1e-5) << name << " gradient";
-    }
-  }
-  // Per block: norm1, qkv, proj, norm2, fc1, fc2, each a weight and a bias.
-  EXPECT_EQ(replaced, config.depth() * 12) << "every replaced parameter records its cuts";
-
-  // The gradient norm from the cuts (amp::global_grad_norm's pieces) counts each block once.
-  amp::GradNormPlan plan;
-  plan.tp = consecutive_group(kVit25dRanks, "vit25d_norm_tp");
-  double want_sq = 0;
-  for (const auto& g : want_grads) want_sq += g.to(torch::kDouble).square().sum().item<double>();
-  EXPECT_NEAR(amp::global_grad_norm(grads, plan, 1.0, pieces), std::sqrt(want_sq), 1e-5 * std::sqrt(want_sq));
+  ShardedVitCheck check;
+  check.each_cut = [&](const torch::Tensor& local, const torch::Tensor&, const std::vector<nn::ShardSpec>&,
+                       const std::string& name) { vit25d_expect_same_over(local, *grid->depth_group(), name); };
+  expect_sharded_vit_equals_one_process(*model, *reference, consecutive_group(kVit25dRanks, "vit25d_norm_tp"), images,
+                                        labels, check);
   world()->barrier().wait();
 }
 

@@ -1,7 +1,8 @@
 // colo's ViT under 2D tensor parallelism (Vit2dSharder, vit_2d_policy.h) on 2×2 grids of four
 // ranks against the same ViT unsharded in one process: one forward and backward, the logits
 // (whole on every rank after the head's gather), the loss, and every parameter's gradient
-// (a replaced one's blocks gathered over the grid and unsharded by its recorded cuts). Then the
+// (a replaced one's blocks gathered over the grid and unsharded by its recorded cuts), with the
+// gradient norm from the cuts (expect_sharded_vit_equals_one_process). Then the
 // refusals' texts. At 8 ranks the world runs two independent grids; at 2 the cases skip.
 // Helpers carry a vit2d_ prefix: the CUDA build compiles the test files as one unity unit.
 #include <colo/dist/process_group.h>
@@ -42,61 +43,19 @@ std::shared_ptr<Tp2dGrid> vit2d_grid(const std::string& name) {
 
 
 
-// Every rank's `local`, in `group`'s rank order.
-std::vector<torch::Tensor> vit2d_pieces(const torch::Tensor& local, dist::ProcessGroup& group) {
-  auto all = all_gather_along(local.unsqueeze(0).contiguous(), 0, group);
-  std::vector<torch::Tensor> pieces;
-  for (const auto& piece : all.chunk(group.size(), 0)) pieces.push_back(piece.squeeze(0));
-  return pieces;
-}
-
 TEST(Vit2d, ForwardAndBackwardEqualOneProcess) {
   VIT2D_REQUIRE_GRID();
   const auto grid = vit2d_grid("vit2d_equal");
-  const auto config = grid_test_vit();
-  constexpr int64_t kBatch = 4;
   torch::manual_seed(17);
-  const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
-  const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
-
-  auto reference = randomised_vit(config);
-  const auto want_logits = reference->forward(images);
-  const auto want_loss = cross_entropy(want_logits, labels);
-  want_loss.backward();
-
-  auto model = randomised_vit(config);
+  const auto images = torch::randn({4, 3, 16, 16}).to(device());
+  const auto labels = torch::randint(0, 10, {4}, torch::kLong).to(device());
+  auto reference = randomised_vit(grid_test_vit());
+  auto model = randomised_vit(grid_test_vit());
   Vit2dSharder(grid).shard(*model);
-  const auto logits = model->forward(images);
-  const auto loss = cross_entropy(logits, labels);
-  loss.backward();
-
-  ASSERT_EQ(logits.sizes(), want_logits.sizes());
-  EXPECT_LE(relative_error(logits, want_logits), 1e-5) << "logits";
-  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-6) << "loss";
-
-  int replaced = 0;
-  for (std::size_t k = 0; k < model->size(); ++k) {
-    const auto& layer = *model->layer(k);
-    const auto want = reference->layer(k)->named_parameters(/*recurse=*/true);
-    for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
-      const auto name = layer.canonical_prefix() + item.key();
-      ASSERT_TRUE(item.value().grad().defined()) << name;
-      auto grad = item.value().grad();
-      const auto cuts = layer.shard_cuts().find(item.key());
-      if (cuts != layer.shard_cuts().end()) {
-        ++replaced;
-        // Two cuts (a Linear2D weight): every rank's block, in tp-rank order. One cut (a bias or
-        // a LayerNorm2D parameter, by column): the blocks repeat down a column, the row's make
-        // the whole.
-        auto& group = cuts->second.size() == 2 ? grid->tp() : grid->row_group();
-        grad = nn::unshard(vit2d_pieces(grad, group), cuts->second);
-      }
-      ASSERT_EQ(grad.sizes(), want[item.key()].grad().sizes()) << name;
-      EXPECT_LE(relative_error(grad, want[item.key()].grad()), 1e-5) << name << " gradient";
-    }
-  }
-  // Per block: norm1, qkv, proj, norm2, fc1, fc2, each a weight and a bias.
-  EXPECT_EQ(replaced, config.depth() * 12) << "every replaced parameter records its cuts";
+  ShardedVitCheck check;
+  check.logits_tolerance = 1e-5;
+  expect_sharded_vit_equals_one_process(*model, *reference, consecutive_group(kVit2dSide * kVit2dSide, "vit2d_equal_tp"),
+                                        images, labels, check);
   world()->barrier().wait();
 }
 

@@ -75,17 +75,7 @@ torch::Tensor vit3d_block(const torch::Tensor& whole, const Tp3dGrid& grid, Tp3d
   return torch::cat(pieces, -1).contiguous();
 }
 
-// The whole tensor from the tp group's pieces as a checkpoint reads them (per_stage_checkpoint_io):
-// the group's first pieces_of ranks hold the distinct pieces, the others repeat them.
-torch::Tensor vit3d_whole(const torch::Tensor& local, const std::vector<nn::ShardSpec>& cuts, dist::ProcessGroup& tp) {
-  auto all = all_gather_along(local.unsqueeze(0).contiguous(), 0, tp);
-  std::vector<torch::Tensor> pieces;
-  for (const auto& piece : all.chunk(tp.size(), 0)) pieces.push_back(piece.squeeze(0));
-  pieces.resize(static_cast<std::size_t>(nn::pieces_of(cuts)));
-  return nn::unshard(pieces, cuts);
-}
-
-// ...and every rank's piece is the one its cuts name (a repeated piece equals its first holder's).
+// Every rank's piece is the one its cuts name (a repeated piece equals its first holder's).
 void vit3d_expect_pieces_repeat(const torch::Tensor& local, const torch::Tensor& whole,
                                 const std::vector<nn::ShardSpec>& cuts, const std::string& what) {
   EXPECT_TRUE(torch::allclose(local.cpu(), nn::shard_of(whole, cuts).cpu(), 1e-6, 1e-6)) << what;
@@ -191,12 +181,12 @@ TEST(Vit3d, LinearInEitherLayoutEqualsOneLinear) {
     vit3d_expect_close(y, vit3d_block(ry.detach(), *grid, output, c.parts), "output block", 1e-6);
     y.backward(vit3d_block(gy, *grid, output, c.parts));
     vit3d_expect_close(xb.grad(), vit3d_block(rx.grad(), *grid, c.input), "input gradient block", 1e-5);
-    vit3d_expect_close(vit3d_whole(layer->weight.grad(), layer->weight_cuts(), grid->tp()), rw.grad(),
+    vit3d_expect_close(whole_from_pieces(layer->weight.grad(), layer->weight_cuts(), grid->tp()), rw.grad(),
                        "weight gradient", 1e-5);
     vit3d_expect_pieces_repeat(layer->weight.grad(), rw.grad(), layer->weight_cuts(), "weight gradient piece");
     if (c.bias) {
       EXPECT_EQ(nn::pieces_of(layer->bias_cuts()), outer ? 2 : 8);
-      vit3d_expect_close(vit3d_whole(layer->bias.grad(), layer->bias_cuts(), grid->tp()), rb.grad(), "bias gradient",
+      vit3d_expect_close(whole_from_pieces(layer->bias.grad(), layer->bias_cuts(), grid->tp()), rb.grad(), "bias gradient",
                          1e-5);
       vit3d_expect_pieces_repeat(layer->bias.grad(), rb.grad(), layer->bias_cuts(), "bias gradient piece");
     } else {
@@ -229,72 +219,30 @@ TEST(Vit3d, LayerNormOnTheResidualLayoutEqualsOneLayerNorm) {
   vit3d_expect_close(y, vit3d_block(ry.detach(), *grid, Tp3dLayout::kOuter), "output block", 1e-6);
   y.backward(vit3d_block(gy, *grid, Tp3dLayout::kOuter));
   vit3d_expect_close(xb.grad(), vit3d_block(rx.grad(), *grid, Tp3dLayout::kOuter), "input gradient block", 1e-5);
-  vit3d_expect_close(vit3d_whole(norm->weight.grad(), norm->weight_cuts(), grid->tp()), rw.grad(), "weight gradient",
+  vit3d_expect_close(whole_from_pieces(norm->weight.grad(), norm->weight_cuts(), grid->tp()), rw.grad(), "weight gradient",
                      1e-5);
-  vit3d_expect_close(vit3d_whole(norm->bias.grad(), norm->bias_cuts(), grid->tp()), rb.grad(), "bias gradient", 1e-5);
+  vit3d_expect_close(whole_from_pieces(norm->bias.grad(), norm->bias_cuts(), grid->tp()), rb.grad(), "bias gradient", 1e-5);
   world()->barrier().wait();
 }
 
 
 
-// One forward and backward of a batch of 8 (two samples a row block of q² = 4).
+// One forward and backward of a batch of 8 (two samples a row block of q² = 4); every rank's
+// piece of a replaced parameter's gradient is the one its cuts name.
 TEST(Vit3d, ShardedVitEqualsOneProcess) {
   VIT3D_REQUIRE_EIGHT();
   const auto grid = vit3d_grid("vit3d_equal");
-  const auto config = grid_test_vit();
-  constexpr int64_t kBatch = 8;
   torch::manual_seed(17);
-  const auto images = torch::randn({kBatch, 3, 16, 16}).to(device());
-  const auto labels = torch::randint(0, 10, {kBatch}, torch::kLong).to(device());
-
-  auto reference = randomised_vit(config);
-  const auto want_logits = reference->forward(images);
-  const auto want_loss = cross_entropy(want_logits, labels);
-  want_loss.backward();
-  std::vector<torch::Tensor> want_grads;
-  for (const auto& p : reference->parameters()) want_grads.push_back(p.grad());
-
-  auto model = randomised_vit(config);
+  const auto images = torch::randn({8, 3, 16, 16}).to(device());
+  const auto labels = torch::randint(0, 10, {8}, torch::kLong).to(device());
+  auto reference = randomised_vit(grid_test_vit());
+  auto model = randomised_vit(grid_test_vit());
   Vit3dSharder(grid).shard(*model);
-  const auto logits = model->forward(images);
-  const auto loss = cross_entropy(logits, labels);
-  loss.backward();
-
-  ASSERT_EQ(logits.sizes(), want_logits.sizes());
-  EXPECT_LE(relative_error(logits, want_logits), 1e-6) << "logits";
-  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-6) << "loss";
-
-  int replaced = 0;
-  std::vector<torch::Tensor> grads;
-  std::vector<int64_t> pieces;
-  for (std::size_t k = 0; k < model->size(); ++k) {
-    const auto& layer = *model->layer(k);
-    const auto want = reference->layer(k)->named_parameters(/*recurse=*/true);
-    for (const auto& item : layer.named_parameters(/*recurse=*/true)) {
-      const auto name = layer.canonical_prefix() + item.key();
-      ASSERT_TRUE(item.value().grad().defined()) << name;
-      auto grad = item.value().grad();
-      grads.push_back(grad);
-      pieces.push_back(1);
-      const auto cuts = layer.shard_cuts().find(item.key());
-      if (cuts != layer.shard_cuts().end()) {
-        ++replaced;
-        pieces.back() = nn::pieces_of(cuts->second);
-        vit3d_expect_pieces_repeat(grad, want[item.key()].grad(), cuts->second, name + " piece");
-        grad = vit3d_whole(grad, cuts->second, grid->tp());
-      }
-      ASSERT_EQ(grad.sizes(), want[item.key()].grad().sizes()) << name;
-      EXPECT_LE(relative_error(grad, want[item.key()].grad()), 1e-5) << name << " gradient";
-    }
-  }
-  EXPECT_EQ(replaced, config.depth() * 12) << "every replaced parameter records its cuts";
-
-  // The gradient norm from the cuts (amp::global_grad_norm's pieces) counts each piece once.
-  amp::GradNormPlan plan;
-  plan.tp = consecutive_group(kVit3dRanks, "vit3d_norm_tp");
-  double want_sq = 0;
-  for (const auto& g : want_grads) want_sq += g.to(torch::kDouble).square().sum().item<double>();
-  EXPECT_NEAR(amp::global_grad_norm(grads, plan, 1.0, pieces), std::sqrt(want_sq), 1e-5 * std::sqrt(want_sq));
+  ShardedVitCheck check;
+  check.each_cut = [](const torch::Tensor& local, const torch::Tensor& want, const std::vector<nn::ShardSpec>& cuts,
+                      const std::string& name) { vit3d_expect_pieces_repeat(local, want, cuts, name + " piece"); };
+  expect_sharded_vit_equals_one_process(*model, *reference, consecutive_group(kVit3dRanks, "vit3d_equal_tp"), images,
+                                        labels, check);
   world()->barrier().wait();
 }
 
