@@ -70,6 +70,20 @@ torch::Tensor whole_from_pieces(const torch::Tensor& local, const std::vector<nn
   return nn::unshard(pieces, cuts);
 }
 
+void expect_odd_mlp_refused_and_left_whole(const std::function<void(nn::LayerStack&)>& shard, const std::string& says) {
+  torch::manual_seed(1);
+  auto model = nn::make_vision_transformer(grid_test_vit().mlp_ratio(2.0625));
+  const auto before = model->layer(1)->named_parameters()["mlp.fc1.weight"].sizes().vec();
+  try {
+    shard(*model);
+    ADD_FAILURE() << "33 hidden units were sharded over q=2";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), says);
+  }
+  EXPECT_EQ(model->layer(1)->named_parameters()["mlp.fc1.weight"].sizes().vec(), before) << "left whole";
+  EXPECT_TRUE(model->layer(1)->shard_cuts().empty());
+}
+
 void expect_sharded_vit_equals_one_process(nn::LayerStack& sharded, nn::LayerStack& reference,
                                            std::shared_ptr<dist::ProcessGroup> tp, const torch::Tensor& images,
                                            const torch::Tensor& labels, const ShardedVitCheck& check) {

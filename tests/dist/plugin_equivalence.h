@@ -91,6 +91,11 @@ struct ShardedVitCheck {
                      const std::string& name)>
       each_cut;
 };
+// A grid mode's shard() refusing grid_test_vit() with 33 MLP hidden units (q = 2 does not divide
+// them) with exactly `says`, before it changes anything: the parameters keep their shapes and no
+// cuts are recorded.
+void expect_odd_mlp_refused_and_left_whole(const std::function<void(nn::LayerStack&)>& shard, const std::string& says);
+
 void expect_sharded_vit_equals_one_process(nn::LayerStack& sharded, nn::LayerStack& reference,
                                            std::shared_ptr<dist::ProcessGroup> tp, const torch::Tensor& images,
                                            const torch::Tensor& labels, const ShardedVitCheck& check = {});

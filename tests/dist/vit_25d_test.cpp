@@ -314,19 +314,9 @@ TEST(Vit25d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
                   "blocks already split every activation by batch rows and features); turn sequence parallelism off "
                   "or use tp_mode=1d"});
 
-  torch::manual_seed(1);
-  auto model = nn::make_vision_transformer(grid_test_vit().mlp_ratio(2.0625));
-  const auto before = model->layer(1)->named_parameters()["mlp.fc1.weight"].sizes().vec();
-  try {
-    Vit25dSharder(grid).shard(*model);
-    ADD_FAILURE() << "33 hidden units were sharded over q=2";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "tensor parallelism over 8 ranks: tp_mode=2.5d on 2 layers of a 2×2 grid: the MLP's 33 hidden units do "
-              "not divide by q=2: use a q that divides 33");
-  }
-  EXPECT_EQ(model->layer(1)->named_parameters()["mlp.fc1.weight"].sizes().vec(), before) << "left whole";
-  EXPECT_TRUE(model->layer(1)->shard_cuts().empty());
+  expect_odd_mlp_refused_and_left_whole([&](nn::LayerStack& model) { Vit25dSharder(grid).shard(model); },
+                                        "tensor parallelism over 8 ranks: tp_mode=2.5d on 2 layers of a 2×2 grid: the MLP's 33 hidden units do "
+      "not divide by q=2: use a q that divides 33");
   world()->barrier().wait();
 }
 

@@ -121,19 +121,9 @@ TEST(Vit2d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
                   "split every activation by batch rows and features); turn sequence parallelism off or use "
                   "tp_mode=1d"});
 
-  torch::manual_seed(1);
-  auto model = nn::make_vision_transformer(grid_test_vit().embed_dim(12).num_heads(3));
-  const auto before = model->layer(1)->named_parameters()["attn.qkv.weight"].sizes().vec();
-  try {
-    Vit2dSharder(grid).shard(*model);
-    ADD_FAILURE() << "3 heads were sharded over q=2";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "tensor parallelism over 4 ranks: tp_mode=2d on a 2×2 grid: 3 heads do not divide by q=2 (each grid "
-              "column keeps whole heads): use a q that divides 3");
-  }
-  EXPECT_EQ(model->layer(1)->named_parameters()["attn.qkv.weight"].sizes().vec(), before) << "left whole";
-  EXPECT_TRUE(model->layer(1)->shard_cuts().empty());
+  expect_odd_mlp_refused_and_left_whole([&](nn::LayerStack& model) { Vit2dSharder(grid).shard(model); },
+                                        "tensor parallelism over 4 ranks: tp_mode=2d on a 2×2 grid: the MLP's 33 hidden "
+                                        "units do not divide by q=2: use a q that divides 33");
   world()->barrier().wait();
 }
 
