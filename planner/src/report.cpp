@@ -64,6 +64,13 @@ std::string train_vit_config(const Prediction& p, const PlanRequest& r) {
   j["precision"] = r.precision;
   if (l.plugin == "hybrid_parallel") {
     json parallel = {{"tp", l.tp}, {"pp", l.pp}, {"zero_stage", l.zero_stage}};
+    // A grid mode in the hybrid example's words ("tensor": mode, size, depth), in place of "tp".
+    if (l.tp_mode != "1d") {
+      parallel.erase("tp");
+      json tensor = {{"mode", l.tp_mode}, {"size", l.tp}};
+      if (l.tp_mode == "2.5d") tensor["depth"] = l.tp_depth;
+      parallel["tensor"] = tensor;
+    }
     if (l.sequence_parallel) parallel["sequence_parallel"] = true;
     if (l.pipelined()) {
       parallel["microbatches"] = l.microbatches;

@@ -7,6 +7,7 @@
 #include <colo/booster/booster.h>
 #include <colo/planner/planner.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <set>
@@ -242,6 +243,28 @@ TEST(PlannerStepModel, ThreeDimensionalTensorParallelismPaysTheCostNotesCollecti
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   }
+}
+
+// The config colo-plan writes keeps a grid mode: the hybrid example's "tensor" words (mode, size,
+// and depth for 2.5d) in place of "tp", which would train 1d.
+TEST(PlannerStepModel, TheWrittenConfigKeepsTheTensorParallelMode) {
+  auto request = fixture_request(8, 8);
+  request.cluster.gpus_per_node = 8;
+  auto block = request.profile->layers[2];
+  block.tp = 8;
+  request.profile->layers.push_back(block);
+  StepModel model(request);
+  using json = nlohmann::json;
+  const auto parallel_of = [&](const std::string& text) {
+    return json::parse(colo::planner::train_vit_config(model.predict(layout(text, 8)), request)).at("parallel");
+  };
+  const auto cube = parallel_of("hybrid_parallel tp8 3d");
+  EXPECT_EQ(cube.at("tensor"), (json{{"mode", "3d"}, {"size", 8}})) << cube.dump();
+  EXPECT_FALSE(cube.contains("tp")) << cube.dump();
+  EXPECT_EQ(parallel_of("hybrid_parallel tp8 2.5d depth2").at("tensor"), (json{{"mode", "2.5d"}, {"size", 8}, {"depth", 2}}));
+  const auto plain = parallel_of("hybrid_parallel tp2");
+  EXPECT_EQ(plain.at("tp"), 2);
+  EXPECT_FALSE(plain.contains("tensor")) << plain.dump();
 }
 
 // pp 2, 2 microbatches of 4 samples. Stage 0: the patch embedding and blocks 0-1 (F 21 ms, B 42 ms),
