@@ -17,7 +17,7 @@ namespace colo::shardformer {
 namespace {
 
 VitGridWords words_25d(int64_t q, int64_t depth) {
-  return {"2.5d", fmt::format("tp_mode=2.5d on {} layers of a {}×{} grid", depth, q, q), q, 0, ""};
+  return {"2.5d", fmt::format("tp_mode=2.5d on {} layers of a {}×{} grid", depth, q, q), q, 0, "", "each grid column"};
 }
 
 }  // namespace

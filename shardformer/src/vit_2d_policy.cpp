@@ -16,7 +16,7 @@
 namespace colo::shardformer {
 namespace {
 
-VitGridWords words_2d(int64_t q) { return {"2d", fmt::format("tp_mode=2d on a {}×{} grid", q, q), q, 0, ""}; }
+VitGridWords words_2d(int64_t q) { return {"2d", fmt::format("tp_mode=2d on a {}×{} grid", q, q), q, 0, "", "each grid column"}; }
 
 }  // namespace
 

@@ -20,7 +20,8 @@ namespace {
 
 VitGridWords words_3d(int64_t q) {
   return {"3d", fmt::format("tp_mode=3d on a {}×{}×{} cube", q, q, q), q, q * q * q,
-          "q³: the LayerNorms and the residual-side biases keep D/q³ features a rank"};
+          "q³: the LayerNorms and the residual-side biases keep D/q³ features a rank",
+          "each k slice of the cube"};
 }
 
 // qkv and fc1 read the residual stream (the outer layout); proj and fc2 write it.

@@ -89,9 +89,8 @@ std::vector<std::string> size_problems(const VitGridWords& words, bool sequence_
                                 grid, embed, q, embed));
   }
   if (heads % q != 0) {
-    found.push_back(fmt::format("{}: {} heads do not divide by q={} (each grid column keeps whole heads): use a q "
-                                "that divides {}",
-                                grid, heads, q, heads));
+    found.push_back(fmt::format("{}: {} heads do not divide by q={} ({} keeps whole heads): use a q that divides {}",
+                                grid, heads, q, words.heads_keeper, heads));
   }
   if (hidden % q != 0) {
     found.push_back(fmt::format("{}: the MLP's {} hidden units do not divide by q={}: use a q that divides {}", grid,

@@ -39,6 +39,8 @@ struct VitGridWords {
   // a rank"); 0: q, each grid column keeping D/q features.
   int64_t embed_multiple = 0;
   std::string embed_why;
+  // Who keeps whole heads, as the refusal says it.
+  std::string heads_keeper = "each grid column";
 };
 
 // Every reason the ViT cannot go on the grid (Vit2dSharder::problems' list), from the model or

@@ -304,8 +304,8 @@ TEST(Vit3d, RefusesWhatDoesNotDivideAndSequenceParallelism) {
   EXPECT_EQ(problems(grid_test_vit().embed_dim(12).num_heads(3)),
             (Texts{"tp_mode=3d on a 2×2×2 cube: the embedding width 12 does not divide by 8 (q³: the LayerNorms and "
                    "the residual-side biases keep D/q³ features a rank): use a q whose cube divides 12",
-                   "tp_mode=3d on a 2×2×2 cube: 3 heads do not divide by q=2 (each grid column keeps whole heads): use "
-                   "a q that divides 3"}));
+                   "tp_mode=3d on a 2×2×2 cube: 3 heads do not divide by q=2 (each k slice of the cube keeps whole "
+                   "heads): use a q that divides 3"}));
   EXPECT_EQ(problems(grid_test_vit(), /*sequence_parallel=*/true),
             Texts{"tp_mode=3d on a 2×2×2 cube: sequence parallelism is not supported with 3d (the 3D blocks already "
                   "split every activation by batch rows and features); turn sequence parallelism off or use "
