@@ -45,8 +45,10 @@ struct CubeLinear : torch::autograd::Function<CubeLinear> {
     // Every rank asks for the same gradients (one module, one graph): the same collectives, in
     // the same order, everywhere.
     torch::Tensor dx, dw;
-    const auto a = all_gather_along(w, cut_dim(layout), grid.j_group());
-    if (ctx->needs_input_grad(0)) dx = reduce_scatter_along(torch::matmul(dy, a), 0, grid.row_group(layout));
+    if (ctx->needs_input_grad(0)) {
+      const auto a = all_gather_along(w, cut_dim(layout), grid.j_group());
+      dx = reduce_scatter_along(torch::matmul(dy, a), 0, grid.row_group(layout));
+    }
     if (ctx->needs_input_grad(1)) {
       const auto x_g = all_gather_along(x.contiguous(), 0, grid.row_group(layout));
       const auto block = dy.reshape({-1, dy.size(-1)}).t().mm(x_g.reshape({-1, x_g.size(-1)}));

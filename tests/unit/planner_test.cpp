@@ -145,16 +145,23 @@ TEST(PlannerStepModel, TwoDimensionalTensorParallelismPaysTheCostNotesCollective
   }
 }
 
-// 2.5d on 2 layers of a 2 x 2 grid (tp 8, one node of 8), 8 samples: each layer runs 2d's
-// collectives (the test above) on its 4 samples, T = 68 tokens; the depth group (2 ranks)
-// all-reduces per linear the weight block (out·in/4) and the bias block (out/2), per LayerNorm the
-// weight and bias (h/2); the edges add the layers' shares gathered over depth ([136, h]).
-TEST(PlannerStepModel, TwoAndAHalfDimensionalTensorParallelismPaysTheCostNotesCollectives) {
+// Eight ranks on one node of 8, 8 samples, the block at tp 2 standing for tp 8's compute (the
+// grid modes' cases below price only their collectives).
+colo::planner::PlanRequest one_node_of_eight() {
   auto request = fixture_request(8, 8);
   request.cluster.gpus_per_node = 8;
   auto block = request.profile->layers[2];
   block.tp = 8;
   request.profile->layers.push_back(block);
+  return request;
+}
+
+// 2.5d on 2 layers of a 2 x 2 grid (tp 8, one node of 8), 8 samples: each layer runs 2d's
+// collectives (the test above) on its 4 samples, T = 68 tokens; the depth group (2 ranks)
+// all-reduces per linear the weight block (out·in/4) and the bias block (out/2), per LayerNorm the
+// weight and bias (h/2); the edges add the layers' shares gathered over depth ([136, h]).
+TEST(PlannerStepModel, TwoAndAHalfDimensionalTensorParallelismPaysTheCostNotesCollectives) {
+  auto request = one_node_of_eight();
   StepModel model(request);
   const auto layered = model.predict(layout("hybrid_parallel tp8 2.5d depth2", 8));
   const double T = 4 * 17, h = 64, m = 128, e = 4;
@@ -200,11 +207,7 @@ TEST(PlannerStepModel, TwoAndAHalfDimensionalTensorParallelismPaysTheCostNotesCo
 // ([T/4, h]), then the rows on the plane ([T, h]). 100 us + moved / 1 GB/s; on a line an all-gather
 // or reduce-scatter moves B/2 and an all-reduce B, on a plane 3B/4 and 3B/2.
 TEST(PlannerStepModel, ThreeDimensionalTensorParallelismPaysTheCostNotesCollectives) {
-  auto request = fixture_request(8, 8);
-  request.cluster.gpus_per_node = 8;
-  auto block = request.profile->layers[2];
-  block.tp = 8;
-  request.profile->layers.push_back(block);
+  auto request = one_node_of_eight();
   StepModel model(request);
   const auto three_d = model.predict(layout("hybrid_parallel tp8 3d", 8));
   const double T = 8 * 17, h = 64, m = 128, e = 4;
@@ -248,11 +251,7 @@ TEST(PlannerStepModel, ThreeDimensionalTensorParallelismPaysTheCostNotesCollecti
 // The config colo-plan writes keeps a grid mode: the hybrid example's "tensor" words (mode, size,
 // and depth for 2.5d) in place of "tp", which would train 1d.
 TEST(PlannerStepModel, TheWrittenConfigKeepsTheTensorParallelMode) {
-  auto request = fixture_request(8, 8);
-  request.cluster.gpus_per_node = 8;
-  auto block = request.profile->layers[2];
-  block.tp = 8;
-  request.profile->layers.push_back(block);
+  auto request = one_node_of_eight();
   StepModel model(request);
   using json = nlohmann::json;
   const auto parallel_of = [&](const std::string& text) {
