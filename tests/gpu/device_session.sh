@@ -9,7 +9,7 @@
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
 # gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
-# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs
+# build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs graphs-profile
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
 # elastic-gpu (colo-run --elastic on every GPU, issue 36) elastic-nodes (--elastic across two one-GPU nodes) save-stall-6b (the 6.45B ViT's save stall under gemini, issue 36) profile-stability (colo-plan profile's run-to-run spread)
 # planner-error (the planner against measurement: COLO_PLANNER_PRESETS="gpu2 gpu1 cpu") restart-nccl save-stall
@@ -955,6 +955,34 @@ PY
         "pipe8=$LOGS/sm_pipe8_trace.json" --top 25 >"$LOGS/small_micro_kernels.md" 2>&1
       cp "$LOGS/small_micro_kernels.md" "$OUT/" 2>/dev/null
       rm -f "$LOGS"/sm_*_trace*.json
+      ;;
+    graphs-profile)
+      # Issue 44's last one-GPU gaps: where a graphed step's time goes against timm under
+      # torch.compile(mode="reduce-overhead"), ViT-Ti/16 batch 256 and ViT-B/16 batch 32, bf16: images/s
+      # of each, then a kernel trace of each (kernel_summary.py: kernel time by class, GPU idle gaps and
+      # what ended them). COLO_GP_RUNS picks "model:batch" pairs (default "tiny:256 base:32").
+      gp_common=(--precision bf16 --warmup-steps 10 --steps 30 --peak-tflops 1)
+      gp_traces=()
+      for pair in ${COLO_GP_RUNS:-tiny:256 base:32}; do
+        IFS=: read -r model batch <<<"$pair"
+        for who in colo timm; do
+          tag=${who}_${model}_$batch
+          if [ $who = colo ]; then
+            timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
+              --plugin-opt cuda_graphs=true --model "$model" --batch-size "$batch" "${gp_common[@]}" \
+              --json "$LOGS/gp_$tag.json" --profile "$LOGS/gp_${tag}_trace.json" >"$LOGS/gp_$tag.log" 2>&1
+          else
+            timeout 240 python3 benchmarks/peers/timm_train_bench.py --mode compile --compile-mode reduce-overhead \
+              --model "$model" --batch-size "$batch" "${gp_common[@]}" --json "$LOGS/gp_$tag.json" \
+              --profile "$LOGS/gp_${tag}_trace.json" >"$LOGS/gp_$tag.log" 2>&1
+          fi
+          note "graphs-profile $tag rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/gp_$tag.json" 2>/dev/null)"
+          gp_traces+=("$tag=$LOGS/gp_${tag}_trace.json")
+        done
+      done
+      python3 benchmarks/peers/kernel_summary.py "${gp_traces[@]}" --top 30 >"$LOGS/graphs_profile.md" 2>&1
+      cp "$LOGS/graphs_profile.md" "$OUT/" 2>/dev/null
+      rm -f "$LOGS"/gp_*_trace*.json
       ;;
     build-onegpu)
       # Issue 41: what one-gpu-ranks and one-gpu-layouts run, compiled with Gloo's headers (Debian's
