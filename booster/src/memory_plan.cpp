@@ -1,4 +1,5 @@
 #include <colo/booster/memory_plan.h>
+#include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/parallelize.h>
 #include <colo/ddp/bucket_assignment.h>
 #include <colo/zero/allocate.h>
@@ -6,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace colo {
 
@@ -127,6 +130,8 @@ RankParameters rank_parameters(const nn::ModelSummary& model, std::size_t begin,
       const int64_t n = share ? share(p.name, p.numel) : p.numel;
       if (p.trainable) {
         out.trainable.push_back(n);
+        out.layer_of.push_back(l);
+        out.names.push_back(p.name);
       } else {
         out.frozen += n;
       }
@@ -193,6 +198,50 @@ std::vector<MemoryPart> zero_engine_parts(const std::vector<int64_t>& numels, in
   if (host && e.device_is_gpu) {
     parts.push_back({"buffers: pinned staging", 4 * (bytes(largest_chunk, compute) + bytes(largest_chunk, communication)),
                      true, true});
+  }
+  return parts;
+}
+
+std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& e) {
+  const auto& numels = parameters.trainable;
+  const auto& layer_of = parameters.layer_of;
+  const int64_t frozen = parameters.frozen;
+  const auto compute = amp::to_dtype(e.precision);
+  const auto communication = e.communication_dtype.value_or(compute);
+  const auto options = GeminiChunkOptions()
+                           .precision(e.precision)
+                           .chunk_size_mb(e.chunk_size_mb)
+                           .offload_optim_frac(e.cpu_offload ? 1.0 : 0.0);
+  const auto chunking = GeminiChunkOwner::plan(numels, parameters.names, options, e.device_is_gpu);
+  int64_t shards = 0, padded = 0, largest_padded = 0;
+  std::map<std::size_t, std::set<std::size_t>> chunks_of_layer;
+  for (std::size_t c = 0; c < chunking.chunks.size(); ++c) {
+    const int64_t shard = (chunking.chunk_numels[c] + e.dp - 1) / e.dp;
+    shards += shard;
+    padded += shard * e.dp;
+    largest_padded = std::max(largest_padded, shard * e.dp);
+    for (auto i : chunking.chunks[c]) chunks_of_layer[layer_of.at(i)].insert(c);
+  }
+  std::size_t widest = 0;
+  for (const auto& [layer, chunks] : chunks_of_layer) widest = std::max(widest, chunks.size());
+  // In fp32, a shard on the same side as its master is the master (GeminiChunkOwner shares it);
+  // on a CPU both sides are the same memory.
+  const bool state_on_host = e.cpu_offload && e.device_is_gpu;
+  const bool shard_is_master = compute == torch::kFloat && !state_on_host;
+  std::vector<MemoryPart> parts;
+  parts.push_back({fmt::format("parameters ({} shards{})", c10::toString(compute), frozen ? ", frozen ones whole" : ""),
+                   bytes((shard_is_master ? 0 : shards) + frozen, compute)});
+  parts.push_back({"optimizer state (fp32 master, gradient, moments)",
+                   bytes((2 + static_cast<int64_t>(e.optimizer_states)) * shards, torch::kFloat), state_on_host});
+  const int64_t window = static_cast<int64_t>(widest) + e.max_prefetch;
+  parts.push_back({e.pipelined ? "buffers: gathered chunks (the stage's, for a step)" : "buffers: gathered chunks",
+                   e.pipelined ? bytes(padded, compute) : window * bytes(largest_padded, compute), false, true});
+  if (e.pipelined) parts.push_back({"gradients kept whole for accumulation", bytes(sum(numels), compute), false, true});
+  parts.push_back({"buffers: reduce-scatter",
+                   3 * (bytes(largest_padded, communication) + bytes(largest_padded / e.dp, communication)), false, true});
+  if (state_on_host) {
+    parts.push_back({"buffers: pinned staging",
+                     4 * (bytes(largest_padded / e.dp, communication) + bytes(largest_padded / e.dp, compute)), true, true});
   }
   return parts;
 }

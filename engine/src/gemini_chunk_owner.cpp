@@ -5,6 +5,7 @@
 #include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/memory_size.h>
 #include <colo/dist/process_group.h>
+#include <colo/nn/shard_spec.h>
 #include <colo/zero/allocate.h>
 #include <colo/zero/chunk_plan.h>
 #include <colo/zero/chunked_parameters.h>
@@ -113,11 +114,12 @@ GeminiChunkOwner::GeminiChunkOwner(std::shared_ptr<nn::LayerStack> model,
   params_ = std::move(stepped.params);
   group_of_param_ = std::move(stepped.groups);
   for (auto i : matched.others) unsharded_.push_back(model_params_[i]);
-  if (!model_->canonical_shard_cuts().empty()) {
-    throw std::invalid_argument(
-        fmt::format("{}: gemini's chunks shard whole parameters over data-parallel ranks only; this "
-                    "model's layers are split by tensor parallelism (use ZeRO-1/2 with tensor parallelism)",
-                    options_.caller()));
+  // Tensor parallelism: each rank chunks its own pieces (the chunks shard them over `group`, the
+  // data-parallel ranks that hold the same pieces); the gradient norm counts each piece once.
+  const auto cuts = model_->canonical_shard_cuts();
+  for (const auto& name : names_) {
+    const auto it = cuts.find(name);
+    tp_pieces_.push_back(it == cuts.end() ? 1 : nn::pieces_of(it->second));
   }
   device_ = params_.empty() ? torch::Device(torch::kCPU) : params_.front().device();
   torch::NoGradGuard no_grad;

@@ -87,15 +87,20 @@ bool GeminiOptimizer::step() {
     // The chunks' shards are disjoint: their squared norms sum to the global one. Normed per
     // parameter piece, as a replica's gradients are, so that the norm does not depend on the layout.
     std::vector<torch::Tensor> pieces;
+    std::vector<int64_t> tp_pieces;
     for (std::size_t c = 0; c < num_chunks; ++c) {
       const auto& state = owner.chunk_state(c);
+      const auto& members = owner.chunk_members(c);
       for (const auto& piece : state.layout().pieces(group->rank())) {
         pieces.push_back(state.grad().narrow(0, piece.shard_offset, piece.numel));
+        tp_pieces.push_back(owner.tp_pieces().at(members.at(piece.param)));
       }
     }
     amp::GradNormPlan plan;
     plan.sum_over.push_back(group);
-    const double norm = amp::global_grad_norm(pieces, plan, inv_scale);
+    for (const auto& g : options_.grad_norm_sum_over()) plan.sum_over.push_back(g);
+    plan.tp = options_.tp_group();
+    const double norm = amp::global_grad_norm(pieces, plan, inv_scale, tp_pieces);
     for (std::size_t c = 0; c < num_chunks; ++c) {
       const auto result = amp::apply_unscale_and_clip({owner.chunk_state(c).grad()}, inv_scale, max_grad_norm_, norm);
       last_grad_norm_ = result.total_norm;

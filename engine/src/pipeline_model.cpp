@@ -1,6 +1,8 @@
 #include <colo/engine/pipeline_model.h>
 
+#include <colo/engine/gemini_model.h>
 #include <colo/engine/zero_optimizer.h>
+#include <colo/zero/chunked_parameters.h>
 #include <colo/dist/process_group.h>
 #include <colo/zero/bucketed_all_gather.h>
 #include <colo/zero/grad_reducer.h>
@@ -22,6 +24,11 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
         "on one; run a step with booster.execute_pipeline(inputs, targets, model, criterion, optimizer), and "
         "evaluation with PipelineOptions().forward_only(true).return_outputs(true)",
         parts_.stages.num_stages()));
+  }
+  if (parts_.gemini) {
+    // Layer by layer, each layer's chunks gathered just in time (input cast, fp32 output: its own).
+    auto output = parts_.gemini->forward(pad_batch(input));
+    return output.dim() > 0 && output.size(0) > input.size(0) ? output.narrow(0, 0, input.size(0)) : output;
   }
   wait_for_weights();
   if (torch::GradMode::is_enabled()) prepare_for_backward();
@@ -47,11 +54,30 @@ void PipelineModel::train(bool on) {
 
 void PipelineModel::wait_for_weights() {
   if (parts_.zero) parts_.zero->gather().wait_all();
+  if (parts_.gemini) {
+    auto& chunks = parts_.gemini->chunk_owner()->chunks();
+    for (std::size_t c = 0; c < chunks.num_chunks(); ++c) chunks.prefetch(c);  // all in flight at once
+    for (std::size_t c = 0; c < chunks.num_chunks(); ++c) chunks.fetch(c);
+  }
+}
+
+bool PipelineModel::gathers_layer_by_layer(int microbatches) const {
+  return parts_.gemini && parts_.stages.num_stages() == 1 && microbatches == 1;
+}
+
+torch::Tensor PipelineModel::forward_layer_by_layer(const torch::Tensor& input) {
+  if (!parts_.gemini) throw std::logic_error("PipelineModel::forward_layer_by_layer: the stage has no gemini chunks");
+  return parts_.gemini->forward(input);
+}
+
+void PipelineModel::release_weights() {
+  if (parts_.gemini) parts_.gemini->chunk_owner()->chunks().release_all();
 }
 
 void PipelineModel::prepare_for_backward() {
   if (parts_.reducer) parts_.reducer->prepare_for_backward();
   if (parts_.zero) parts_.zero->reducer().prepare_for_backward();
+  if (parts_.gemini) parts_.gemini->chunk_owner()->prepare_for_backward();
 }
 
 // The ZeroOptimizer (zero_stage 1, 2) answers for itself as the boosted optimizer.
@@ -79,6 +105,7 @@ pipeline::ScheduleRunner& PipelineModel::runner(int microbatches) {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> PipelineModel::full_state() const {
+  if (parts_.gemini) return parts_.gemini->full_state();  // the chunks' masters, gathered chunk by chunk over dp
   auto state = ModelWrapper::full_state();
   if (parts_.zero) {
     const auto masters = parts_.zero->full_masters();  // collective over dp
@@ -91,6 +118,10 @@ std::vector<std::pair<std::string, torch::Tensor>> PipelineModel::full_state() c
 }
 
 void PipelineModel::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  if (parts_.gemini) {
+    parts_.gemini->load_full_state(state);  // checks every shape first; masters and working shards
+    return;
+  }
   wait_for_weights();                    // or a gather in flight would overwrite what is loaded
   ModelWrapper::load_full_state(state);  // validates everything, then writes the working weights
   // The masters take the saved values themselves, not their rounding to the working dtype.

@@ -106,7 +106,7 @@ std::vector<Layout> enumerate_layouts(const PlanRequest& r) {
       if (cube) modes.push_back({false, "3d", 1});
       for (const auto& [sp, mode, depth] : modes) {
         if (sp && tp == 1) continue;
-        for (int zero : {0, 1, 2}) {
+        for (int zero : {0, 1, 2, 3}) {
           if (zero > 0 && dp == 1) continue;  // nothing to shard over
           for (bool offload : both) {
             if (offload && (zero == 0 || !r.include_offload)) continue;

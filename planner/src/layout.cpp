@@ -130,7 +130,7 @@ Layout Layout::parse(const std::string& text, int world_size) {
       l.tp_depth = n;
     } else if (hybrid && t == "sp") {
       l.sequence_parallel = true;
-    } else if (hybrid && (t == "zero0" || t == "zero1" || t == "zero2")) {
+    } else if (hybrid && (t == "zero0" || t == "zero1" || t == "zero2" || t == "zero3")) {
       l.zero_stage = t[4] - '0';
     } else if (hybrid && numbered(t, "mb", 1, &n)) {
       l.microbatches = n;

@@ -86,7 +86,9 @@ Breakdown pipelined_step(const PlanRequest& r, const Layout& l, const LayerCosts
     const auto& t = timeline.ranks[rank];
     b.bubble = std::max(0.0, t.finish - t.busy);
     const double bytes = params * costs.element_bytes();
-    if (l.zero_stage == 2) {
+    // ZeRO-2 reduce-scatters its gradients and all-gathers its weights once a step; so does ZeRO-3
+    // under a pipeline (the stage's chunks gathered once for the step: PipelineModel).
+    if (l.zero_stage >= 2) {
       b.dp_comm = bucketed_seconds(cluster, Collective::kReduceScatter, bytes, kBucketBytes, dp);
     } else {
       b.dp_comm = bucketed_seconds(cluster, Collective::kAllReduce, bytes, kBucketBytes, dp);

@@ -116,8 +116,9 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
   const double backward = pass.backward + pass.tp_backward;
   const double forward = pass.forward + pass.tp_forward;
   double elements = params;
-  if (l.plugin == "gemini") {
-    // Every pass gathers each chunk for its forward and again for its backward; the gradients
+  if (l.plugin == "gemini" || l.zero_stage == 3) {
+    // gemini, and hybrid_parallel's zero_stage 3 without a pipeline (its one pass goes layer by
+    // layer): every pass gathers each chunk for its forward and again for its backward; the gradients
     // are reduce-scattered once per step (kept whole under accumulation until the last pass).
     const double gathers = 2.0 * passes * bucketed_seconds(cluster, Collective::kAllGather, bytes, kBucketBytes, dp);
     const double scatter = bucketed_seconds(cluster, Collective::kReduceScatter, bytes, kBucketBytes, dp);

@@ -191,12 +191,16 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   std::vector<std::string> unknown;
   for (int r = 0; r < pp; ++r) {
     const pipeline::StageManager stages(pp, r, chunks);
-    std::vector<int64_t> trainable;
-    int64_t frozen = 0, activations = 0;
+    memory_planning::RankParameters stage_params;  // every chunk's, in the stack's order
+    std::vector<int64_t>& trainable = stage_params.trainable;
+    int64_t& frozen = stage_params.frozen;
+    int64_t activations = 0;
     for (int c = 0; c < chunks; ++c) {
       const auto& range = ranges[stages.stage(c)];
       auto params = memory_planning::rank_parameters(in.model, range.begin, range.end, tp_share);
       trainable.insert(trainable.end(), params.trainable.begin(), params.trainable.end());
+      stage_params.layer_of.insert(stage_params.layer_of.end(), params.layer_of.begin(), params.layer_of.end());
+      stage_params.names.insert(stage_params.names.end(), params.names.begin(), params.names.end());
       frozen += params.frozen;
       activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, compute,
                                                        in.activation_checkpointing(), tp, grid || o.sequence_parallel(),
@@ -219,6 +223,17 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       engine.communication_dtype = o.communication_dtype();
       engine.optimizer_states = in.optimizer_states();
       rank.parts = memory_planning::replicated_engine_parts(trainable, frozen, engine);
+    } else if (o.zero_stage() == 3) {
+      memory_planning::ChunkedEngine engine;
+      engine.precision = o.precision();
+      engine.cpu_offload = o.cpu_offload();
+      engine.communication_dtype = o.communication_dtype();
+      engine.dp = dp;
+      engine.optimizer_states = in.optimizer_states();
+      engine.device_is_gpu = in.device_is_gpu();
+      engine.pipelined = o.pipelined();
+      engine.chunk_size_mb = o.chunk_size_mb();
+      rank.parts = memory_planning::chunked_engine_parts(stage_params, engine);
     } else {
       memory_planning::ZeroEngine engine;
       engine.stage = o.zero_stage();

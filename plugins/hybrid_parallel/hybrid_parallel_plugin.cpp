@@ -3,6 +3,9 @@
 #include <colo/engine/mixed_precision_optimizer.h>
 #include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
+#include <colo/engine/gemini_chunk_owner.h>
+#include <colo/engine/gemini_model.h>
+#include <colo/engine/gemini_optimizer.h>
 #include <colo/engine/zero_optimizer.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
@@ -200,6 +203,25 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
                                   .overlap_communication(options_.overlap_communication())
                                   .communication_dtype(options_.communication_dtype()));
     optimizer = wrapped;
+  } else if (options_.zero_stage() == 3) {
+    // gemini's chunks over dp: every chunk sharded (static placement), the optimizer state in host
+    // memory under cpu_offload. Each stage chunks its own layers; under tp each rank its pieces.
+    const auto chunk_options = GeminiChunkOptions()
+                                   .caller("hybrid_parallel")
+                                   .precision(options_.precision())
+                                   .chunk_size_mb(options_.chunk_size_mb())
+                                   .offload_optim_frac(options_.cpu_offload() ? 1.0 : 0.0)
+                                   .overlap_communication(options_.overlap_communication())
+                                   .communication_dtype(options_.communication_dtype());
+    auto owner = std::make_shared<GeminiChunkOwner>(stack, inputs.optimizer, dp, chunk_options);
+    parts.gemini = std::make_shared<GeminiModel>(owner);
+    optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, owner,
+                                                  GeminiOptimizerOptions()
+                                                      .caller("hybrid_parallel")
+                                                      .loss_scaler(options_.loss_scaler())
+                                                      .max_grad_norm(options_.max_grad_norm())
+                                                      .grad_norm_sum_over(stage_groups)
+                                                      .tp_group(tp));
   } else {
     const auto z = ZeroOptimizerOptions()
                        .caller("hybrid_parallel")
@@ -357,7 +379,8 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
     throw std::invalid_argument(fmt::format("hybrid_parallel execute_pipeline: a batch of {} gives {} microbatches: {}",
                                             batch, count, e.what()));
   }
-  pipelined->wait_for_weights();
+  const bool layer_by_layer = pipelined->gathers_layer_by_layer(count);
+  if (!layer_by_layer) pipelined->wait_for_weights();
   if (!forward_only) pipelined->prepare_for_backward();
 
   pipeline::StageCallbacks callbacks;
@@ -383,6 +406,10 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
     };
   }
 
+  if (layer_by_layer) {
+    callbacks.forward = [pipelined](int, const torch::Tensor& x) { return pipelined->forward_layer_by_layer(x); };
+  }
+
   // Every backward of the step accumulates locally; the data-parallel reduction runs once, after
   // the rank's last backward, unless the caller accumulates over several steps (no_sync).
   const bool model_sync = model.gradient_sync();
@@ -404,6 +431,7 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
     if (model_sync) model.reduce_accumulated_gradients();
     if (optimizer_sync) optimizer.reduce_accumulated_gradients();
   }
+  pipelined->release_weights();
 
   PipelineResult result;
   const auto& stages = pipelined->stages();

@@ -26,15 +26,18 @@ namespace colo::plugins {
 //   2. its layers move to the device, broadcast from dp rank 0 (replicas of a stage start alike);
 //   3. the user's optimizer is restricted to them (restrict_optimizer), then wrapped over the dp
 //      group: zero_stage 0, a MixedPrecisionOptimizer with DDP's all-reduce (apply_ddp); 1 and 2,
-//      a ZeroOptimizer. Either way the clipping norm and the fp16 overflow flag are agreed over
-//      the whole mesh (summed over pp, and over dp where gradients are sharded);
+//      a ZeroOptimizer; 3, gemini's chunks of the stage's layers (a GeminiChunkOwner held by a
+//      GeminiModel, stepped by a GeminiOptimizer). Every way the clipping norm and the fp16
+//      overflow flag are agreed over the whole mesh (summed over pp, over tp's pieces, and over
+//      dp where gradients are sharded);
 //   4. the model is wrapped (PipelineModel: the chunks, a ScheduleRunner per microbatch count);
 //   5. the data loader is re-sharded over the dp group (the ranks of a replica share batches).
 //
 // execute_pipeline: the batch is split into microbatches and run through the schedule
 // (pp_style); every backward of the step runs with gradient sync off and the data-parallel
 // reduction happens once, after the rank's last backward (ZeRO-2 included, which Colossal-AI and
-// DeepSpeed refuse with a pipeline). Gradient accumulation over several calls: Booster::no_sync.
+// DeepSpeed refuse with a pipeline; ZeRO-3's chunks are gathered once for the step:
+// PipelineModel). Gradient accumulation over several calls: Booster::no_sync.
 class HybridParallelPlugin : public Plugin {
  public:
   HybridParallelPlugin(const PluginOptions& options, const PluginContext& context);

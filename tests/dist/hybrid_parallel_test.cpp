@@ -2,6 +2,9 @@
 // fp16 overflow agreed over the whole mesh, checkpoints across plugins and pipeline sizes, exact
 // resume, and the errors its options, layouts and inputs can meet.
 #include <colo/booster/booster.h>
+#include <colo/engine/gemini_optimizer.h>
+#include <colo/zero/chunked_parameters.h>
+#include <colo/zero/shard_layout.h>
 #include <colo/booster/plugin.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/booster/training_state.h>
@@ -183,6 +186,59 @@ void check_round_trip(const std::string& from_plugin, const PluginOptions& from,
     EXPECT_LE(relative_error(tensor, next_want.at(name)), 1e-5) << name << ": the optimizer state did not carry over";
   }
   world()->barrier().wait();
+}
+
+// zero_stage 3 (gemini's chunks) saves masters and Adam state gathered over dp, and over tp where
+// tensor parallelism cut them, like the other engines: a pipeline's checkpoint loads under gemini,
+// ZeRO-2's under a pipeline of chunks, and a tensor-parallel layout of chunks goes through the
+// one-process chain (tp 2 at 2 ranks, tp 2 x dp 2 at 4, tp 2 x pp 2 x dp 2 at 8).
+void tensor_parallel_checkpoint_chain(const PluginOptions& layout, const std::string& label);
+
+TEST(HybridParallel, ZeroThreeCheckpointsLoadUnderGeminiAndOtherLayouts) {
+  COLO_NEEDS_TWO_RANKS();
+  const int size = world()->size();
+  const auto dir = shared_directory("hp_zero3_checkpoints");
+  check_round_trip("hybrid_parallel", pipeline(2, {{"zero_stage", "3"}}), 2, "gemini", {}, 2,
+                   files::join(dir, "pp2zero3_to_gemini"));
+  check_round_trip("low_level_zero", {{"stage", "2"}}, 2, "hybrid_parallel", pipeline(2, {{"zero_stage", "3"}}), 2,
+                   files::join(dir, "llz_to_pp2zero3"));
+  remove_shared_directory(dir);
+  if (size != 2 && size != 4 && size != 8) return;
+  PluginOptions layout{{"tp_size", "2"}, {"zero_stage", "3"}};
+  if (size == 8) layout = pipeline(2, layout);
+  tensor_parallel_checkpoint_chain(layout, fmt::format("tp 2, zero_stage 3, on {} ranks", size));
+}
+
+// zero_stage 3 on a deep model in small chunks: a plain step (one pass, no pipeline) holds a
+// few chunks gathered at a time, as gemini does; a pipelined one (pp 1, 2 microbatches) gathers
+// every chunk once for the step. Neither leaves a chunk gathered after it.
+TEST(HybridParallel, ZeroThreeGathersLayerByLayerAloneAndTheStageOnceUnderAPipeline) {
+  const auto data = make_batches(1, 8 * world()->size(), 23);
+  int64_t whole = 0, plain_peak = 0;
+  for (const bool pipelined : {false, true}) {
+    PluginOptions options{{"zero_stage", "3"}, {"chunk_size_mb", "0.05"}};
+    if (pipelined) options["num_microbatches"] = "2";
+    auto plugin = PluginRegistry::global().create("hybrid_parallel", options, PluginContext{world(), device()});
+    Booster booster(plugin);
+    auto model = eight_block_vit();
+    auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+    auto& chunks = dynamic_cast<GeminiOptimizer&>(*b.optimizer).chunk_owner()->chunks();
+    whole = 0;
+    for (std::size_t c = 0; c < chunks.num_chunks(); ++c) {
+      whole += chunks.layout(c).padded_bucket_numel(0) * static_cast<int64_t>(c10::elementSize(chunks.working_dtype()));
+    }
+    ASSERT_GE(chunks.num_chunks(), 6u) << "the case needs a model of many chunks";
+    chunks.reset_peak();  // from the step on
+    train_step(booster, b, data.images[0], data.labels[0]);
+    EXPECT_EQ(chunks.gathered_bytes(), 0) << (pipelined ? "pipelined" : "plain");
+    if (pipelined) {
+      EXPECT_EQ(chunks.peak_gathered_bytes(), whole);
+    } else {
+      plain_peak = chunks.peak_gathered_bytes();
+      EXPECT_GT(plain_peak, 0);
+      EXPECT_LE(plain_peak, whole / 2) << "a plain pass gathers a few chunks at a time";
+    }
+  }
 }
 
 TEST(HybridParallel, CheckpointsLoadAcrossPluginsAndPipelineSizes) {
@@ -507,7 +563,8 @@ TEST(HybridParallel, RejectsBadOptionsAllAtOnce) {
     PluginRegistry::global().create("hybrid_parallel",
                                     {{"tp_size", "2"},
                                      {"pp_size", "2"},
-                                     {"zero_stage", "3"},
+                                     {"zero_stage", "4"},
+                                     {"chunk_size_mb", "1"},
                                      {"num_model_chunks", "2"},
                                      {"pp_style", "1f1b"},
                                      {"precision", "fp4"},
@@ -515,7 +572,8 @@ TEST(HybridParallel, RejectsBadOptionsAllAtOnce) {
                                      {"bogus", "1"}},
                                     PluginContext{world(), device()});
   });
-  expect_contains(message, {"num_microbatches or microbatch_size", "ZeRO-3 is the gemini", "interleaved", "fp4",
+  expect_contains(message, {"num_microbatches or microbatch_size", "zero_stage must be 0, 1, 2 or 3",
+                            "chunk_size_mb sizes zero_stage 3's chunks", "interleaved", "fp4",
                             "'x' is not a positive", "unknown option 'bogus'", "valid options"});
   EXPECT_EQ(message.find("tp_size"), message.find("valid options: tp_size") + std::string("valid options: ").size())
       << "tp_size=2 is a valid option: " << message;

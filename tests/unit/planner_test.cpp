@@ -352,14 +352,31 @@ TEST(PlannerSearch, EnumeratesEveryLayoutThePluginsAccept) {
   }
   // torch_ddp: accumulation 1, 2, 4, 8 (8 samples per rank) x checkpointing = 8; low_level_zero:
   // x stage 1/2 x offload = 32; gemini: x static, static with offload, auto = 24; hybrid_parallel:
-  // dp 2 (5 engine choices x checkpointing, without or with 2/4/8 microbatches) 40, pp 2 (4
+  // dp 2 (7 engine choices: zero 0, zero 1/2/3 without and with offload; x checkpointing, without
+  // or with 2/4/8 microbatches) 56, pp 2 (4
   // microbatch counts x GPipe/1F1B/zero bubble/interleaved x checkpointing) 32, tp 2 (sp x
   // checkpointing x none or 2/4/8/16 microbatches) 20.
   EXPECT_EQ(by_plugin["torch_ddp"], 8);
   EXPECT_EQ(by_plugin["low_level_zero"], 32);
   EXPECT_EQ(by_plugin["gemini"], 24);
-  EXPECT_EQ(by_plugin["hybrid_parallel"], 92);
-  EXPECT_EQ(layouts.size(), 156u);
+  EXPECT_EQ(by_plugin["hybrid_parallel"], 108);
+  EXPECT_EQ(layouts.size(), 172u);
+}
+
+// hybrid_parallel's zero_stage 3: without a pipeline its one pass goes layer by layer, gathering
+// each chunk for forward and backward as gemini does; under a pipeline the stage's chunks are
+// gathered once a step, ZeRO-2's traffic, while holding less between steps.
+TEST(PlannerStepModel, HybridZeroThreeIsPricedAsGeminiAloneAndAsZeroTwoUnderAPipeline) {
+  StepModel two(fixture_request(2, 16));
+  const auto hybrid = two.predict(layout("hybrid_parallel dp2 zero3", 2));
+  const auto gemini = two.predict(layout("gemini dp2 static", 2));
+  EXPECT_GT(hybrid.breakdown.dp_comm, 0.0);
+  EXPECT_NEAR(hybrid.breakdown.dp_comm, gemini.breakdown.dp_comm, kEps);
+  StepModel four(fixture_request(4, 16));
+  const auto staged = four.predict(layout("hybrid_parallel dp2 pp2 zero3 1f1b mb4", 4));
+  const auto zero2 = four.predict(layout("hybrid_parallel dp2 pp2 zero2 1f1b mb4", 4));
+  EXPECT_NEAR(staged.breakdown.dp_comm, zero2.breakdown.dp_comm, kEps);
+  EXPECT_EQ(layout("hybrid_parallel dp2 pp2 zero3 1f1b mb4", 4).plugin_options("fp32").at("zero_stage"), "3");
 }
 
 TEST(PlannerSearch, RanksByPredictedImagesPerSecond) {

@@ -119,9 +119,15 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
     if (given.count("partition")) in.fail("give either layers_per_stage or partition, not both");
   }
   o.zero_stage(static_cast<int>(
-      in.get_int("zero_stage", 0, "data-parallel axis: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-2 (with the pipeline too)")));
+      in.get_int("zero_stage", 0, "data-parallel axis: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-2, 3 ZeRO-3 in gemini's chunks (with the pipeline and "
+                     "tensor parallelism too)")));
   o.bucket_cap_mb(in.get_mebibytes("bucket_cap_mb", 25.0, "MiB of gradients per data-parallel reduction bucket",
                                    /*zero_allowed=*/false));
+  const auto chunk_mb = in.get_mebibytes("chunk_size_mb", 0.0,
+                                         "zero_stage 3: MiB of parameters (in the compute dtype) per chunk; 0: searched "
+                                         "from the layer sizes",
+                                         /*zero_allowed=*/true);
+  if (chunk_mb > 0.0) o.chunk_size_mb(chunk_mb);
   o.overlap_communication(in.get_bool("overlap_communication", true,
                                       "ZeRO: gather updated weights during the next step (DDP without pipeline: reduce "
                                       "during backward)"));
@@ -219,11 +225,15 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                         "microbatches; e.g. num_microbatches={})",
                         o.pp_size(), 2 * o.pp_size()));
   }
-  if (o.zero_stage() < 0 || o.zero_stage() > 2) {
-    in.fail(fmt::format("zero_stage must be 0, 1 or 2, got {}{}", o.zero_stage(),
-                        o.zero_stage() == 3 ? " (ZeRO-3 is the gemini plugin's)" : ""));
+  if (o.zero_stage() < 0 || o.zero_stage() > 3) {
+    in.fail(fmt::format("zero_stage must be 0, 1, 2 or 3 (gemini's chunks), got {}", o.zero_stage()));
   }
-  if (o.cpu_offload() && o.zero_stage() == 0) in.fail("cpu_offload needs zero_stage 1 or 2");
+  if (o.cpu_offload() && o.zero_stage() == 0) in.fail("cpu_offload needs zero_stage 1, 2 or 3");
+  if (o.chunk_size_mb() && o.zero_stage() != 3) {
+    in.fail(fmt::format("chunk_size_mb sizes zero_stage 3's chunks; with zero_stage={} leave it out (bucket_cap_mb "
+                        "sizes the buckets of the other stages)",
+                        o.zero_stage()));
+  }
   in.finish();
   return o;
 }
@@ -262,6 +272,7 @@ PluginOptions HybridParallelOptions::to_options() const {
   }
   out.set_int("zero_stage", zero_stage(), d.zero_stage());
   out.set_double("bucket_cap_mb", bucket_cap_mb(), d.bucket_cap_mb());
+  out.set_double("chunk_size_mb", chunk_size_mb());
   out.set_bool("overlap_communication", overlap_communication(), d.overlap_communication());
   out.set_bool("cpu_offload", cpu_offload(), d.cpu_offload());
   detail::write_communication_dtype(out, communication_dtype(), "hybrid_parallel");

@@ -134,14 +134,38 @@ struct ZeroEngine {
 };
 std::vector<MemoryPart> zero_engine_parts(const std::vector<int64_t>& numels, int64_t frozen, const ZeroEngine& engine);
 
+// The same for gemini's chunks over `dp` ranks under hybrid_parallel's zero_stage 3
+// (GeminiChunkOwner with every chunk sharded; optimizer state in host memory under cpu_offload):
+// the working shards, the fp32 shard state, and what a step gathers. `layer_of`: each trainable
+// parameter's layer (the widest layer's chunks bound a plain forward's gathered window);
+// `pipelined`: steps run through execute_pipeline, which gathers every chunk of the stage for the
+// step and accumulates the microbatches' gradients whole.
+struct ChunkedEngine {
+  amp::Precision precision = amp::Precision::kFp32;
+  bool cpu_offload = false;
+  std::optional<c10::ScalarType> communication_dtype;
+  int dp = 1;
+  int optimizer_states = 2;
+  bool device_is_gpu = true;
+  bool pipelined = false;
+  int64_t max_prefetch = 2;
+  std::optional<double> chunk_size_mb;  // unset: searched
+};
+
 // The trainable parameters' element counts in forward order over layers [begin, end), and the
 // frozen elements; `share(name, numel)` gives what this rank holds of each (tensor parallelism).
 struct RankParameters {
   std::vector<int64_t> trainable;
+  std::vector<std::size_t> layer_of;  // per trainable parameter, its layer's index in the model
+  std::vector<std::string> names;     // per trainable parameter
   int64_t frozen = 0;
 };
 RankParameters rank_parameters(const nn::ModelSummary& model, std::size_t begin, std::size_t end,
                                const std::function<int64_t(const std::string&, int64_t)>& share = nullptr);
+
+// ChunkedEngine's parts for this rank's parameters (`parameters.trainable` in forward order, with
+// their layers and names).
+std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& engine);
 
 // "key=value key=value".
 std::string options_text(const std::map<std::string, std::string>& options);

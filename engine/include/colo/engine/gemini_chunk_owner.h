@@ -103,10 +103,11 @@ class GeminiChunkOwner {
   static GeminiChunking plan(const std::vector<int64_t>& numels, const std::vector<std::string>& names,
                              const GeminiChunkOptions& options, bool on_gpu);
 
-  // The model must be on its device, with the same values on every rank of `group`. Throws
-  // std::invalid_argument for an optimizer whose state cannot be kept in Adam shards (listing
-  // those it can), invalid options, an optimizer parameter that is not a model parameter, or a
-  // model split by tensor parallelism; nothing changes before these checks.
+  // The model must be on its device, with the same values on every rank of `group`. A model split
+  // by tensor parallelism is chunked as this rank's pieces (`group` is then the data-parallel
+  // group of ranks holding the same pieces). Throws std::invalid_argument for an optimizer whose
+  // state cannot be kept in Adam shards (listing those it can), invalid options, or an optimizer
+  // parameter that is not a model parameter; nothing changes before these checks.
   GeminiChunkOwner(std::shared_ptr<nn::LayerStack> model, const std::shared_ptr<torch::optim::Optimizer>& optimizer,
                    std::shared_ptr<dist::ProcessGroup> group, GeminiChunkOptions options);
   ~GeminiChunkOwner();
@@ -124,6 +125,8 @@ class GeminiChunkOwner {
   const std::vector<std::string>& param_names() const { return names_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
   const std::vector<std::size_t>& param_groups() const { return group_of_param_; }
+  // Per chunked parameter, the distinct pieces tensor parallelism cut it into (1: whole; nn::pieces_of).
+  const std::vector<int64_t>& tp_pieces() const { return tp_pieces_; }
   const std::vector<std::string>& model_param_names() const { return model_names_; }
   const std::vector<torch::Tensor>& model_params() const { return model_params_; }
 
@@ -182,6 +185,7 @@ class GeminiChunkOwner {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
   std::vector<std::size_t> group_of_param_;
+  std::vector<int64_t> tp_pieces_;
   std::vector<std::string> model_names_;
   std::vector<torch::Tensor> model_params_;
   std::vector<torch::Tensor> unsharded_;

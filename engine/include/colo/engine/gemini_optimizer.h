@@ -29,6 +29,12 @@ struct GeminiOptimizerOptions {
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
   // Gradient clipping by the global L2 norm; 0 disables it.
   TORCH_ARG(double, max_grad_norm) = 0.0;
+  // Groups besides the data-parallel one over which this rank's gradients are disjoint (the
+  // pipeline's stages): the clipping norm, and with it the fp16 overflow decision, is summed over them.
+  TORCH_ARG(std::vector<std::shared_ptr<dist::ProcessGroup>>, grad_norm_sum_over) = {};
+  // The tensor-parallel group, when the chunked model's layers are split (GeminiChunkOwner::tp_pieces):
+  // split gradients are summed over it, replicated ones counted once.
+  TORCH_ARG(std::shared_ptr<dist::ProcessGroup>, tp_group) = nullptr;
 };
 
 // ZeRO stage 3 with chunks (Colossal-AI's GeminiOptimizer): the OptimizerWrapper that steps the

@@ -21,13 +21,25 @@ class ProcessGroup;
 }
 namespace colo {
 
+class GeminiModel;
 class ZeroOptimizer;
 
 // The model as hybrid_parallel hands it back: this rank's pipeline stage(s), one LayerStack per
 // model chunk (module() holds all of them, in chunk order, for parameters and state), and what
-// runs them: a pipeline::ScheduleRunner per microbatch count. Its data-parallel side is either a
-// DDP reducer (zero_stage 0) or the ZeroOptimizer's (1, 2), switched through the gradient-sync
-// virtuals like every plugin's.
+// runs them: a pipeline::ScheduleRunner per microbatch count. Its data-parallel side is a DDP
+// reducer (zero_stage 0), the ZeroOptimizer's (1, 2) or gemini's chunks (3: a GeminiModel over
+// the stage's layers), switched through the gradient-sync virtuals like every plugin's.
+//
+// zero_stage 3: a plain forward (one stage, no microbatches) gathers each layer's chunks just in
+// time (GeminiModel::forward). A pipelined step (execute_pipeline) runs every layer once per
+// microbatch, forward and backward, in the schedule's order: gathering around each use would
+// all-gather a layer's chunks 2 x microbatches times a step. So, unless the step is one
+// microbatch on one stage (which goes layer by layer as a plain forward does: gathers_layer_by_layer),
+// the step gathers the stage's
+// chunks once before its first action (wait_for_weights) and they stay until the step's
+// gradients are reduce-scattered (which releases each chunk) or release_weights() after the
+// step; between steps only this rank's shards are held (torchtitan runs FSDP under a pipeline
+// the same way: no resharding after forward).
 //
 // forward() runs the stage when the pipeline has a single stage (pp_size 1, for evaluation or a
 // plain step); with several stages only execute_pipeline can run the model, and forward() says so.
@@ -46,6 +58,7 @@ class PipelineModel : public ModelWrapper {
     std::shared_ptr<amp::MasterWeights> masters;      // zero_stage 0 with master weights
     std::shared_ptr<ddp::BucketedAllReduce> reducer;  // zero_stage 0, dp > 1
     std::shared_ptr<ZeroOptimizer> zero;              // zero_stage 1, 2
+    std::shared_ptr<GeminiModel> gemini;              // zero_stage 3, over `stack`
     // cuda_graphs: each chunk's graphs, in chunk order (empty: eager).
     std::vector<std::shared_ptr<nn::CudaGraphedStack>> graphed;
     // tp_mode=2d cuts every batch into q row blocks: a batch (an evaluation's last, a microbatch)
@@ -76,9 +89,18 @@ class PipelineModel : public ModelWrapper {
   const std::shared_ptr<dist::ProcessGroup>& pp_group() const { return parts_.pp_group; }
   const std::vector<std::shared_ptr<nn::LayerStack>>& chunks() const { return parts_.chunks; }
   const std::vector<std::shared_ptr<nn::CudaGraphedStack>>& graphed() const { return parts_.graphed; }
-  // Waits for weights still being gathered after a ZeRO step (the runner calls the layers
-  // directly, without LowLevelZeroModel's per-layer waits); a no-op otherwise.
+  // Before a pipelined pass: the weights its layers read, ready. ZeRO-1/2: waits for gathers still
+  // in flight after a step (the runner calls the layers directly, without LowLevelZeroModel's
+  // per-layer waits); ZeRO-3: gathers every chunk of the stage (collective over dp); a no-op otherwise.
   void wait_for_weights();
+  // zero_stage 3, a pass of `microbatches` on one stage: one microbatch runs layer by layer
+  // (forward_layer_by_layer, each layer's chunks gathered just in time, in the backward too)
+  // instead of after wait_for_weights' gather of the whole stage.
+  bool gathers_layer_by_layer(int microbatches) const;
+  torch::Tensor forward_layer_by_layer(const torch::Tensor& input);
+  // After a pipelined pass: ZeRO-3 releases the chunks wait_for_weights gathered (those the
+  // gradients' reduce-scatter has not released already); a no-op otherwise.
+  void release_weights();
   // Before each step's first forward: drops the state of a backward pass that failed midway.
   void prepare_for_backward();
 

@@ -49,10 +49,17 @@ struct HybridParallelOptions {
   // (pipeline::stack_partition_options).
   TORCH_ARG(pipeline::PartitionMethod, partition) = pipeline::PartitionMethod::kUniform;
   TORCH_ARG(std::vector<int>, layers_per_stage) = {};
-  // The dp axis: 0 all-reduce (DDP), 1 / 2 ZeRO over the dp group.
+  // The dp axis: 0 all-reduce (DDP), 1 / 2 ZeRO over the dp group, 3 gemini's chunks over it
+  // (every chunk sharded, gathered per layer in a plain forward and per step under a pipeline:
+  // PipelineModel).
   TORCH_ARG(int, zero_stage) = 0;
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  // zero_stage 3: MiB of parameters (in the compute dtype) per chunk; unset: searched from the
+  // layer sizes (GeminiChunkOptions::chunk_size_mb).
+  TORCH_ARG(std::optional<double>, chunk_size_mb) = std::nullopt;
   TORCH_ARG(bool, overlap_communication) = true;
+  // The fp32 optimizer state (masters, gradient shards, moments) in host memory, stepped by the
+  // CPU (zero_stage 1, 2 and 3).
   TORCH_ARG(bool, cpu_offload) = false;
   TORCH_ARG(std::optional<c10::ScalarType>, communication_dtype) = std::nullopt;
   // Precision (PrecisionOptions' keys).
