@@ -882,7 +882,8 @@ PY
       # Issue 45 on four GPUs: ViT-L/16 bf16, 128 images per GPU (global 512; one GPU: 128), pp 2 x dp 2,
       # tp 2 x dp 2 and tp 2 x pp 2 with ZeRO stages on dp, pp 4 eager and with cuda_graphs, beside one
       # GPU's torch_ddp (the denominator), dp 4 (torch_ddp, ZeRO-2) and the peers: PyTorch DDP and FSDP2 at
-      # 4 GPUs, torch.distributed.pipelining's 1F1B over 4 stages. COLO_FOUR_RUNS picks runs.
+      # 4 GPUs, torch.distributed.pipelining's 1F1B over 4 stages. COLO_FOUR_RUNS picks runs (pp2dp2_z3 and
+      # tp2dp2_z3: ZeRO-3 in gemini's chunks on the dp axis, issue 34, beside _z2).
       f_common=(--model large --precision bf16 --warmup-steps 4 --steps "${COLO_FOUR_STEPS:-12}" --peak-tflops 1)
       hp=(--plugin hybrid_parallel)
       for run in ${COLO_FOUR_RUNS:-ddp1 ddp4 zero2_4 peer_ddp4 peer_fsdp2_4 pp2dp2_z0 pp2dp2_z1 tp2dp2_z0 tp2dp2_z1 tp2dp2_z2 tp2pp2 pp4_16 pp4_16_graphs pp4_32_graphs peer_pp4_16}; do
@@ -892,8 +893,8 @@ PY
           ddp4) opts=(--plugin torch_ddp) ;;
           zero2_4) opts=(--plugin low_level_zero --plugin-opt stage=2) ;;
           peer_ddp4 | peer_fsdp2_4) ;;
-          pp2dp2_z0 | pp2dp2_z1) batch=256 opts=("${hp[@]}" --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt zero_stage=${run##*_z}) ;;
-          tp2dp2_z0 | tp2dp2_z1 | tp2dp2_z2) batch=256 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt zero_stage=${run##*_z}) ;;
+          pp2dp2_z0 | pp2dp2_z1 | pp2dp2_z2 | pp2dp2_z3) batch=256 opts=("${hp[@]}" --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt zero_stage=${run##*_z}) ;;
+          tp2dp2_z0 | tp2dp2_z1 | tp2dp2_z2 | tp2dp2_z3) batch=256 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt zero_stage=${run##*_z}) ;;
           tp2pp2) batch=512 opts=("${hp[@]}" --plugin-opt tp_size=2 --plugin-opt pp_size=2 --plugin-opt num_microbatches=8) ;;
           pp4_16) batch=512 opts=("${hp[@]}" --plugin-opt pp_size=4 --plugin-opt num_microbatches=16) ;;
           # The cut before 75c588c (5, 6, 7 and 6 blocks), for the A/B.
