@@ -148,6 +148,7 @@ void expect_same(const colo::HybridParallelOptions& got, const colo::HybridParal
   EXPECT_EQ(got.layers_per_stage(), want.layers_per_stage());
   EXPECT_EQ(got.zero_stage(), want.zero_stage());
   EXPECT_EQ(got.bucket_cap_mb(), want.bucket_cap_mb());
+  EXPECT_EQ(got.chunk_size_mb(), want.chunk_size_mb());
   EXPECT_EQ(got.overlap_communication(), want.overlap_communication());
   EXPECT_EQ(got.cpu_offload(), want.cpu_offload());
   EXPECT_EQ(got.communication_dtype(), want.communication_dtype());
@@ -328,8 +329,10 @@ TEST(TypedPluginOptions, HybridParallelRoundTripsEveryField) {
                              .cuda_graphs(true);
   const auto counted =
       colo::HybridParallelOptions().pp_size(4).num_microbatches(8).pp_style("gpipe").tp_size(8).tp_mode("2.5d").tp_depth(2);
+  // zero_stage 3's chunk size (refused with the other stages).
+  const auto chunked = colo::HybridParallelOptions().zero_stage(3).chunk_size_mb(kThird);
   std::vector<PluginOptions> maps;
-  for (const auto* x : {&everything, &from_file, &counted}) maps.push_back(expect_round_trip(*x));
+  for (const auto* x : {&everything, &from_file, &counted, &chunked}) maps.push_back(expect_round_trip(*x));
   expect_every_key_written(keys_parse_reads<colo::HybridParallelOptions>(), maps);
 
   EXPECT_EQ(maps[0].at("layers_per_stage"), "3,2,2,1");
