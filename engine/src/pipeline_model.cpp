@@ -1,21 +1,27 @@
 #include <colo/engine/pipeline_model.h>
 
+#include <colo/engine/data_parallel.h>
 #include <colo/engine/gemini_model.h>
-#include <colo/engine/zero_optimizer.h>
-#include <colo/zero/chunked_parameters.h>
-#include <colo/dist/process_group.h>
-#include <colo/zero/bucketed_all_gather.h>
-#include <colo/zero/grad_reducer.h>
 #include <fmt/format.h>
 
 #include <stdexcept>
-#include <unordered_map>
 
 #include "master_weights_state.h"
 
 namespace colo {
 
-PipelineModel::PipelineModel(Parts parts) : ModelWrapper(parts.stack), parts_(std::move(parts)) {}
+namespace {
+
+PipelineModel::Parts checked(PipelineModel::Parts parts) {
+  if (!parts.data_parallel) throw std::invalid_argument("PipelineModel: its Parts give no data_parallel engine");
+  return parts;
+}
+
+}  // namespace
+
+PipelineModel::PipelineModel(Parts parts) : ModelWrapper(parts.stack), parts_(checked(std::move(parts))) {}
+
+DataParallelEngine& PipelineModel::data_parallel() const { return *parts_.data_parallel; }
 
 torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
   if (parts_.stages.num_stages() > 1) {
@@ -25,9 +31,9 @@ torch::Tensor PipelineModel::forward(const torch::Tensor& input) {
         "evaluation with PipelineOptions().forward_only(true).return_outputs(true)",
         parts_.stages.num_stages()));
   }
-  if (parts_.gemini) {
+  if (const auto& gemini = parts_.data_parallel->gemini()) {
     // Layer by layer, each layer's chunks gathered just in time (input cast, fp32 output: its own).
-    auto output = parts_.gemini->forward(pad_batch(input));
+    auto output = gemini->forward(pad_batch(input));
     return output.dim() > 0 && output.size(0) > input.size(0) ? output.narrow(0, 0, input.size(0)) : output;
   }
   wait_for_weights();
@@ -52,41 +58,33 @@ void PipelineModel::train(bool on) {
   for (const auto& chunk : parts_.chunks) chunk->train(on);
 }
 
-void PipelineModel::wait_for_weights() {
-  if (parts_.zero) parts_.zero->gather().wait_all();
-  if (parts_.gemini) {
-    auto& chunks = parts_.gemini->chunk_owner()->chunks();
-    for (std::size_t c = 0; c < chunks.num_chunks(); ++c) chunks.prefetch(c);  // all in flight at once
-    for (std::size_t c = 0; c < chunks.num_chunks(); ++c) chunks.fetch(c);
-  }
-}
+void PipelineModel::wait_for_weights() { parts_.data_parallel->gather_weights(); }
 
 bool PipelineModel::gathers_layer_by_layer(int microbatches) const {
-  return parts_.gemini && parts_.stages.num_stages() == 1 && microbatches == 1;
+  return parts_.data_parallel->gemini() && parts_.stages.num_stages() == 1 && microbatches == 1;
 }
 
 torch::Tensor PipelineModel::forward_layer_by_layer(const torch::Tensor& input) {
-  if (!parts_.gemini) throw std::logic_error("PipelineModel::forward_layer_by_layer: the stage has no gemini chunks");
-  return parts_.gemini->forward(input);
+  const auto& gemini = parts_.data_parallel->gemini();
+  if (!gemini) throw std::logic_error("PipelineModel::forward_layer_by_layer: the stage has no gemini chunks");
+  return gemini->forward(input);
 }
 
-void PipelineModel::release_weights() {
-  if (parts_.gemini) parts_.gemini->chunk_owner()->chunks().release_all();
-}
+void PipelineModel::release_weights() { parts_.data_parallel->release_weights(); }
 
-void PipelineModel::prepare_for_backward() {
-  if (parts_.reducer) parts_.reducer->prepare_for_backward();
-  if (parts_.zero) parts_.zero->reducer().prepare_for_backward();
-  if (parts_.gemini) parts_.gemini->chunk_owner()->prepare_for_backward();
-}
+void PipelineModel::prepare_for_backward() { parts_.data_parallel->prepare_for_backward(); }
 
-// The ZeroOptimizer (zero_stage 1, 2) answers for itself as the boosted optimizer.
+// The model's side of the switch, as every plugin's model half answers it: the replicas'
+// all-reduce. ZeRO's and the chunks' reducers answer through the boosted optimizer.
 void PipelineModel::set_gradient_sync(bool enabled) {
-  if (parts_.reducer) parts_.reducer->set_sync(enabled);
+  if (const auto& reducer = parts_.data_parallel->reducer()) reducer->set_sync(enabled);
 }
-bool PipelineModel::gradient_sync() const { return !parts_.reducer || parts_.reducer->sync_enabled(); }
+bool PipelineModel::gradient_sync() const {
+  const auto& reducer = parts_.data_parallel->reducer();
+  return !reducer || reducer->sync_enabled();
+}
 void PipelineModel::reduce_accumulated_gradients() {
-  if (parts_.reducer) parts_.reducer->reduce_accumulated();
+  if (const auto& reducer = parts_.data_parallel->reducer()) reducer->reduce_accumulated();
 }
 
 pipeline::ScheduleRunner& PipelineModel::runner(int microbatches) {
@@ -104,32 +102,14 @@ pipeline::ScheduleRunner& PipelineModel::runner(int microbatches) {
   return *it->second;
 }
 
+// The engine's model half holds the same layers (the stage's stack) and knows where the fp32
+// masters are: replicas' MasterWeights, ZeRO's shards (gathered over dp), gemini's chunks.
 std::vector<std::pair<std::string, torch::Tensor>> PipelineModel::full_state() const {
-  if (parts_.gemini) return parts_.gemini->full_state();  // the chunks' masters, gathered chunk by chunk over dp
-  auto state = ModelWrapper::full_state();
-  if (parts_.zero) {
-    const auto masters = parts_.zero->full_masters();  // collective over dp
-    parts_.zero->gather().wait_all();
-    detail::overlay_masters(state, masters);
-  } else if (parts_.masters) {
-    detail::overlay_masters(state, detail::named_masters(*module_, *parts_.masters));
-  }
-  return state;
+  return parts_.data_parallel->model()->full_state();
 }
 
 void PipelineModel::load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
-  if (parts_.gemini) {
-    parts_.gemini->load_full_state(state);  // checks every shape first; masters and working shards
-    return;
-  }
-  wait_for_weights();                    // or a gather in flight would overwrite what is loaded
-  ModelWrapper::load_full_state(state);  // validates everything, then writes the working weights
-  // The masters take the saved values themselves, not their rounding to the working dtype.
-  if (parts_.zero) {
-    parts_.zero->load_masters(std::map<std::string, torch::Tensor>(state.begin(), state.end()));
-  } else if (parts_.masters) {
-    detail::load_masters(state, detail::named_masters(*module_, *parts_.masters));
-  }
+  parts_.data_parallel->model()->load_full_state(state);
 }
 
 }  // namespace colo

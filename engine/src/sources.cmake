@@ -19,6 +19,8 @@ list(APPEND COLO_ENGINE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/low_level_zero_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemini_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_model.cpp
+  # Data parallelism as one step: the engine for a zero_stage, both halves and one sync handle.
+  ${CMAKE_CURRENT_LIST_DIR}/data_parallel.cpp
   # What boosting a model does before any engine (dtype, device, broadcast, graphs).
   ${CMAKE_CURRENT_LIST_DIR}/parallelize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_size.cpp)

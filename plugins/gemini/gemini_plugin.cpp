@@ -1,16 +1,13 @@
 #include "gemini_plugin.h"
 
-#include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
+#include <colo/engine/data_parallel.h>
+#include <colo/engine/parallelize.h>
 
 #include <stdexcept>
-
-#include <colo/engine/gemini_chunk_owner.h>
-#include <colo/engine/gemini_model.h>
-#include <colo/engine/gemini_optimizer.h>
 
 #include "gemini_checkpoint_io.h"
 
@@ -32,7 +29,12 @@ Boosted GeminiPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("gemini boost: the model, the optimizer and the criterion are required");
   }
-  GeminiOptimizer::check_optimizer(*inputs.optimizer, "gemini");  // before anything changes
+  const auto chunked = DataParallelOptions()
+                           .zero_stage(3)
+                           .caller("gemini")
+                           .chunks(options_.chunks())
+                           .gemini(options_.optimizer());
+  check_data_parallel_optimizer(*inputs.optimizer, chunked);  // before anything changes
   const auto& world = context_.world;
   // 1.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
@@ -40,12 +42,9 @@ Boosted GeminiPlugin::boost(BoostInputs inputs) {
   auto model = inputs.model;
   broadcast_model(*model, context_.device, *world);
   apply_matmul_precision(*model, options_.chunks().precision(), context_.device);
-  // 3.
-  auto chunks = std::make_shared<GeminiChunkOwner>(model, inputs.optimizer, world, options_.chunks());
-  // 4.
-  auto wrapped = std::make_shared<GeminiModel>(chunks);
-  auto optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, chunks, options_.optimizer());
-  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+  // 3. The chunks (GeminiChunkOwner), held by the model half (GeminiModel), stepped by GeminiOptimizer.
+  const auto engine = apply_data_parallel(model, inputs.optimizer, world, chunked);
+  return {engine->model(), engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
 }  // namespace colo::plugins

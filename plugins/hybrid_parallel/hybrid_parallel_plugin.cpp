@@ -1,12 +1,8 @@
 #include "hybrid_parallel_plugin.h"
 
-#include <colo/engine/mixed_precision_optimizer.h>
-#include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
-#include <colo/engine/gemini_chunk_owner.h>
-#include <colo/engine/gemini_model.h>
-#include <colo/engine/gemini_optimizer.h>
-#include <colo/engine/zero_optimizer.h>
+#include <colo/engine/data_parallel.h>
+#include <colo/engine/parallelize.h>
 #include <colo/data/data_loader.h>
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
@@ -62,6 +58,49 @@ std::vector<pipeline::LayerRange> HybridParallelPlugin::partition(const std::vec
 }
 
 namespace {
+
+// The data-parallel engine's options from the plugin's: `sum_over` the groups whose ranks hold
+// disjoint layers (pipeline stages), `tp` the group splitting parameters into pieces.
+DataParallelOptions data_parallel_options(const HybridParallelOptions& o,
+                                          const std::vector<std::shared_ptr<dist::ProcessGroup>>& sum_over,
+                                          const std::shared_ptr<dist::ProcessGroup>& tp) {
+  amp::GradNormPlan grad_norm;
+  grad_norm.sum_over = sum_over;
+  grad_norm.tp = tp;  // split parameters summed over tp, the others once
+  return DataParallelOptions()
+      .zero_stage(o.zero_stage())
+      .caller("hybrid_parallel")
+      .replicas(MixedPrecisionOptimizerOptions()
+                    .policy(amp::PrecisionPolicy(o.precision()))
+                    .loss_scaler(o.loss_scaler())
+                    .max_grad_norm(o.max_grad_norm())
+                    .grad_norm(grad_norm))
+      .all_reduce(ddp::BucketedAllReduceOptions()
+                      .bucket_cap_mb(o.bucket_cap_mb())
+                      .overlap_communication(o.overlap_communication())
+                      .communication_dtype(o.communication_dtype()))
+      .zero(ZeroOptimizerOptions()
+                .precision(o.precision())
+                .loss_scaler(o.loss_scaler())
+                .max_grad_norm(o.max_grad_norm())
+                .bucket_cap_mb(o.bucket_cap_mb())
+                .overlap_communication(o.overlap_communication())
+                .cpu_offload(o.cpu_offload())
+                .communication_dtype(o.communication_dtype())
+                .grad_norm_sum_over(sum_over)
+                .tp_group(tp))
+      .chunks(GeminiChunkOptions()
+                  .precision(o.precision())
+                  .chunk_size_mb(o.chunk_size_mb())
+                  .offload_optim_frac(o.cpu_offload() ? 1.0 : 0.0)
+                  .overlap_communication(o.overlap_communication())
+                  .communication_dtype(o.communication_dtype()))
+      .gemini(GeminiOptimizerOptions()
+                  .loss_scaler(o.loss_scaler())
+                  .max_grad_norm(o.max_grad_norm())
+                  .grad_norm_sum_over(sum_over)
+                  .tp_group(tp));
+}
 
 std::vector<double> layer_params(const nn::LayerStack& model) {
   std::vector<double> counts;
@@ -149,7 +188,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("hybrid_parallel boost: the model, the optimizer and the criterion are required");
   }
-  if (options_.zero_stage() > 0) ZeroOptimizer::check_optimizer(*inputs.optimizer, "hybrid_parallel");  // before anything changes
+  check_data_parallel_optimizer(*inputs.optimizer, data_parallel_options(options_, {}, nullptr));  // before anything changes
   const auto& mesh = *context_.mesh;
   const auto& dp = mesh.group(MeshAxis::kDp);
   const auto& pp = mesh.group(MeshAxis::kPp);
@@ -183,61 +222,14 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   const amp::PrecisionPolicy policy(options_.precision());
   std::vector<std::shared_ptr<dist::ProcessGroup>> stage_groups;
   if (pp->size() > 1) stage_groups.push_back(pp);
-  std::shared_ptr<OptimizerWrapper> optimizer;
+  // The data-parallel step over this rank's stage(s), as the other plugins apply it to the whole
+  // model: replicas (0), ZeRO (1, 2) or gemini's chunks (3: each stage chunks its own layers, under
+  // tp each rank its pieces; all optimizer state in host memory under cpu_offload). Each stage
+  // holds its own layers' gradients (summed over pp for the norm); tp pieces count once.
+  const auto data_parallel = apply_data_parallel(stack, inputs.optimizer, dp, data_parallel_options(options_, stage_groups, tp));
+  const auto& optimizer = data_parallel->optimizer();
   PipelineModel::Parts parts;
-  if (options_.zero_stage() == 0) {
-    amp::GradNormPlan grad_norm;
-    grad_norm.sum_over = stage_groups;  // each stage holds its own layers' gradients
-    grad_norm.agree_over = dp;          // replicas after the all-reduce
-    grad_norm.tp = tp;                  // split parameters summed over tp, the others once
-    const auto mp = MixedPrecisionOptimizerOptions()
-                        .policy(policy)
-                        .loss_scaler(options_.loss_scaler())
-                        .max_grad_norm(options_.max_grad_norm())
-                        .grad_norm(grad_norm);
-    auto wrapped = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, stack, mp);
-    parts.masters = wrapped->master_weights();
-    parts.reducer = apply_ddp(*stack, dp,
-                              ddp::BucketedAllReduceOptions()
-                                  .bucket_cap_mb(options_.bucket_cap_mb())
-                                  .overlap_communication(options_.overlap_communication())
-                                  .communication_dtype(options_.communication_dtype()));
-    optimizer = wrapped;
-  } else if (options_.zero_stage() == 3) {
-    // gemini's chunks over dp: every chunk sharded (static placement), the optimizer state in host
-    // memory under cpu_offload. Each stage chunks its own layers; under tp each rank its pieces.
-    const auto chunk_options = GeminiChunkOptions()
-                                   .caller("hybrid_parallel")
-                                   .precision(options_.precision())
-                                   .chunk_size_mb(options_.chunk_size_mb())
-                                   .offload_optim_frac(options_.cpu_offload() ? 1.0 : 0.0)
-                                   .overlap_communication(options_.overlap_communication())
-                                   .communication_dtype(options_.communication_dtype());
-    auto owner = std::make_shared<GeminiChunkOwner>(stack, inputs.optimizer, dp, chunk_options);
-    parts.gemini = std::make_shared<GeminiModel>(owner);
-    optimizer = std::make_shared<GeminiOptimizer>(inputs.optimizer, owner,
-                                                  GeminiOptimizerOptions()
-                                                      .caller("hybrid_parallel")
-                                                      .loss_scaler(options_.loss_scaler())
-                                                      .max_grad_norm(options_.max_grad_norm())
-                                                      .grad_norm_sum_over(stage_groups)
-                                                      .tp_group(tp));
-  } else {
-    const auto z = ZeroOptimizerOptions()
-                       .caller("hybrid_parallel")
-                       .stage(options_.zero_stage())
-                       .precision(options_.precision())
-                       .loss_scaler(options_.loss_scaler())
-                       .max_grad_norm(options_.max_grad_norm())
-                       .bucket_cap_mb(options_.bucket_cap_mb())
-                       .overlap_communication(options_.overlap_communication())
-                       .cpu_offload(options_.cpu_offload())
-                       .communication_dtype(options_.communication_dtype())
-                       .grad_norm_sum_over(stage_groups)
-                       .tp_group(tp);
-    parts.zero = std::make_shared<ZeroOptimizer>(inputs.optimizer, stack, dp, z);
-    optimizer = parts.zero;
-  }
+  parts.data_parallel = data_parallel;
 
   // 4.
   parts.stack = stack;
@@ -264,7 +256,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
     // a plain synchronised backward.
     for (const auto& chunk : chunks) {
       parts.graphed.push_back(std::make_shared<nn::CudaGraphedStack>(chunk));
-      reduce_after_graph_backward(*parts.graphed.back(), parts.reducer);
+      reduce_after_graph_backward(*parts.graphed.back(), data_parallel->reducer());
     }
   }
   auto model = std::make_shared<PipelineModel>(std::move(parts));
@@ -411,26 +403,18 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const torch::Tensor& input
   }
 
   // Every backward of the step accumulates locally; the data-parallel reduction runs once, after
-  // the rank's last backward, unless the caller accumulates over several steps (no_sync).
-  const bool model_sync = model.gradient_sync();
-  const bool optimizer_sync = optimizer.gradient_sync();
+  // the rank's last backward, unless the caller accumulates over several steps (no_sync): the
+  // engine's one gradient-sync handle, whichever side of it reduces.
+  auto& sync = pipelined->data_parallel();
+  const bool synchronised = sync.gradient_sync();
   pipeline::RunResult run;
   {
-    NoSyncGuard restore([&] {
-      model.set_gradient_sync(model_sync);
-      optimizer.set_gradient_sync(optimizer_sync);
-    });
-    if (!forward_only) {
-      model.set_gradient_sync(false);
-      optimizer.set_gradient_sync(false);
-    }
+    NoSyncGuard restore([&] { sync.set_gradient_sync(synchronised); });
+    if (!forward_only) sync.set_gradient_sync(false);
     run = runner->run(micro_inputs, micro_targets, callbacks,
                       pipeline::RunOptions().forward_only(forward_only).keep_outputs(options.return_outputs()));
   }
-  if (!forward_only) {
-    if (model_sync) model.reduce_accumulated_gradients();
-    if (optimizer_sync) optimizer.reduce_accumulated_gradients();
-  }
+  if (!forward_only && synchronised) sync.reduce_accumulated_gradients();
   pipelined->release_weights();
 
   PipelineResult result;

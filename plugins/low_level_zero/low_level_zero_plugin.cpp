@@ -1,19 +1,13 @@
 #include "low_level_zero_plugin.h"
 
-#include <colo/engine/parallelize.h>
 #include <colo/booster/plugin_info.h>
-#include <colo/dist/process_group_mesh.h>
-#include <colo/booster/precision_options.h>
 #include <colo/data/data_loader.h>
-#include <colo/ddp/broadcast_coalesced.h>
 #include <colo/dist/process_group.h>
-#include <colo/zero/grad_reducer.h>
-#include <fmt/format.h>
+#include <colo/dist/process_group_mesh.h>
+#include <colo/engine/data_parallel.h>
+#include <colo/engine/parallelize.h>
 
-#include <cmath>
 #include <stdexcept>
-
-#include <colo/engine/low_level_zero_model.h>
 
 namespace colo::plugins {
 
@@ -29,7 +23,11 @@ Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
   if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
     throw std::invalid_argument("low_level_zero boost: the model, the optimizer and the criterion are required");
   }
-  ZeroOptimizer::check_optimizer(*inputs.optimizer, "low_level_zero");  // before anything changes
+  const auto zero = DataParallelOptions()
+                        .zero_stage(options_.zero().stage())
+                        .caller("low_level_zero")
+                        .zero(options_.zero());
+  check_data_parallel_optimizer(*inputs.optimizer, zero);  // before anything changes
   const auto& world = context_.world;
 
   // 1.
@@ -40,12 +38,9 @@ Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
   broadcast_model(*model, context_.device, *world);
   apply_matmul_precision(*model, options_.zero().precision(), context_.device);
 
-  // 3.
-  auto optimizer = std::make_shared<ZeroOptimizer>(inputs.optimizer, model, world, options_.zero());
-
-  // 4.
-  auto wrapped = std::make_shared<LowLevelZeroModel>(model, optimizer);
-  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+  // 3. ZeRO-1/2 over the world: LowLevelZeroModel and ZeroOptimizer.
+  const auto engine = apply_data_parallel(model, inputs.optimizer, world, zero);
+  return {engine->model(), engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
 }  // namespace colo::plugins

@@ -1,6 +1,6 @@
 #include "torch_ddp_plugin.h"
 
-#include <colo/engine/mixed_precision_optimizer.h>
+#include <colo/engine/data_parallel.h>
 #include <colo/engine/parallelize.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/booster/plugin_info.h>
@@ -51,38 +51,36 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
   broadcast_model(*model, context_.device, *world);
   apply_matmul_precision(*model, options_.precision(), context_.device);
 
-  // 3. Casts the working weights and makes the masters.
-  amp::GradNormPlan grad_norm;
-  grad_norm.agree_over = world;  // gradients are identical on every rank after the all-reduce
-  const auto mp = MixedPrecisionOptimizerOptions()
-                      .policy(amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights()))
-                      .loss_scaler(options_.loss_scaler())
-                      .max_grad_norm(options_.max_grad_norm())
-                      .grad_norm(grad_norm);
-  auto optimizer = std::make_shared<MixedPrecisionOptimizer>(inputs.optimizer, model, mp);
-
-  // 4. Hooks go on the final tensors: a later dtype or device change would drop them. A world
-  // of one has nothing to average: no hooks, no buckets, autograd's own gradients (gathering
-  // them into buckets would copy every gradient once per step for nothing).
-  auto reducer = apply_ddp(*model, world,
-                           ddp::BucketedAllReduceOptions()
-                               .bucket_cap_mb(options_.bucket_cap_mb())
-                               .gradient_as_bucket_view(options_.gradient_as_bucket_view())
-                               .find_unused_parameters(options_.find_unused_parameters())
-                               .overlap_communication(options_.overlap_communication()));
+  // 3-4. Replicas: casts the working weights and makes the masters, then the all-reduce's hooks
+  // on the final tensors (a later dtype or device change would drop them). A world of one has
+  // nothing to average: no hooks, no buckets, autograd's own gradients.
+  const auto engine = apply_data_parallel(
+      model, inputs.optimizer, world,
+      DataParallelOptions()
+          .zero_stage(0)
+          .caller("torch_ddp")
+          .replicas(MixedPrecisionOptimizerOptions()
+                        .policy(amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights()))
+                        .loss_scaler(options_.loss_scaler())
+                        .max_grad_norm(options_.max_grad_norm()))
+          .all_reduce(ddp::BucketedAllReduceOptions()
+                          .bucket_cap_mb(options_.bucket_cap_mb())
+                          .gradient_as_bucket_view(options_.gradient_as_bucket_view())
+                          .find_unused_parameters(options_.find_unused_parameters())
+                          .overlap_communication(options_.overlap_communication()))
+          .buffer_sync_group(options_.broadcast_buffers() ? world : nullptr));
+  auto wrapped = std::dynamic_pointer_cast<TorchDdpModel>(engine->model());
 
   // 5. (With cuda_graphs, the stack's training passes are captured at the first step.)
-  auto wrapped = std::make_shared<TorchDdpModel>(model, reducer, mp.policy(), optimizer->master_weights(),
-                                                 options_.broadcast_buffers() ? world : nullptr);
   if (options_.cuda_graphs()) {
     auto graphed = std::make_shared<nn::CudaGraphedStack>(model);
-    reduce_after_graph_backward(*graphed, reducer);  // the hooks above do not fire in a replay
+    reduce_after_graph_backward(*graphed, engine->reducer());  // the all-reduce's hooks do not fire in a replay
     wrapped->use_cuda_graphs(std::move(graphed));
   }
 
   // 6.
   if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
-  return {wrapped, optimizer, inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+  return {wrapped, engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
 }
 
 }  // namespace colo::plugins

@@ -3,6 +3,7 @@
 // a few lines), trained on each rank's shard of the global batches, against one process training
 // on the whole batches. A plugin is then only the recipe; these hold the engines themselves.
 #include <colo/dist/process_group.h>
+#include <colo/engine/data_parallel.h>
 #include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/gemini_model.h>
 #include <colo/engine/gemini_optimizer.h>
@@ -158,15 +159,79 @@ TEST(Engines, GeminiModelNeedsOnlyItsChunkOwner) {
 // gradient-sync switch and its masters overlay, as hybrid_parallel builds it at pp_size 1.
 TEST(Engines, OneStagePipelineModelTrainsLikeOneProcess) {
   auto model = engine_model();
-  auto optimizer = std::make_shared<MixedPrecisionOptimizer>(conditioned_adamw(*model), model,
-                                                             MixedPrecisionOptimizerOptions());
   PipelineModel::Parts parts;
   parts.stack = model;
   parts.chunks = {model};
-  parts.masters = optimizer->master_weights();
-  parts.reducer = apply_ddp(*model, world(), ddp::BucketedAllReduceOptions().bucket_cap_mb(0.01));
+  parts.data_parallel = apply_data_parallel(
+      model, conditioned_adamw(*model), world(),
+      DataParallelOptions().all_reduce(ddp::BucketedAllReduceOptions().bucket_cap_mb(0.01)));
+  auto optimizer = parts.data_parallel->optimizer();
   expect_engine_trains_like_one_process({std::make_shared<PipelineModel>(std::move(parts)), optimizer},
                                         "MixedPrecisionOptimizer + PipelineModel (one stage)");
+}
+
+// Every weight moved off its initial value (a fresh ViT's biases and LayerNorms are constant).
+std::shared_ptr<nn::LayerStack> randomised_vit() {
+  auto model = make_vit();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
+  return model;
+}
+
+// apply_data_parallel gives each zero_stage its engine (the two halves of the right kinds), and
+// training through them with each step's batch in two microbatches accumulated under the one
+// gradient-sync handle (off for both backwards, then reduce_accumulated_gradients) matches one
+// process on the whole batches.
+TEST(Engines, ApplyDataParallelBuildsEachZeroStageWithOneSyncHandle) {
+  const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
+  auto reference = randomised_vit();
+  const auto want = engine_reference_run(*reference, data);
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    auto model = randomised_vit();
+    broadcast_model(*model, device(), *world());
+    const auto engine =
+        apply_data_parallel(model, conditioned_adamw(*model), world(),
+                            DataParallelOptions()
+                                .zero_stage(stage)
+                                .caller("my_recipe")
+                                .all_reduce(ddp::BucketedAllReduceOptions().bucket_cap_mb(0.01))
+                                .zero(ZeroOptimizerOptions().bucket_cap_mb(0.01))
+                                .chunks(GeminiChunkOptions().chunk_size_mb(0.05)));
+    EXPECT_EQ(engine->zero_stage(), stage);
+    const bool replicas = stage == 0, zero = stage == 1 || stage == 2, chunks = stage == 3;
+    EXPECT_EQ(dynamic_cast<TorchDdpModel*>(engine->model().get()) != nullptr, replicas);
+    EXPECT_EQ(dynamic_cast<MixedPrecisionOptimizer*>(engine->optimizer().get()) != nullptr, replicas);
+    EXPECT_EQ(dynamic_cast<LowLevelZeroModel*>(engine->model().get()) != nullptr, zero);
+    EXPECT_EQ(dynamic_cast<ZeroOptimizer*>(engine->optimizer().get()) != nullptr, zero);
+    EXPECT_EQ(dynamic_cast<GeminiModel*>(engine->model().get()) != nullptr, chunks);
+    EXPECT_EQ(engine->gemini() != nullptr, chunks);
+    EXPECT_EQ(dynamic_cast<GeminiOptimizer*>(engine->optimizer().get()) != nullptr, chunks);
+    EXPECT_EQ(engine->reducer() != nullptr, replicas && world()->size() > 1);
+
+    Trajectory got;
+    for (std::size_t i = 0; i < data.images.size(); ++i) {
+      engine->optimizer()->zero_grad();
+      const auto inputs = shard(data.images[i]).tensor_split(2);
+      const auto labels = shard(data.labels[i]).tensor_split(2);
+      engine->set_gradient_sync(false);
+      EXPECT_FALSE(engine->gradient_sync());
+      double loss = 0;
+      for (std::size_t h = 0; h < 2; ++h) {
+        auto half = cross_entropy(engine->model()->forward(inputs[h]), labels[h]) * 0.5;
+        engine->optimizer()->backward(half);
+        loss += half.item<double>();
+      }
+      engine->reduce_accumulated_gradients();
+      engine->set_gradient_sync(true);
+      EXPECT_TRUE(engine->gradient_sync());
+      EXPECT_TRUE(engine->optimizer()->step()) << "step " << i;
+      got.losses.push_back(global_mean(loss));
+    }
+    expect_losses_near(got, want, kFp32Tolerance);
+    expect_weights_near(*engine->model(), *reference, kFp32Tolerance);
+  }
 }
 
 // An engine names whoever composed it, never a plugin of its own choosing.
@@ -191,6 +256,25 @@ TEST(Engines, ErrorsNameTheCallerNotAPlugin) {
     ADD_FAILURE() << "max_prefetch=-1 accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).rfind("my_gemini_recipe: ", 0), 0u) << e.what();
+  }
+  // apply_data_parallel checks before anything changes, naming its caller.
+  for (int stage : {1, 3}) {
+    try {
+      apply_data_parallel(model, sgd, world(), DataParallelOptions().zero_stage(stage).caller("my_recipe"));
+      ADD_FAILURE() << "SGD accepted at zero_stage " << stage;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("my_recipe", 0), 0u) << e.what();
+    }
+  }
+  for (int stage : {-1, 4}) {
+    try {
+      apply_data_parallel(model, sgd, world(), DataParallelOptions().zero_stage(stage).caller("my_recipe"));
+      ADD_FAILURE() << "zero_stage " << stage << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "my_recipe: zero_stage=" + std::to_string(stage) +
+                    " does not exist; use 0 (replicas), 1, 2 (ZeRO) or 3 (gemini's chunks)");
+    }
   }
   // gemini's step borrows the chunks made for one optimizer: another (here without the head's
   // parameters) is refused, naming the caller.

@@ -679,7 +679,7 @@ PY
       # Only colo-run, colo_vit_bench and the plugins it loads (the save-stall stages).
       {
         cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
-          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp colo_plugin_gemini
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp colo_plugin_gemini colo_plugin_hybrid_parallel
       } >"$LOGS/build.log" 2>&1
       note "build-bench rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"

@@ -21,14 +21,14 @@ class ProcessGroup;
 }
 namespace colo {
 
-class GeminiModel;
-class ZeroOptimizer;
+class DataParallelEngine;
 
 // The model as hybrid_parallel hands it back: this rank's pipeline stage(s), one LayerStack per
 // model chunk (module() holds all of them, in chunk order, for parameters and state), and what
-// runs them: a pipeline::ScheduleRunner per microbatch count. Its data-parallel side is a DDP
-// reducer (zero_stage 0), the ZeroOptimizer's (1, 2) or gemini's chunks (3: a GeminiModel over
-// the stage's layers), switched through the gradient-sync virtuals like every plugin's.
+// runs them: a pipeline::ScheduleRunner per microbatch count. Its data-parallel side is one
+// DataParallelEngine over the stage's layers (apply_data_parallel: replicas, ZeRO-1/2 or gemini's
+// chunks), whose gradient-sync handle a pipelined step switches once for the whole step; plain
+// passes and checkpoint state go through the engine's model half.
 //
 // zero_stage 3: a plain forward (one stage, no microbatches) gathers each layer's chunks just in
 // time (GeminiModel::forward). A pipelined step (execute_pipeline) runs every layer once per
@@ -55,10 +55,9 @@ class PipelineModel : public ModelWrapper {
     std::function<pipeline::Schedule(int microbatches)> schedule_for;
     std::shared_ptr<dist::ProcessGroup> pp_group;
     amp::PrecisionPolicy policy{amp::Precision::kFp32};
-    std::shared_ptr<amp::MasterWeights> masters;      // zero_stage 0 with master weights
-    std::shared_ptr<ddp::BucketedAllReduce> reducer;  // zero_stage 0, dp > 1
-    std::shared_ptr<ZeroOptimizer> zero;              // zero_stage 1, 2
-    std::shared_ptr<GeminiModel> gemini;              // zero_stage 3, over `stack`
+    // The data-parallel engine over `stack` (apply_data_parallel): its gradient-sync handle,
+    // its weight gathers, and its model half for plain passes and checkpoint state.
+    std::shared_ptr<DataParallelEngine> data_parallel;
     // cuda_graphs: each chunk's graphs, in chunk order (empty: eager).
     std::vector<std::shared_ptr<nn::CudaGraphedStack>> graphed;
     // tp_mode=2d cuts every batch into q row blocks: a batch (an evaluation's last, a microbatch)
@@ -89,6 +88,8 @@ class PipelineModel : public ModelWrapper {
   const std::shared_ptr<dist::ProcessGroup>& pp_group() const { return parts_.pp_group; }
   const std::vector<std::shared_ptr<nn::LayerStack>>& chunks() const { return parts_.chunks; }
   const std::vector<std::shared_ptr<nn::CudaGraphedStack>>& graphed() const { return parts_.graphed; }
+  // The stage's data-parallel engine (its gradient-sync handle: execute_pipeline's).
+  DataParallelEngine& data_parallel() const;
   // Before a pipelined pass: the weights its layers read, ready. ZeRO-1/2: waits for gathers still
   // in flight after a step (the runner calls the layers directly, without LowLevelZeroModel's
   // per-layer waits); ZeRO-3: gathers every chunk of the stage (collective over dp); a no-op otherwise.
