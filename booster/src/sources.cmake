@@ -7,6 +7,7 @@ list(APPEND COLO_BOOSTER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/closest_match.cpp
   ${CMAKE_CURRENT_LIST_DIR}/colossalai_option_names.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/data_parallel_recipe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/plugin_options.cpp

@@ -1,11 +1,9 @@
 #include "gemini_plugin.h"
 
+#include <colo/booster/data_parallel_recipe.h>
 #include <colo/booster/plugin_info.h>
-#include <colo/data/data_loader.h>
-#include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/engine/data_parallel.h>
-#include <colo/engine/parallelize.h>
 
 #include <stdexcept>
 
@@ -25,26 +23,12 @@ CheckpointIO& GeminiPlugin::checkpoint_io() {
   return *checkpoint_io_;
 }
 
+// gemini's chunks over the world (zero_stage 3): the GeminiChunkOwner, held by the model half
+// (GeminiModel) and borrowed by the optimizer half (GeminiOptimizer).
 Boosted GeminiPlugin::boost(BoostInputs inputs) {
-  if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
-    throw std::invalid_argument("gemini boost: the model, the optimizer and the criterion are required");
-  }
-  const auto chunked = DataParallelOptions()
-                           .zero_stage(3)
-                           .caller("gemini")
-                           .chunks(options_.chunks())
-                           .gemini(options_.optimizer());
-  check_data_parallel_optimizer(*inputs.optimizer, chunked);  // before anything changes
-  const auto& world = context_.world;
-  // 1.
-  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
-  // 2.
-  auto model = inputs.model;
-  broadcast_model(*model, context_.device, *world);
-  apply_matmul_precision(*model, options_.chunks().precision(), context_.device);
-  // 3. The chunks (GeminiChunkOwner), held by the model half (GeminiModel), stepped by GeminiOptimizer.
-  const auto engine = apply_data_parallel(model, inputs.optimizer, world, chunked);
-  return {engine->model(), engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+  const auto chunked =
+      DataParallelOptions().zero_stage(3).caller(name()).chunks(options_.chunks()).gemini(options_.optimizer());
+  return boost_data_parallel(*this, std::move(inputs), chunked, options_.chunks().precision());
 }
 
 }  // namespace colo::plugins

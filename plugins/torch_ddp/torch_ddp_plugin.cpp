@@ -1,21 +1,17 @@
 #include "torch_ddp_plugin.h"
 
-#include <colo/engine/data_parallel.h>
-#include <colo/engine/parallelize.h>
-#include <colo/dist/process_group_mesh.h>
+#include <colo/booster/data_parallel_recipe.h>
 #include <colo/booster/plugin_info.h>
 #include <colo/booster/precision_options.h>
-#include <colo/data/data_loader.h>
-#include <colo/ddp/broadcast_coalesced.h>
-#include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/dist/process_group_mesh.h>
+#include <colo/engine/data_parallel.h>
+#include <colo/engine/parallelize.h>
+#include <colo/engine/torch_ddp_model.h>
 #include <colo/nn/cuda_graphed_stack.h>
-#include <colo/dist/process_group.h>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
-
-#include <colo/engine/torch_ddp_model.h>
 
 namespace colo::plugins {
 
@@ -40,25 +36,14 @@ TorchDdpPlugin::TorchDdpPlugin(const PluginOptions& options, const PluginContext
   }
 }
 
+// Replicas (zero_stage 0): the working weights cast and the masters made, then the all-reduce's
+// hooks on the final tensors (a later dtype or device change would drop them). A world of one
+// has nothing to average: no hooks, no buckets, autograd's own gradients.
 Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
-  if (!inputs.model || !inputs.optimizer || !inputs.criterion) {
-    throw std::invalid_argument("torch_ddp boost: the model, the optimizer and the criterion are required");
-  }
-  const auto& world = context_.world;
-  auto model = inputs.model;
-
-  // 1-2. One device, one starting point for every replica (before any rounding to bf16/fp16).
-  broadcast_model(*model, context_.device, *world);
-  apply_matmul_precision(*model, options_.precision(), context_.device);
-
-  // 3-4. Replicas: casts the working weights and makes the masters, then the all-reduce's hooks
-  // on the final tensors (a later dtype or device change would drop them). A world of one has
-  // nothing to average: no hooks, no buckets, autograd's own gradients.
-  const auto engine = apply_data_parallel(
-      model, inputs.optimizer, world,
+  const auto replicas =
       DataParallelOptions()
           .zero_stage(0)
-          .caller("torch_ddp")
+          .caller(name())
           .replicas(MixedPrecisionOptimizerOptions()
                         .policy(amp::PrecisionPolicy(options_.precision()).master_weights(options_.master_weights()))
                         .loss_scaler(options_.loss_scaler())
@@ -68,19 +53,16 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
                           .gradient_as_bucket_view(options_.gradient_as_bucket_view())
                           .find_unused_parameters(options_.find_unused_parameters())
                           .overlap_communication(options_.overlap_communication()))
-          .buffer_sync_group(options_.broadcast_buffers() ? world : nullptr));
-  auto wrapped = std::dynamic_pointer_cast<TorchDdpModel>(engine->model());
-
-  // 5. (With cuda_graphs, the stack's training passes are captured at the first step.)
-  if (options_.cuda_graphs()) {
+          .buffer_sync_group(options_.broadcast_buffers() ? context_.world : nullptr);
+  // With cuda_graphs, the stack's training passes are captured at the first step; no hook fires
+  // in a replay, so the all-reduce runs after each graphed backward instead.
+  const auto use_graphs = [this, model = inputs.model](DataParallelEngine& engine) {
+    if (!options_.cuda_graphs()) return;
     auto graphed = std::make_shared<nn::CudaGraphedStack>(model);
-    reduce_after_graph_backward(*graphed, engine->reducer());  // the all-reduce's hooks do not fire in a replay
-    wrapped->use_cuda_graphs(std::move(graphed));
-  }
-
-  // 6.
-  if (inputs.dataloader) shard_dataloader(*inputs.dataloader, *world, name());
-  return {wrapped, engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context_.mesh};
+    reduce_after_graph_backward(*graphed, engine.reducer());
+    std::dynamic_pointer_cast<TorchDdpModel>(engine.model())->use_cuda_graphs(std::move(graphed));
+  };
+  return boost_data_parallel(*this, std::move(inputs), replicas, options_.precision(), use_graphs);
 }
 
 }  // namespace colo::plugins
