@@ -704,6 +704,40 @@ PY
       note "build-graphs-pp rc=$? ($((SECONDS - start)) s)"
       grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
       ;;
+    build-bias-grad)
+      # Issue 39/44's bias-gradient kernel: what the graphs stage runs, and the kernel tests.
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp \
+            colo_plugin_hybrid_parallel colo_gpu_graph_tests colo_gpu_kernel_tests
+      } >"$LOGS/build.log" 2>&1
+      note "build-bias-grad rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    bias-grad)
+      # The bias gradient by colo's column-sum kernel (core/src/kernels/column_sum.cu): against fp64
+      # and cuBLAS, bit-for-bit repeats, the fallbacks, linear's backward, the timing beside cuBLAS;
+      # with the fp8 tests (fp8_linear's bias gradient is the same call).
+      timeout 200 build-gpu/bin/colo_gpu_kernel_tests --gtest_filter='BiasGradient.*:Fp8*' >"$LOGS/bias_grad_tests.log" 2>&1
+      note "bias-gradient tests rc=$?: $(grep -cE '^\[       OK' "$LOGS/bias_grad_tests.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/bias_grad_tests.log") failed"
+      grep -E "Failure|Expected|Which is|error|what\(\)|FAILED  \]|bias gradient" "$LOGS/bias_grad_tests.log" | head -40 | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+      ;;
+    bias-grad-broken)
+      # The tests above seen failing: the same build with the chunks' last warp left out of the final
+      # sum. Restores the source afterwards (the next build recompiles it).
+      src=core/src/kernels/column_sum.cu
+      cp "$src" /tmp/column_sum.cu.orig
+      sed -i 's/for (int w = 0; w < kWarps; ++w) total += warp_sums\[w\]\[lane\];/for (int w = 0; w < kWarps - 1; ++w) total += warp_sums[w][lane];/' "$src"
+      # and linear_gelu's sums of the GELU gradient left out (its bias gradient then zero).
+      cp core/src/kernels/gelu_backward_bias.cu /tmp/gelu_backward_bias.cu.orig
+      sed -i 's/sums\[i\] += to_float(dx\[i\]);/sums[i] += 0.f;/' core/src/kernels/gelu_backward_bias.cu
+      cmake --build build-gpu -j "$(nproc)" --target colo_gpu_kernel_tests >"$LOGS/build_broken.log" 2>&1
+      note "bias-grad-broken build rc=$? ($(diff /tmp/column_sum.cu.orig "$src" | grep -c '^>') + $(diff /tmp/gelu_backward_bias.cu.orig core/src/kernels/gelu_backward_bias.cu | grep -c '^>') lines changed)"
+      timeout 200 build-gpu/bin/colo_gpu_kernel_tests --gtest_filter='BiasGradient.*' >"$LOGS/bias_grad_broken.log" 2>&1
+      note "bias-gradient tests with the kernel broken rc=$?: $(grep -cE '^\[       OK' "$LOGS/bias_grad_broken.log") passed, $(grep -cE '^\[  FAILED  \] [A-Z]' "$LOGS/bias_grad_broken.log") failed"
+      cp /tmp/column_sum.cu.orig "$src"
+      cp /tmp/gelu_backward_bias.cu.orig core/src/kernels/gelu_backward_bias.cu
+      ;;
     graphs-pp)
       # Capture slots on one GPU (graphed against eager, bit for bit), then pipelines and data
       # parallelism with cuda_graphs over every GPU (NCCL), against their eager runs.
@@ -728,6 +762,7 @@ PY
       for run in ${COLO_GRAPH_RUNS:-b32_eager b32_graphs b32_timm accum8_graphs pipe8_graphs ti256_graphs ti256_timm ti256_eager}; do
         case $run in
           b32_eager) cmd=(colo base 32 --plugin torch_ddp) ;;
+          b256_eager) cmd=(colo base 256 --plugin torch_ddp) ;;
           b32_graphs) cmd=(colo base 32 --plugin torch_ddp --plugin-opt cuda_graphs=true) ;;
           b32_timm) cmd=(timm base 32) ;;
           accum8_graphs) cmd=(colo base 256 --plugin torch_ddp --plugin-opt cuda_graphs=true --grad-accum 8) ;;
@@ -1303,7 +1338,9 @@ PY
       # Issue 34: ViT-B/16 bf16 batch 256 on GPU 0, torch_ddp and hybrid_parallel (tp 1) or the plugins in
       # COLO_AB_PLUGINS, the tree before the change (build-base) and after (build-gpu), alternating,
       # COLO_AB_REPEATS rounds (default 3).
-      common=(--model base --batch-size 256 --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1)
+      # COLO_AB_ARGS replaces the model and batch (e.g. "--model tiny --batch-size 256 --plugin-opt cuda_graphs=true").
+      read -r -a ab_args <<<"${COLO_AB_ARGS:---model base --batch-size 256}"
+      common=("${ab_args[@]}" --precision bf16 --warmup-steps 10 --steps "${COLO_AB_STEPS:-40}" --peak-tflops 1)
       for ((i = 0; i < ${COLO_AB_REPEATS:-3}; i++)); do
         for plugin in ${COLO_AB_PLUGINS:-torch_ddp hybrid_parallel}; do
           for tree in base gpu; do

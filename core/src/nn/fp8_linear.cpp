@@ -16,7 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "../kernels/fp8_cast.h"
-#include "ones_vector.h"
+#include "bias_gradient.h"
 #endif
 
 namespace colo::nn {
@@ -120,7 +120,7 @@ torch::autograd::tensor_list fp8_backward(torch::autograd::AutogradContext* ctx,
   auto weight_grad = [go, input_t, input_scale] {
     return scaled_mm(go.transposed, input_t.t(), go, input_scale, torch::Tensor(), false);
   };
-  auto bias_grad = [g] { return at::mv(g.t(), detail::ones_vector(g.size(0), g)); };
+  auto bias_grad = [g] { return detail::bias_gradient(g); };
   if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
     deferred->add([weight_grad, bias_grad, weight, bias, need_weight, need_bias] {
       if (need_weight) accumulate_grad(weight, weight_grad());

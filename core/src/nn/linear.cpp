@@ -3,6 +3,8 @@
 #include <colo/nn/deferred_weight_grads.h>
 #include <colo/nn/fp8_linear.h>
 
+#include "bias_gradient.h"
+#include "linear_backward.h"
 #include "ones_vector.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -50,7 +52,7 @@ torch::Tensor ones_vector(int64_t n, const torch::Tensor& like) {
 
 namespace {
 
-using detail::ones_vector;
+using detail::bias_gradient;
 
 // LibTorch's CPU matrix products in bf16/fp16 may accumulate in that precision (1.13's do: a ViT
 // weight gradient summed over 400 rows came out 3 % off), while cuBLAS accumulates in fp32. On the
@@ -64,18 +66,13 @@ torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b) {
   return a.to(torch::kFloat).matmul(b.to(torch::kFloat)).to(a.scalar_type());
 }
 
-// The bias gradient: the output gradient's rows summed, as a matrix-vector product with a ones vector.
-torch::Tensor bias_gradient(const torch::Tensor& rows) {
-  if (accumulate_in_fp32(rows)) return rows.sum(0, false, torch::kFloat).to(rows.scalar_type());
-  return at::mv(rows.t(), ones_vector(rows.size(0), rows));
-}
+}  // namespace
 
-// input, weight and bias gradients of y = input · weightᵀ (+ bias) from the output gradient.
-// `bias` may be undefined (no bias). Under a WeightGradDeferral the weight and bias gradients are
-// set aside for W and returned undefined.
+namespace detail {
+
 torch::autograd::tensor_list linear_backward(const torch::Tensor& input, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& grad, bool need_input,
-                                             bool need_weight, bool need_bias) {
+                                             bool need_weight, bool need_bias, const torch::Tensor& known_bias_grad) {
   // Every leading dimension of the input is a row of one matrix product, as in at::linear.
   const auto rows = grad.reshape({-1, weight.size(0)});
   torch::Tensor grad_input, grad_weight, grad_bias;
@@ -83,16 +80,22 @@ torch::autograd::tensor_list linear_backward(const torch::Tensor& input, const t
   if (auto* deferred = WeightGradDeferral::active(); deferred && (need_weight || need_bias)) {
     // Zero bubble's W: the same products later, into .grad directly (the saved weight and bias
     // are the parameters themselves: leaves are saved as they are).
-    deferred->add([rows, input, weight, bias, need_weight, need_bias] {
+    deferred->add([rows, input, weight, bias, need_weight, need_bias, known_bias_grad] {
       if (need_weight) accumulate_grad(weight, product(rows.t(), input.reshape({-1, weight.size(1)})));
-      if (need_bias) accumulate_grad(bias, bias_gradient(rows));
+      if (need_bias) accumulate_grad(bias, known_bias_grad.defined() ? known_bias_grad : bias_gradient(rows));
     });
     return {grad_input, torch::Tensor(), torch::Tensor()};
   }
   if (need_weight) grad_weight = product(rows.t(), input.reshape({-1, weight.size(1)}));
-  if (need_bias) grad_bias = bias_gradient(rows);
+  if (need_bias) grad_bias = known_bias_grad.defined() ? known_bias_grad : bias_gradient(rows);
   return {grad_input, grad_weight, grad_bias};
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::linear_backward;
 
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,

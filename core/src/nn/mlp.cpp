@@ -33,7 +33,12 @@ void Mlp::set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too) {
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) {
-  auto h = colo::nn::gelu(fc1_.forward(x));  // exact (erf) GELU, as timm's nn.GELU()
+  // Exact (erf) GELU, as timm's nn.GELU(); with a plain colo Linear as fc1 (not fp8, not a
+  // tensor-parallel shard) in one step whose backward hands fc1 its bias gradient.
+  const auto* plain = fc1_.ptr()->as<LinearImpl>();
+  auto h = plain && !plain->fp8() && linear_gelu_fuses(x, plain->weight, plain->bias)
+               ? linear_gelu(x, plain->weight, plain->bias)
+               : colo::nn::gelu(fc1_.forward(x));
   {
     RegionRng::Scope hidden(sharded_rng_.get());
     h = torch::dropout(h, drop_, is_training());

@@ -4,6 +4,8 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/deferred_weight_grads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linear_gelu.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/bias_gradient.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/drop_path.cpp

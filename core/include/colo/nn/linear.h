@@ -20,6 +20,15 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, co
 // one addmm with the bias in the GEMM's epilogue. Measured: benchmarks/RESULTS.md, "Superseded
 // runs", 2026-11-22 "`nn::Linear` through `at::linear`".
 // Under precision=fp8 (set_fp8) its bf16 products run through colo::nn::fp8_linear instead.
+// gelu(linear(input, weight, bias)) (the MLP's fc1 and its exact GELU) as one autograd step: on a
+// GPU (fp32/bf16/fp16 with a bias, out features a multiple of 8 in 16-bit types, of 4 in fp32) the
+// GELU's backward kernel sums fc1's bias gradient as it writes its output, instead of the bias
+// gradient reading that output again (benchmarks/RESULTS.md, 2026-11-28). Same values as
+// gelu(linear(...)) up to the order of the bias gradient's sums; elsewhere exactly that.
+torch::Tensor linear_gelu(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
+// Whether linear_gelu fuses for these tensors (tests and the MLP ask).
+bool linear_gelu_fuses(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
+
 class LinearImpl : public torch::nn::LinearImpl, public Fp8SwitchableLayer {
  public:
   using torch::nn::LinearImpl::LinearImpl;
