@@ -93,6 +93,15 @@ case "$mode" in
   cuda-compile)
     install_apt
     install_oracles
+    # nvJPEG's header and library (ImageFolder's decoder nvjpeg, issue 38), which this machine's CUDA
+    # toolkit lacks: PyPI's wheel, pinned, lands beside the torch wheel's nvidia/ libraries, where
+    # core/CMakeLists.txt looks, so that CI compiles and links the nvJPEG code too (3.8 MB).
+    nvjpeg_pin=13.3.2.43
+    if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("nvidia-nvjpeg") != sys.argv[1])' "$nvjpeg_pin" 2>/dev/null; then
+      echo "colo: installing nvidia-nvjpeg==$nvjpeg_pin from PyPI (nvJPEG for the CUDA compile)"
+      python3 -m pip install --quiet --no-deps "nvidia-nvjpeg==$nvjpeg_pin" 2>/dev/null ||
+        python3 -m pip install --quiet --no-deps --break-system-packages "nvidia-nvjpeg==$nvjpeg_pin"
+    fi
     torch_root=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
     # The wheel's libtorch_cuda needs the NCCL/CUDA libraries of PyPI's nvidia-* packages, which
     # are newer than the toolkit's copies in the system paths: point the linker at them.

@@ -9,6 +9,7 @@
 #include <colo/data/data_loader.h>
 #include <colo/data/image_folder.h>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -22,7 +23,7 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  std::string make_dir, data_dir, json_path, size = "500x375";
+  std::string make_dir, data_dir, json_path, size = "500x375", decoder = "cpu";
   colo::bench::FolderSpec spec;
   int64_t batch_size = 256, workers = 1, batches = 20, image_size = 224;
   bool augment = true;
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       ("batches", po::value(&batches)->default_value(batches), "batches timed (after one untimed)")
       ("image-size", po::value(&image_size)->default_value(image_size), "output size")
       ("augment", po::value(&augment)->default_value(augment), "1: RandomResizedCrop + flip; 0: resize + centre crop")
+      ("decoder", po::value(&decoder)->default_value(decoder),
+       "cpu | nvjpeg | auto: where JPEGs are decoded (nvjpeg and auto deliver the batches to GPU 0)")
       ("json", po::value(&json_path), "write the result here");
   po::variables_map vm;
   try {
@@ -63,8 +66,16 @@ int main(int argc, char** argv) {
                  static_cast<double>(bytes) / static_cast<double>(images) / 1024.0, seconds);
       return 0;
     }
-    auto folder = std::make_shared<colo::data::ImageFolder>(data_dir, colo::data::ImageFolderOptions(image_size));
+    const auto chosen = colo::data::parse_image_decoder(decoder);
+    auto folder = std::make_shared<colo::data::ImageFolder>(
+        data_dir, colo::data::ImageFolderOptions(image_size).decoder(chosen));
+    // The GPU decoders deliver to the GPU, where the batches go in training; the CPU decoder's
+    // figure stays the host-side one it always was.
+    const torch::Device device = chosen != colo::data::ImageDecoder::kCpu && torch::cuda::is_available()
+                                     ? torch::Device(torch::kCUDA, 0)
+                                     : torch::Device(torch::kCPU);
     colo::data::DataLoader loader(folder, colo::data::DataLoaderOptions(batch_size)
+                                              .device(device)
                                               .shuffle(true)
                                               .drop_last(true)
                                               .augment(augment)
@@ -91,15 +102,17 @@ int main(int argc, char** argv) {
                                    {"images_in_folder", folder->size()},
                                    {"batch_size", batch_size},
                                    {"workers", workers},
+                                   {"decoder", decoder},
+                                   {"decoder_in_use", folder->decoder_in_use(device)},
                                    {"augment", augment},
                                    {"image_size", image_size},
                                    {"images_per_s", images / seconds},
                                    {"images_per_cpu_s", made / cpu},
                                    {"worker_cpu_s", cpu},
                                    {"hardware_threads", std::thread::hardware_concurrency()}};
-    fmt::print("colo_loader_bench: {} ({} images), batch {}, {} worker{}, {}: {:.0f} images/s, {:.0f} images per "
+    fmt::print("colo_loader_bench: {} ({} images), batch {}, {} worker{}, {}, {}: {:.0f} images/s, {:.0f} images per "
                "CPU-second of the workers (per core)\n",
-               data_dir, folder->size(), batch_size, workers, workers == 1 ? "" : "s",
+               data_dir, folder->size(), batch_size, workers, workers == 1 ? "" : "s", folder->decoder_in_use(device),
                augment ? "RandomResizedCrop + flip" : "resize + centre crop", images / seconds, made / cpu);
     if (!json_path.empty()) std::ofstream(json_path) << record.dump(2) << "\n";
     return 0;

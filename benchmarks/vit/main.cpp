@@ -93,6 +93,7 @@ struct Options {
   // Train from an image folder (torchvision's layout) instead of one synthetic batch.
   std::string image_folder;
   int64_t workers = 0;  // loader threads; 0: the cores of this rank less one
+  std::string decoder = "cpu";  // where the folder's JPEGs are decoded (colo::data::ImageDecoder)
   bool activation_checkpointing = false;
   // Saves during the timed steps (Booster::save_state into save_dir every save_every steps; 0:
   // none): the stall each costs the loop, synchronous or asynchronous (SaveOptions::async).
@@ -173,6 +174,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("image-folder", po::value(&o.image_folder),
        "train on batches decoded from this image folder (DIR/<class>/*.jpg|png; RandomResizedCrop + flip, as "
        "training does) instead of one synthetic batch kept on the device")
+      ("decoder", po::value(&o.decoder)->default_value(o.decoder),
+       "with --image-folder: cpu (libjpeg-turbo in the loader threads), nvjpeg (nvJPEG on this rank's GPU; an error "
+       "where it cannot run) or auto")
       ("workers", po::value(&o.workers)->default_value(0),
        "with --image-folder: loader threads per rank; 0: this rank's share of the cores less one")
       ("gemm-sm-carveout", po::value(&o.gemm_sm_carveout)->default_value(0),
@@ -395,7 +399,8 @@ int run(const Options& o) {
   std::unique_ptr<data::DataLoader> loader;
   int64_t workers = 0;
   if (!o.image_folder.empty()) {
-    const auto folder = std::make_shared<data::ImageFolder>(o.image_folder, data::ImageFolderOptions(config.image_size()));
+    const auto folder = std::make_shared<data::ImageFolder>(
+        o.image_folder, data::ImageFolderOptions(config.image_size()).decoder(data::parse_image_decoder(o.decoder)));
     const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
     const int64_t local_ranks = colo::env::integer("LOCAL_WORLD_SIZE", 1, INT_MAX, "processes").value_or(1);
     workers = o.workers > 0 ? o.workers : std::max<int64_t>(1, cores / local_ranks - 1);
@@ -497,6 +502,8 @@ int run(const Options& o) {
     loader_json = {{"image_folder", o.image_folder},
                    {"images", loader->dataset().size()},
                    {"workers", workers},
+                   {"decoder", o.decoder},
+                   {"decoder_in_use", static_cast<const data::ImageFolder&>(loader->dataset()).decoder_in_use(device)},
                    {"images_per_cpu_s", cpu > 0 ? nlohmann::json(images_made / cpu) : nlohmann::json(nullptr)},
                    {"images_decoded", images_made},
                    {"worker_cpu_s", cpu},
@@ -651,9 +658,9 @@ int run(const Options& o) {
                  record["saves"]["stall_s_mean"].get<double>());
     }
     if (loader) {
-      fmt::print("  data: {} ({} images), {} loader threads: {:.0f} images per CPU-second of the loader, the steps "
+      fmt::print("  data: {} ({} images), {} loader threads, {}: {:.0f} images per CPU-second of the loader, the steps "
                  "waited {:.2f} s for batches\n",
-                 o.image_folder, loader->dataset().size(), workers, loader_json["images_per_cpu_s"].is_null() ? 0.0 : loader_json["images_per_cpu_s"].get<double>(),
+                 o.image_folder, loader->dataset().size(), workers, loader_json["decoder_in_use"].get<std::string>(), loader_json["images_per_cpu_s"].is_null() ? 0.0 : loader_json["images_per_cpu_s"].get<double>(),
                  loader_json["wait_s"].get<double>());
     }
     fmt::print("  planned (Booster::plan_memory, rank 0): device {:.2f} GiB, host {:.2f} GiB | measured peak host RSS "

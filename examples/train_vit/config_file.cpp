@@ -78,6 +78,7 @@ const std::map<std::string, std::map<std::string, Key>>& table() {
         {"synthetic_samples", {Kind::kInteger, "synthetic-samples"}},
         {"workers", {Kind::kInteger, "workers"}},
         {"skip_unreadable", {Kind::kZeroOne, "skip-unreadable"}},
+        {"decoder", {Kind::kText, "decoder"}},
         {"mixup", {Kind::kReal, "mixup"}},
         {"cutmix", {Kind::kReal, "cutmix"}},
         {"cutmix_minmax", {Kind::kText, "cutmix-minmax"}},

@@ -105,7 +105,9 @@ Datasets load_datasets(const TrainOptions& o, const std::optional<colo::data::No
   using colo::data::Split;
   if (o.dataset == "imagefolder") {
     // At the model's input size: --image-size, else the timm presets' 224.
-    auto options = colo::data::ImageFolderOptions(o.image_size.value_or(224)).skip_unreadable(o.skip_unreadable);
+    auto options = colo::data::ImageFolderOptions(o.image_size.value_or(224))
+                       .skip_unreadable(o.skip_unreadable)
+                       .decoder(colo::data::parse_image_decoder(o.decoder));
     if (normalization) options.normalization(*normalization);
     auto train = std::make_shared<colo::data::ImageFolder>(colo::files::join(o.data_dir, "train"), options);
     auto test = std::make_shared<colo::data::ImageFolder>(colo::files::join(o.data_dir, "val"), options);
@@ -438,6 +440,7 @@ int run(TrainOptions o, const colo::dist::Environment& env) {
                   o.data_dir, folder.num_classes(), folder.options().image_size(), folder.options().image_size(),
                   n.mean[0], n.mean[1], n.mean[2], n.std[0], n.std[1], n.std[2],
                   normalization ? " (the pretrained weights')" : " (ImageNet's)", workers, workers == 1 ? "" : "s");
+    console.print("data: {}", folder.decoder_in_use(train_loader.options().device()));
     for (const auto& dataset : {data.train, data.test}) {
       for (const auto& note : static_cast<const colo::data::ImageFolder&>(*dataset).scan_notes()) {
         console.print("data: {}", note);  // what the scan left out (link cycles, broken links)

@@ -1,6 +1,7 @@
 #include "train_options.h"
 
 #include <colo/booster/closest_match.h>
+#include <colo/data/image_folder.h>
 #include <colo/data/image_transform.h>
 #include <colo/engine/memory_size.h>
 #include <fmt/format.h>
@@ -139,6 +140,10 @@ po::options_description make_description(TrainOptions& o) {
        "/usr/share/datasets/<data set>; required for imagefolder)")
       ("workers", po::value(&o.workers)->default_value(o.workers)->value_name("N"),
        "data loader threads per rank; 0: for imagefolder, this rank's share of the cores less one, else 1")
+      ("decoder", po::value(&o.decoder)->default_value(o.decoder)->value_name("cpu|nvjpeg|auto"),
+       "imagefolder: where JPEGs are decoded: cpu (libjpeg-turbo in the loader threads), nvjpeg (nvJPEG on the "
+       "rank's GPU, then crop/resize/flip there: a few loader threads suffice; an error where it cannot run) or auto "
+       "(nvjpeg where it can run, else cpu); the same crops, flips and labels either way")
       ("skip-unreadable", po::value(&o.skip_unreadable)->default_value(o.skip_unreadable)->value_name("0|1"),
        "imagefolder: 1 replaces an image that cannot be read by the next one and counts it; 0 stops with an "
        "error naming the file")
@@ -378,6 +383,18 @@ TrainOptions parse_train_options(const std::vector<std::string>& command_line) {
     problems.emplace_back(
         "--dataset imagefolder needs --data-dir DIR, a directory with train/ and val/, each holding one "
         "sub-directory of images per class");
+  }
+  try {
+    // nvjpeg on a build without nvJPEG: said here, before anything is built, not deep in the loader.
+    if (colo::data::parse_image_decoder(o.decoder) == colo::data::ImageDecoder::kNvjpeg &&
+        !colo::data::nvjpeg_compiled()) {
+      problems.emplace_back(
+          "--decoder nvjpeg: this build of colo has no nvJPEG (a CPU build, or a CUDA build configured without "
+          "nvjpeg.h and libnvjpeg: install the CUDA toolkit's nvJPEG or PyPI's nvidia-nvjpeg, or set "
+          "COLO_NVJPEG_ROOT); --decoder auto decodes on the CPU where nvJPEG cannot run");
+    }
+  } catch (const std::invalid_argument& e) {
+    problems.push_back(fmt::format("--decoder: {}", e.what()));
   }
   if (vm.count("init") && o.init.empty()) problems.emplace_back("--init: the file name is empty");
   if (vm.count("layout") && o.layout != "auto") {

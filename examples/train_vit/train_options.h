@@ -67,6 +67,8 @@ struct TrainOptions {
   // one that trains; 1 for the in-memory data sets).
   int64_t workers = 0;
   bool skip_unreadable = false;  // image folder: replace unreadable images instead of stopping
+  // image folder: where JPEGs are decoded (colo::data::ImageDecoder): cpu, nvjpeg or auto.
+  std::string decoder = "cpu";
   // Mixup / CutMix on each training batch (timm's Mixup; colo::data::MixupOptions): on when an alpha
   // is positive or cutmix_minmax is given. --label-smoothing then goes into the soft targets.
   double mixup_alpha = 0.0;

@@ -3,6 +3,7 @@
 // Every run is one process (a world of one) on tiny synthetic data.
 #include <colo/files/files.h>
 #include <colo/data/image_codec.h>
+#include <colo/data/image_folder.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <sys/wait.h>
@@ -726,6 +727,40 @@ TEST_F(TrainVitCli, FineTunesFromATimmFileWithAnotherHeadOnAnImageFolder) {
     EXPECT_NE(result.out.find(part), std::string::npos) << part << " not in:\n" << result.out;
   }
   EXPECT_NE(read_file(metrics).find("\"loader_images_per_cpu_s\""), std::string::npos) << read_file(metrics);
+}
+
+// --decoder (issue 38): a name it does not know, or nvjpeg on a build without nvJPEG, is a usage
+// error before anything is built; the config key data.decoder reaches the run, and auto where
+// nvJPEG cannot run trains on the CPU decoder, saying so on the data line.
+TEST_F(TrainVitCli, DecoderOptionIsCheckedAndFallsBackWhereNvjpegCannotRun) {
+  const std::string data = files::join(dir_, "photos");
+  write_image_folder(data, {"ant", "bee"}, {"ant", "bee"});
+  const std::vector<std::string> common = {"--dataset", "imagefolder", "--data-dir", data, "--model", "custom",
+                                           "--image-size", "16", "--patch-size", "8", "--embed-dim", "16",
+                                           "--depth", "1", "--heads", "2", "--batch-size", "4",
+                                           "--eval-batch-size", "4", "--threads", "1", "--max-steps", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const Result unknown = run(with({"--decoder", "gpu"}));
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.out << unknown.err;
+  EXPECT_NE(unknown.err.find("--decoder: unknown image decoder 'gpu'"), std::string::npos) << unknown.err;
+  if (!colo::data::nvjpeg_compiled()) {
+    const Result demanded = run(with({"--decoder", "nvjpeg"}));
+    EXPECT_EQ(demanded.exit_code, 2) << demanded.out << demanded.err;
+    EXPECT_NE(demanded.err.find("--decoder nvjpeg: this build of colo has no nvJPEG"), std::string::npos)
+        << demanded.err;
+    EXPECT_EQ(demanded.out.find("epoch 1/"), std::string::npos) << "it trained before failing: " << demanded.out;
+  }
+  if (torch::cuda::is_available()) return;  // auto would decode on this machine's GPU
+  const std::string config = files::join(dir_, "decoder.json");
+  std::ofstream(config) << R"({"data": {"decoder": "auto"}})";
+  const Result fallback = run(with({"--config", config}));
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.out << fallback.err;
+  EXPECT_NE(fallback.out.find("data: JPEGs decoded on the CPU by libjpeg-turbo: decoder auto, but"), std::string::npos)
+      << fallback.out;
 }
 
 TEST_F(TrainVitCli, InitOfAnotherArchitectureIsAShortError) {

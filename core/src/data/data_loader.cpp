@@ -64,7 +64,9 @@ class BatchProducer {
   int64_t num_batches() const { return num_batches_; }
   const torch::Device& device() const { return device_; }
 
-  // Batch `index` of the epoch, read, transformed, still on the CPU.
+  // Batch `index` of the epoch, read and transformed: on the CPU, or on the device where the data
+  // set makes it there (get_device_batch: an ImageFolder decoding with nvJPEG), on the current
+  // stream.
   Batch host_batch(int64_t index) const {
     const int64_t begin = index * batch_size_;
     const int64_t end = std::min(begin + batch_size_, static_cast<int64_t>(indices_.size()));
@@ -74,7 +76,11 @@ class BatchProducer {
       seeds.reserve(samples.size());
       for (const int64_t sample : samples) seeds.push_back(combine_seeds(epoch_seed_, static_cast<uint64_t>(sample)));
     }
-    Batch batch = augment_ ? dataset_->get_augmented_batch(samples, seeds) : dataset_->get_batch(samples);
+    std::optional<Batch> on_device;
+    if (device_.is_cuda()) on_device = dataset_->get_device_batch(samples, augment_ ? &seeds : nullptr, device_);
+    Batch batch = on_device                   ? std::move(*on_device)
+                  : augment_                  ? dataset_->get_augmented_batch(samples, seeds)
+                                              : dataset_->get_batch(samples);
     check(batch, static_cast<int64_t>(samples.size()));
     batch.images = transform_(batch.images, seeds);
     return batch;
@@ -87,6 +93,7 @@ class BatchProducer {
   Batch to_device(Batch batch) const {
     if (device_.is_cpu()) return batch;
     auto copy = [&](const torch::Tensor& tensor) {
+      if (tensor.device() == device_) return tensor;  // made there (get_device_batch)
       torch::Tensor source = tensor;
       if (pin_memory_) {
         const torch::Tensor contiguous = tensor.contiguous();
@@ -203,19 +210,20 @@ class Prefetcher {
       Item item;
       const int64_t cpu_start = thread_cpu_ns();
       try {
-        Batch batch = producer_->host_batch(index);
         if (device.is_cuda()) {
           if (!copy_stream) copy_stream = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
+          // Reading too: a data set that decodes on the GPU does so on this worker's stream.
           c10::StreamGuard guard(*copy_stream);
+          Batch batch = producer_->host_batch(index);
           batch = producer_->to_device(std::move(batch));
           item.ready.emplace(device.type());
           item.ready->record(*copy_stream);
+          item.batch = std::move(batch);
         } else {
-          batch = producer_->to_device(std::move(batch));
+          item.batch = producer_->to_device(producer_->host_batch(index));
         }
-        counters_->images += batch.size();
+        counters_->images += item.batch.size();
         counters_->batches += 1;
-        item.batch = std::move(batch);
       } catch (...) {
         item.error = std::current_exception();
       }
@@ -286,6 +294,8 @@ DataLoaderOptions validated(const std::shared_ptr<const Dataset>& dataset, DataL
   if (options.device().is_cuda() && !torch::cuda::is_available()) {
     errors.push_back(fmt::format("device {} asked for, but this LibTorch has no CUDA or no GPU is visible; use the CPU",
                                  options.device().str()));
+  } else if (auto problem = dataset->device_problem(options.device()); !problem.empty()) {
+    errors.push_back(std::move(problem));
   }
   try {
     const ImageTransform transform = make_transform(*dataset, options);

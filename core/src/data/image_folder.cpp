@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "image_folder_crop.h"
 #include "image_folder_scan.h"
 #include "seed_mix.h"
 
@@ -39,6 +40,11 @@ std::string validate(const ImageFolderOptions& o) {
     add(fmt::format("random_resized_crop ratio must satisfy 0 < min <= max, got [{}, {}]", c.min_ratio,
                     c.max_ratio));
   }
+  if (o.decoder() == ImageDecoder::kNvjpeg && !nvjpeg_compiled()) {
+    add("decoder nvjpeg: this build of colo has no nvJPEG (a CPU build, or a CUDA build that found no nvjpeg.h and "
+        "libnvjpeg when configured: install the CUDA toolkit's nvJPEG or PyPI's nvidia-nvjpeg, or set "
+        "COLO_NVJPEG_ROOT, and configure again); decoder auto falls back to the CPU decoder");
+  }
   const auto& n = o.normalization();
   if (n.mean.size() != 3 || n.std.size() != 3 ||
       !std::all_of(n.std.begin(), n.std.end(), [](double s) { return s > 0; })) {
@@ -55,7 +61,10 @@ struct ImageFolder::SkipLog {
 };
 
 ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
-    : root_(std::move(root)), options_(std::move(options)), skip_log_(std::make_unique<SkipLog>()) {
+    : root_(std::move(root)),
+      options_(std::move(options)),
+      skip_log_(std::make_unique<SkipLog>()),
+      gpu_(make_gpu_decoders()) {
   if (const auto errors = validate(options_); !errors.empty()) {
     throw std::invalid_argument(fmt::format("ImageFolder {}: {}", root_, errors));
   }
@@ -79,21 +88,36 @@ std::vector<std::string> ImageFolder::skipped_files() const {
   return skip_log_->lines;
 }
 
+namespace detail {
+
+CropPlan plan_crop(const ImageFolderOptions& options, int64_t height, int64_t width, bool augment, uint64_t seed) {
+  CropPlan plan;
+  if (augment) {
+    plan.box = random_resized_crop_box(height, width, options.random_resized_crop(), combine_seeds(seed, kCropStream));
+    plan.flip = options.horizontal_flip() && (combine_seeds(seed, kFlipStream) & 1) != 0;
+  } else {
+    const int64_t size = options.image_size();
+    const auto resize = static_cast<int64_t>(std::floor(static_cast<double>(size) / options.crop_fraction()));
+    plan.box = resize_center_crop_box(height, width, resize, size);
+  }
+  return plan;
+}
+
+PixelBounds filter_bounds(const CropBox& box, int64_t height, int64_t width, bool augment) {
+  if (!augment) return {0, 0, height, width};
+  return {static_cast<int64_t>(std::floor(box.top + 1e-6)), static_cast<int64_t>(std::floor(box.left + 1e-6)),
+          static_cast<int64_t>(std::ceil(box.top + box.height - 1e-6)),
+          static_cast<int64_t>(std::ceil(box.left + box.width - 1e-6))};
+}
+
+}  // namespace detail
+
 void ImageFolder::read(int64_t index, bool augment, uint64_t seed, float* out) const {
   const Sample& sample = samples_[static_cast<size_t>(index)];
   const std::vector<uint8_t> bytes = read_binary_file(sample.path);
   const ImageInfo info = read_image_info(bytes.data(), bytes.size(), sample.path);
   const int64_t size = options_.image_size();
-  CropBox box;
-  bool flip = false;
-  if (augment) {
-    box = random_resized_crop_box(info.height, info.width, options_.random_resized_crop(),
-                                  detail::combine_seeds(seed, kCropStream));
-    flip = options_.horizontal_flip() && (detail::combine_seeds(seed, kFlipStream) & 1) != 0;
-  } else {
-    const auto resize = static_cast<int64_t>(std::floor(static_cast<double>(size) / options_.crop_fraction()));
-    box = resize_center_crop_box(info.height, info.width, resize, size);
-  }
+  const auto [box, flip] = detail::plan_crop(options_, info.height, info.width, augment, seed);
   // A training crop is cut out and then resized (the filter stays inside it); evaluation resizes
   // the whole image and then cuts (the filter reads a little around the box): decode the box, or
   // the box and the filter's reach around it.
@@ -113,13 +137,31 @@ void ImageFolder::read(int64_t index, bool augment, uint64_t seed, float* out) c
   const CropBox local{(box.top - static_cast<double>(image.top)) * image.scale,
                       (box.left - static_cast<double>(image.left)) * image.scale, box.height * image.scale,
                       box.width * image.scale};
-  PixelBounds bounds{0, 0, image.height, image.width};
-  if (augment) {
-    bounds = {static_cast<int64_t>(std::floor(local.top + 1e-6)), static_cast<int64_t>(std::floor(local.left + 1e-6)),
-              static_cast<int64_t>(std::ceil(local.top + local.height - 1e-6)),
-              static_cast<int64_t>(std::ceil(local.left + local.width - 1e-6))};
-  }
+  const PixelBounds bounds = detail::filter_bounds(local, image.height, image.width, augment);
   resample_rgb(image.pixels.data(), image.height, image.width, local, bounds, size, size, flip, out);
+}
+
+void ImageFolder::skip_or_throw(const DatasetError& error, int64_t attempt) const {
+  if (!options_.skip_unreadable()) throw error;
+  skipped_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(skip_log_->mutex);
+    if (skip_log_->lines.size() < kSkipLogLines) skip_log_->lines.emplace_back(error.what());
+  }
+  if (attempt + 1 >= size()) throw DatasetError(fmt::format("{}: no image can be read", root_));
+}
+
+int64_t ImageFolder::read_slot(int64_t index, bool augment, uint64_t seed, float* out) const {
+  // With skip_unreadable, an unreadable image gives its place to the next readable one.
+  for (int64_t attempt = 0;; ++attempt) {
+    const int64_t candidate = (index + attempt) % size();
+    try {
+      read(candidate, augment, seed, out);
+      return candidate;
+    } catch (const DatasetError& error) {
+      skip_or_throw(error, attempt);
+    }
+  }
 }
 
 Batch ImageFolder::read_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>* seeds) const {
@@ -136,23 +178,8 @@ Batch ImageFolder::read_batch(const std::vector<int64_t>& indices, const std::ve
       throw std::out_of_range(fmt::format("{}: sample index {} outside [0, {})", name(), index, n));
     }
     const uint64_t seed = seeds != nullptr ? (*seeds)[static_cast<size_t>(i)] : 0;
-    // With skip_unreadable, an unreadable image gives its place to the next readable one.
-    for (int64_t attempt = 0;; ++attempt) {
-      const int64_t candidate = (index + attempt) % n;
-      try {
-        read(candidate, seeds != nullptr, seed, pixels + i * 3 * size * size);
-        label_data[i] = samples_[static_cast<size_t>(candidate)].label;
-        break;
-      } catch (const DatasetError& error) {
-        if (!options_.skip_unreadable()) throw;
-        skipped_.fetch_add(1);
-        {
-          std::lock_guard<std::mutex> lock(skip_log_->mutex);
-          if (skip_log_->lines.size() < kSkipLogLines) skip_log_->lines.emplace_back(error.what());
-        }
-        if (attempt + 1 >= n) throw DatasetError(fmt::format("{}: no image can be read", root_));
-      }
-    }
+    const int64_t sample = read_slot(index, seeds != nullptr, seed, pixels + i * 3 * size * size);
+    label_data[i] = samples_[static_cast<size_t>(sample)].label;
   }
   return {images, labels};
 }

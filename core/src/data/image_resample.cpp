@@ -1,23 +1,17 @@
 #include <colo/data/image_resample.h>
 
+#include "resample_taps.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace colo::data {
-namespace {
+namespace detail {
 
-// For each output pixel along one axis: the first source pixel the filter reads, how many, and
-// their weights (max_taps slots each). PIL's precompute_coeffs, which PyTorch's antialiased
-// interpolation copies: centre = start + (i + 0.5) * scale, support = max(scale, 1), a triangle
-// of that half-width, taps limited to [lo, hi) and renormalised.
-struct Taps {
-  std::vector<int64_t> first;
-  std::vector<int64_t> count;
-  std::vector<float> weights;
-  int64_t max_taps = 0;
-};
-
+// PIL's precompute_coeffs, which PyTorch's antialiased interpolation copies: centre = start +
+// (i + 0.5) * scale, support = max(scale, 1), a triangle of that half-width, taps limited to
+// [lo, hi) and renormalised.
 Taps compute_taps(double start, double size, int64_t lo, int64_t hi, int64_t out_size) {
   const double scale = size / static_cast<double>(out_size);
   const double filter_scale = std::max(scale, 1.0);
@@ -53,6 +47,10 @@ Taps compute_taps(double start, double size, int64_t lo, int64_t hi, int64_t out
   return taps;
 }
 
+}  // namespace detail
+
+namespace {
+
 // A tiny deterministic generator: SplitMix64 over a counter.
 class Draws {
  public:
@@ -73,12 +71,25 @@ class Draws {
 
 }  // namespace
 
-void resample_rgb(const uint8_t* pixels, int64_t height, int64_t width, const CropBox& box, const PixelBounds& bounds,
-                  int64_t out_height, int64_t out_width, bool flip, float* out) {
+namespace detail {
+
+ResampleTaps resample_taps(int64_t height, int64_t width, const CropBox& box, const PixelBounds& bounds,
+                           int64_t out_height, int64_t out_width) {
   const PixelBounds b{std::clamp<int64_t>(bounds.top, 0, height - 1), std::clamp<int64_t>(bounds.left, 0, width - 1),
                       std::clamp<int64_t>(bounds.bottom, 1, height), std::clamp<int64_t>(bounds.right, 1, width)};
-  const Taps columns = compute_taps(box.left, box.width, b.left, std::max(b.right, b.left + 1), out_width);
-  const Taps rows = compute_taps(box.top, box.height, b.top, std::max(b.bottom, b.top + 1), out_height);
+  ResampleTaps taps;
+  taps.columns = compute_taps(box.left, box.width, b.left, std::max(b.right, b.left + 1), out_width);
+  taps.rows = compute_taps(box.top, box.height, b.top, std::max(b.bottom, b.top + 1), out_height);
+  return taps;
+}
+
+}  // namespace detail
+
+void resample_rgb(const uint8_t* pixels, int64_t height, int64_t width, const CropBox& box, const PixelBounds& bounds,
+                  int64_t out_height, int64_t out_width, bool flip, float* out) {
+  const detail::ResampleTaps taps = detail::resample_taps(height, width, box, bounds, out_height, out_width);
+  const detail::Taps& columns = taps.columns;
+  const detail::Taps& rows = taps.rows;
   const int64_t row_begin = rows.first.front();
   int64_t row_end = row_begin;
   for (int64_t i = 0; i < out_height; ++i) {

@@ -92,7 +92,7 @@ torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std:
   // Normalisation alone (an ImageFolder's batches, already cropped and resized): one pass in
   // this thread. LibTorch's element-wise ops would start an OpenMP team of all the cores from
   // each loader worker.
-  if (!options_.augmentation.enabled() && output_shape_ == input_shape_ && images.is_contiguous() &&
+  if (!options_.augmentation.enabled() && output_shape_ == input_shape_ && images.is_cpu() && images.is_contiguous() &&
       images.scalar_type() == torch::kFloat) {
     auto out = torch::empty_like(images);
     if (!mean_.defined()) return out.copy_(images);
@@ -113,7 +113,11 @@ torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std:
     }
     return out;
   }
+  // Images made on a GPU (ImageFolder's nvJPEG decoder) are resized and normalised there; the
+  // augmentations work on CPU pixels, so for them the batch comes back to the host (the loader
+  // copies the result over again).
   torch::Tensor out = images;
+  if (options_.augmentation.enabled() && !images.is_cpu()) out = images.cpu();
   if (options_.augmentation.enabled()) out = augment(out, sample_seeds);
   if (output_shape_.height != input_shape_.height || output_shape_.width != input_shape_.width) {
     namespace F = torch::nn::functional;
@@ -122,7 +126,7 @@ torch::Tensor ImageTransform::operator()(const torch::Tensor& images, const std:
                                   .mode(torch::kBilinear)
                                   .align_corners(false));
   }
-  if (mean_.defined()) out = (out - mean_) / std_;
+  if (mean_.defined()) out = out.is_cpu() ? (out - mean_) / std_ : (out - mean_.to(out.device())) / std_.to(out.device());
   if (output_shape_.channels != input_shape_.channels) out = out.expand({-1, output_shape_.channels, -1, -1});
   if (options_.augmentation.random_erasing.enabled()) {
     out = out.is_same(images) ? images.clone() : out.contiguous();

@@ -6,13 +6,17 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/distributed_sampler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset_files.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_image_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_resample.cpp
   ${CMAKE_CURRENT_LIST_DIR}/idx_file.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_folder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/image_folder_gpu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_folder_scan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/image_resample.cpp
   ${CMAKE_CURRENT_LIST_DIR}/jpeg_codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mixup.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nvjpeg_decoder.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pil_image_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/png_codec.cpp
   ${CMAKE_CURRENT_LIST_DIR}/random_erasing.cpp

@@ -6,5 +6,6 @@ list(APPEND COLO_CUDA_KERNEL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fp8_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cu
   ${CMAKE_CURRENT_LIST_DIR}/gelu_backward_bias.cu
+  ${CMAKE_CURRENT_LIST_DIR}/image_resample.cu
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_affine_grad.cu
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_rows.cu)

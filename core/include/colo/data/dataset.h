@@ -4,6 +4,7 @@
 #include <colo/data/random_erasing.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,25 @@ class Dataset {
                                     const std::vector<uint64_t>& sample_seeds) const {
     (void)sample_seeds;
     return get_batch(indices);
+  }
+
+  // A batch made directly on `device` (a CUDA device), on its current stream: images there, labels
+  // on the CPU or there. Data sets that decode on the GPU override it (ImageFolder with the nvJPEG
+  // decoder); nullopt, the default, means this data set reads on the CPU (get_batch or
+  // get_augmented_batch, as sample_seeds is null or not) and the loader copies the batch over.
+  // Same images, labels and random draws either way, so the loader's state resumes alike.
+  virtual std::optional<Batch> get_device_batch(const std::vector<int64_t>& indices,
+                                                const std::vector<uint64_t>* sample_seeds,
+                                                const torch::Device& device) const {
+    (void)indices, (void)sample_seeds, (void)device;
+    return std::nullopt;
+  }
+  // Empty, or why this data set cannot feed a loader that delivers to `device` (an ImageFolder told
+  // to decode with nvJPEG, on a CPU device or a build without nvJPEG): the DataLoader lists it with
+  // its own option errors.
+  virtual std::string device_problem(const torch::Device& device) const {
+    (void)device;
+    return {};
   }
 
   // The statistics the DataLoader normalises with unless told otherwise (those of the training

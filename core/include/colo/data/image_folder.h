@@ -1,16 +1,41 @@
 #pragma once
 
 #include <colo/data/dataset.h>
+#include <colo/data/dataset_error.h>
 #include <colo/data/image_resample.h>
 #include <torch/arg.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace colo::data {
+
+// Which decoder turns an ImageFolder's JPEGs into the batch's pixels (issue 38):
+//  kCpu: libjpeg-turbo in the loader's worker threads, as always (the default).
+//  kNvjpeg: nvJPEG on the loader's CUDA device: the workers read the files' bytes, nvJPEG decodes
+//    a batch at once (H100/H200's hardware JPEG decoder where the GPU has one and the file is a
+//    baseline JPEG, else nvJPEG's CUDA decoder), and a CUDA kernel crops, resizes and flips into
+//    the batch on the device. PNGs, CMYK JPEGs and files nvJPEG refuses are decoded on the CPU,
+//    as kCpu would. Asked for explicitly, it is an error where it cannot run: a build of colo
+//    without nvJPEG (at construction), a loader that delivers to the CPU, a GPU nvJPEG cannot use
+//    (when the DataLoader is built), so that a run never measures the CPU decoder by mistake.
+//  kAuto: kNvjpeg where it can run, else kCpu; decoder_in_use() says which and why.
+// The crop boxes and flips are drawn on the CPU from the same per-sample seeds either way, so
+// labels, random choices and a resumed loader's batches are the same; only the pixels differ, by
+// what the two JPEG decoders' IDCT and chroma upsampling differ (docs/architecture.md bounds it).
+enum class ImageDecoder { kCpu, kNvjpeg, kAuto };
+
+// "cpu", "nvjpeg" or "auto"; anything else is a std::invalid_argument listing them.
+ImageDecoder parse_image_decoder(const std::string& name);
+const char* to_string(ImageDecoder decoder);
+// Whether this build of colo has nvJPEG: a CUDA build that found nvjpeg.h and libnvjpeg when it
+// was configured (the CUDA toolkit's, or PyPI's nvidia-nvjpeg wheel's; COLO_NVJPEG_ROOT points at
+// another).
+bool nvjpeg_compiled();
 
 struct ImageFolderOptions {
   /* implicit */ ImageFolderOptions(int64_t image_size = 224) : image_size_(image_size) {}
@@ -37,6 +62,8 @@ struct ImageFolderOptions {
   // What the DataLoader normalises with unless told otherwise: ImageNet's statistics by default;
   // a pretrained model's own (0.5, 0.5, 0.5 for the original ViTs) when fine-tuning one.
   TORCH_ARG(Normalization, normalization) = imagenet_normalization();
+  // Where JPEGs are decoded: ImageDecoder above.
+  TORCH_ARG(ImageDecoder, decoder) = ImageDecoder::kCpu;
 };
 
 // Images in torchvision's ImageFolder layout: one sub-directory of `root` per class, the classes
@@ -66,6 +93,14 @@ class ImageFolder : public Dataset {
   Batch get_augmented_batch(const std::vector<int64_t>& indices,
                             const std::vector<uint64_t>& sample_seeds) const override;
   Normalization default_normalization() const override { return options_.normalization(); }
+  // With decoder kNvjpeg or kAuto and a CUDA device that nvJPEG can use: the batch decoded,
+  // cropped, resized and flipped on `device` (image_folder_gpu.cpp); otherwise nullopt.
+  std::optional<Batch> get_device_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>* sample_seeds,
+                                        const torch::Device& device) const override;
+  std::string device_problem(const torch::Device& device) const override;
+  // One line for a program to show: which decoder a loader delivering to `device` gets, and why
+  // not nvJPEG where it was asked for (kAuto) and cannot run. Sets nvJPEG up on the device.
+  std::string decoder_in_use(const torch::Device& device) const;
 
   const std::string& root() const { return root_; }
   const ImageFolderOptions& options() const { return options_; }
@@ -90,6 +125,19 @@ class ImageFolder : public Dataset {
   // `augment`. Returns the label.
   void read(int64_t index, bool augment, uint64_t seed, float* out) const;
   Batch read_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>* seeds) const;
+  // Reads the image for one batch slot into out, from sample `index` on; with skip_unreadable an
+  // unreadable one gives its place to the next readable one. Returns the sample read.
+  int64_t read_slot(int64_t index, bool augment, uint64_t seed, float* out) const;
+  // Counts and logs an unreadable image (skip_unreadable), or rethrows the error.
+  void skip_or_throw(const DatasetError& error, int64_t attempt) const;
+
+  // nvJPEG's state per CUDA device, set up on first use (image_folder_gpu.cpp); null until then.
+  struct GpuDecoding;
+  // The device's nvJPEG set-up, or null with *why_not set when nvJPEG cannot run there.
+  std::shared_ptr<GpuDecoding> gpu_decoding(const torch::Device& device, std::string* why_not) const;
+  // get_device_batch's work once nvJPEG is set up (builds with nvJPEG only).
+  Batch gpu_batch(GpuDecoding& gpu, const std::vector<int64_t>& indices, const std::vector<uint64_t>* seeds,
+                  const torch::Device& device) const;
 
   std::string root_;
   ImageFolderOptions options_;
@@ -99,6 +147,10 @@ class ImageFolder : public Dataset {
   mutable std::atomic<int64_t> skipped_{0};
   struct SkipLog;
   std::unique_ptr<SkipLog> skip_log_;
+  // Per CUDA device, what gpu_decoding() set up or why it could not (image_folder_gpu.cpp).
+  struct GpuDecoders;
+  static std::shared_ptr<GpuDecoders> make_gpu_decoders();
+  std::shared_ptr<GpuDecoders> gpu_;
 };
 
 }  // namespace colo::data
