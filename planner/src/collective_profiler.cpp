@@ -24,19 +24,50 @@ double max_over(dist::ProcessGroup& world, double x) {
   return t.cpu().item<double>();
 }
 
-// Seconds one `collective` of `bytes` takes (the median of repeats, slowest rank).
-double time_collective(dist::ProcessGroup& world, const c10::Device& device, Collective collective, int64_t bytes,
-                       int repeats) {
+// Matmuls on the device, standing in for a step's layers: run(k) does k and waits for them.
+struct Matmuls {
+  Matmuls(const c10::Device& device, int64_t n)
+      : device(device),
+        a(torch::randn({n, n}, torch::TensorOptions().device(device))),
+        b(torch::randn({n, n}, torch::TensorOptions().device(device))) {
+    torch::NoGradGuard no_grad;
+    synchronize(device);
+    const double start = seconds_now();
+    int done = 0;
+    while (seconds_now() - start < 0.05) {
+      run(1);
+      ++done;
+    }
+    one = (seconds_now() - start) / done;
+  }
+  void run(int k) const {
+    torch::NoGradGuard no_grad;
+    for (int i = 0; i < k; ++i) torch::mm(a, b);
+    synchronize(device);
+  }
+  // How many take about `seconds`, alike on every rank (so that none waits for another's extra
+  // work); 0 for 0 seconds, else at least 1.
+  int count_for(dist::ProcessGroup& world, double seconds) const {
+    if (seconds <= 0) return 0;
+    return static_cast<int>(max_over(world, std::max(1.0, std::round(seconds / one))));
+  }
+  c10::Device device;
+  torch::Tensor a, b;
+  double one = 0;  // seconds per matmul, measured
+};
+
+// The times of `calls` calls of one `collective` of `bytes`, timed as a step meets them: back to
+// back, `between` matmuls before each, no barrier between them (a rank that arrives first waits
+// inside the call, as in a step). A barrier before each call instead, and a median, timed a
+// state no step is in, and between CPU ranks picked one of Gloo's two modes.
+std::vector<double> time_collective(dist::ProcessGroup& world, const c10::Device& device, Collective collective,
+                                    int64_t bytes, int calls, const Matmuls& work, int between) {
   const int n = world.size();
   const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   const int64_t elements = std::max<int64_t>(bytes / 4 / n * n, n);
   auto full = torch::ones({elements}, options);
   auto part = torch::ones({elements / n}, options);
-  std::vector<double> times;
-  for (int r = 0; r < repeats + 1; ++r) {
-    world.barrier().wait();
-    synchronize(device);
-    const double start = seconds_now();
+  auto issue = [&] {
     switch (collective) {
       case Collective::kAllReduce:
         world.all_reduce(full).wait();
@@ -64,9 +95,17 @@ double time_collective(dist::ProcessGroup& world, const c10::Device& device, Col
       }
     }
     synchronize(device);
-    if (r > 0) times.push_back(seconds_now() - start);
+  };
+  world.barrier().wait();  // the burst starts together
+  issue();                 // untimed: the buffers' first use
+  std::vector<double> times;
+  for (int r = 0; r < calls; ++r) {
+    work.run(between);
+    const double start = seconds_now();
+    issue();
+    times.push_back(seconds_now() - start);
   }
-  return max_over(world, median(times));
+  return times;
 }
 
 double moved_bytes(Collective collective, double bytes, int n) {
@@ -82,39 +121,22 @@ double moved_bytes(Collective collective, double bytes, int n) {
   }
 }
 
-// A matmul loop of about `target` seconds, and the share of an all-reduce it hides.
-double overlap_efficiency(dist::ProcessGroup& world, const c10::Device& device, int64_t bytes, double comm_seconds) {
-  const int64_t n = device.is_cuda() ? 4096 : 256;
-  auto a = torch::randn({n, n}, torch::TensorOptions().device(device));
-  auto b = torch::randn({n, n}, torch::TensorOptions().device(device));
+// A matmul loop of about the all-reduce's time, and the share of an all-reduce it hides.
+double overlap_efficiency(dist::ProcessGroup& world, const c10::Device& device, const Matmuls& work, int64_t bytes,
+                          double comm_seconds) {
   auto buffer = torch::ones({bytes / 4}, torch::TensorOptions().device(device));
-  torch::NoGradGuard no_grad;
-  // Calibrate the loop to the all-reduce's time.
-  synchronize(device);
-  double start = seconds_now();
-  int per_probe = 0;
-  while (seconds_now() - start < 0.05) {
-    torch::mm(a, b);
-    ++per_probe;
-    synchronize(device);
-  }
-  const double one = (seconds_now() - start) / per_probe;
-  const int iterations = static_cast<int>(max_over(world, std::max(1.0, std::round(comm_seconds / one))));
-  auto loop = [&] {
-    for (int i = 0; i < iterations; ++i) torch::mm(a, b);
-    synchronize(device);
-  };
+  const int iterations = work.count_for(world, comm_seconds);
   std::vector<double> alone, together;
   for (int r = 0; r < 4; ++r) {
     world.barrier().wait();
-    start = seconds_now();
-    loop();
+    double start = seconds_now();
+    work.run(iterations);
     alone.push_back(seconds_now() - start);
     world.barrier().wait();
     start = seconds_now();
-    auto work = world.all_reduce(buffer);
-    loop();
-    work.wait();
+    auto all_reduce = world.all_reduce(buffer);
+    work.run(iterations);
+    all_reduce.wait();
     synchronize(device);
     together.push_back(seconds_now() - start);
   }
@@ -138,15 +160,25 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
   cluster.gpus_per_node = n;
   cluster.nics_per_node = n;
   cluster.device.is_gpu = device.is_cuda();
+  if (o.repeats() < 1 || o.between_seconds() < 0) {
+    throw std::invalid_argument(fmt::format("--calls {}, --between-ms {}: give 1 or more calls per size and 0 or "
+                                            "more milliseconds before each",
+                                            o.repeats(), o.between_seconds() * 1e3));
+  }
+  const Matmuls work(device, device.is_cuda() ? 4096 : 256);
+  const int between = work.count_for(world, o.between_seconds());
   double comm_largest = 0;
   for (auto collective : all_collectives()) {
     std::vector<std::pair<double, double>> points;
     for (int64_t bytes = 4096; bytes <= o.largest_bytes(); bytes *= 4) {
-      const double seconds = time_collective(world, device, collective, bytes, o.repeats());
+      const auto times = time_collective(world, device, collective, bytes, o.repeats(), work, between);
+      const double seconds = max_over(world, detail::call_seconds(times));
+      const double middle = max_over(world, median(times));  // every rank takes part
       points.emplace_back(moved_bytes(collective, static_cast<double>(bytes), n), seconds);
       if (collective == Collective::kAllReduce) comm_largest = seconds;
       if (progress) {
-        progress(fmt::format("{} {} bytes over {} ranks: {:.3f} ms", to_string(collective), bytes, n, seconds * 1e3));
+        progress(fmt::format("{} {} bytes over {} ranks: {:.3f} ms a call (median {:.3f} ms, {} calls)",
+                             to_string(collective), bytes, n, seconds * 1e3, middle * 1e3, times.size()));
       }
     }
     const auto [latency, per_byte] = detail::fit_line(points);
@@ -156,7 +188,7 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
   cluster.inter_node = cluster.intra_node;
   int64_t largest = 4096;
   while (largest * 4 <= o.largest_bytes()) largest *= 4;
-  cluster.overlap_efficiency = overlap_efficiency(world, device, largest, comm_largest);
+  cluster.overlap_efficiency = overlap_efficiency(world, device, work, largest, comm_largest);
   if (progress) progress(fmt::format("overlap efficiency: {:.2f}", cluster.overlap_efficiency));
   if (o.memory_gib() > 0) {
     cluster.device.memory_gib = o.memory_gib();

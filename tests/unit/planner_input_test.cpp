@@ -284,6 +284,27 @@ TEST(PlannerInput, MarginalTimingSubtractsOneCallAndNeedsTwoCallsBackToBack) {
   }
 }
 
+// What a collective costs a step per call, from its timed calls (colo-plan profile --collectives):
+// a Gloo collective between CPU ranks takes either ~0.5 ms or ~4 ms, and a step of dozens of them
+// pays their mean, slow ones included; the median lands on one mode. Kept: the mean without the
+// floor(5 %) fastest and slowest calls (a rank preempted once), which on one mode is its median.
+TEST(PlannerInput, CollectiveCallCostIsTheTrimmedMeanOfItsCalls) {
+  using colo::planner::detail::call_seconds;
+  EXPECT_DOUBLE_EQ(call_seconds({}), 0.0);
+  // Two modes, 12 fast and 8 slow: one fast and one slow call dropped, the rest averaged.
+  std::vector<double> bimodal(12, 0.5e-3);
+  bimodal.insert(bimodal.end(), 8, 4e-3);
+  EXPECT_NEAR(call_seconds(bimodal), (11 * 0.5e-3 + 7 * 4e-3) / 18, 1e-12);
+  // One mode: the mean is the median.
+  EXPECT_NEAR(call_seconds({1.1e-3, 0.9e-3, 1.0e-3, 0.95e-3, 1.05e-3}), 1.0e-3, 1e-12);
+  // The boundary: 19 calls keep all (floor(0.95) = 0 dropped), 20 drop one at each end.
+  std::vector<double> calls(18, 1e-3);
+  calls.push_back(40e-3);
+  EXPECT_NEAR(call_seconds(calls), (18 * 1e-3 + 40e-3) / 19, 1e-12);
+  calls.push_back(1e-3);
+  EXPECT_NEAR(call_seconds(calls), 1e-3, 1e-12);
+}
+
 // Encoder blocks chained per timed call: outside 0 (the device's default) to the model's depth is
 // refused naming the flag, before anything is measured; a chain's length is recorded in the
 // profile and read back, and a profile written before the field existed reads as one block.

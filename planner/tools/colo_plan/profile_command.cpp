@@ -48,8 +48,8 @@ void write(const std::string& path, const std::string& text) {
 int run_profile(const std::vector<std::string>& args) {
   std::string model_name, precision, microbatches, tp, device_name, out_path, optimizer_sizes;
   int64_t image = 0, patch = 0, hidden = 0, depth = 0, heads = 0, classes = 0, largest = 16 << 20;
-  double mlp = 0, memory = 0;
-  int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0;
+  double mlp = 0, memory = 0, between_ms = 2;
+  int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0, calls = 32;
   po::options_description desc(
       "colo-plan profile: measures what the planner's prediction uses, on this machine.\n"
       "  colo-plan profile --model small --precision fp32 --microbatches 1,2,4,8 --tp 1,2 --out profile.json\n"
@@ -81,6 +81,10 @@ int run_profile(const std::vector<std::string>& args) {
       ("optimizer-sizes", po::value(&optimizer_sizes), "elements of the Adam measurements (default: 1M,4M,16M)")
       ("largest-bytes", po::value(&largest)->default_value(16 << 20), "--collectives: the largest message")
       ("gpu-memory-gib", po::value(&memory), "--collectives: memory per rank to record (default: measured)")
+      ("calls", po::value(&calls)->default_value(32),
+       "--collectives: calls timed back to back per collective and size (their trimmed mean counts)")
+      ("between-ms", po::value(&between_ms)->default_value(2.0),
+       "--collectives: milliseconds of matmuls before each call, as a step's layers (0: none)")
       ("out", po::value(&out_path), "the file to write (required)");
   po::variables_map vm;
   try {
@@ -106,10 +110,16 @@ int run_profile(const std::vector<std::string>& args) {
                        "--collectives --out FILE");
     }
     const bool speaks = context.world->rank() == 0;
-    const auto cluster = colo::planner::measure_collectives(
-        *context.world, context.device,
-        colo::planner::CollectiveProfileOptions().largest_bytes(largest).memory_gib(memory),
-        speaks ? std::function<void(const std::string&)>(progress) : nullptr);
+    colo::planner::ClusterSpec cluster;
+    try {
+      cluster = colo::planner::measure_collectives(
+          *context.world, context.device,
+          colo::planner::CollectiveProfileOptions().largest_bytes(largest).memory_gib(memory).repeats(calls).between_seconds(
+              between_ms * 1e-3),
+          speaks ? std::function<void(const std::string&)>(progress) : nullptr);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
     if (speaks) {
       write(out_path, colo::planner::to_json(cluster));
       fmt::print("colo-plan profile: wrote {} ({})\n", out_path, cluster.name);

@@ -66,9 +66,15 @@ double measure_matmul_tflops(const c10::Device& device, c10::ScalarType dtype);
 // bytes / bus bandwidth fitted through each (collective_model.h's convention), and how much of
 // an all-reduce a matmul beside it hides (overlap_efficiency). Every rank takes part; the result
 // is a cluster of one node of world->size() ranks, `device` and `memory_gib` per rank.
+// Each size is timed as a step meets its collectives: `repeats` calls back to back, matmuls for
+// about `between_seconds` before each and no barrier, and a call costs the trimmed mean of their
+// times (detail::call_seconds), not the median of calls after a barrier each: between CPU ranks a
+// Gloo collective takes either ~0.5 ms or ~4 ms at any size up to 1 MiB, a step pays the mean,
+// and a median lands on either mode (docs/planning.md, "How collectives are measured").
 struct CollectiveProfileOptions {
   TORCH_ARG(int64_t, largest_bytes) = 16 << 20;
-  TORCH_ARG(int, repeats) = 5;
+  TORCH_ARG(int, repeats) = 32;  // calls timed per collective and size
+  TORCH_ARG(double, between_seconds) = 2e-3;  // computation before each call (0: none)
   TORCH_ARG(double, memory_gib) = 0;  // 0: this machine's memory / ranks (CPU), the GPU's otherwise
 };
 ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& device,
