@@ -3,11 +3,14 @@
 #ifdef COLO_WITH_NVJPEG
 #include "nvjpeg_decoder.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 #include <nvjpeg.h>
 
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 namespace colo::data::detail {
@@ -36,17 +39,71 @@ constexpr int64_t kAlignment = 256;
 
 int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+// nvJPEG's buffers from LibTorch's caching allocators rather than its default cudaMalloc/cudaFree
+// and cudaHostAlloc/cudaFreeHost: a free of either waits for the whole device, so a buffer that
+// nvJPEG grows while the training's kernels are queued would stall the loader for a step. The
+// memory also shows in LibTorch's accounting, beside the training's. nvJPEG frees a buffer only
+// once its last use is done (each decode() waits for its stream before its states are reused).
+int device_malloc(void*, void** ptr, size_t size, cudaStream_t stream) {
+  try {
+    *ptr = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(size, stream);
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+int device_free(void*, void* ptr, size_t, cudaStream_t) {
+  c10::cuda::CUDACachingAllocator::raw_delete(ptr);
+  return 0;
+}
+
+// Pinned blocks by address: LibTorch's host allocator hands out DataPtrs, nvJPEG keeps pointers.
+struct PinnedBlocks {
+  std::mutex mutex;
+  std::unordered_map<void*, at::DataPtr> blocks;
+};
+
+int pinned_malloc(void* context, void** ptr, size_t size, cudaStream_t) {
+  try {
+    at::DataPtr block = at::getHostAllocator(at::kCUDA)->allocate(size);
+    *ptr = block.get();
+    auto* pinned = static_cast<PinnedBlocks*>(context);
+    const std::lock_guard<std::mutex> lock(pinned->mutex);
+    pinned->blocks.emplace(*ptr, std::move(block));
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+int pinned_free(void* context, void* ptr, size_t, cudaStream_t) {
+  auto* pinned = static_cast<PinnedBlocks*>(context);
+  at::DataPtr block;
+  {
+    const std::lock_guard<std::mutex> lock(pinned->mutex);
+    auto found = pinned->blocks.find(ptr);
+    if (found == pinned->blocks.end()) return 1;
+    block = std::move(found->second);
+    pinned->blocks.erase(found);
+  }
+  return 0;  // `block` goes back to the host allocator here
+}
+
 }  // namespace
 
 struct NvjpegDecoder::Handles {
   nvjpegHandle_t hardware = nullptr;  // null where the GPU has no JPEG engines
   nvjpegHandle_t cuda = nullptr;      // nvJPEG's default backend: CUDA kernels, Huffman on the CPU
+  PinnedBlocks pinned;                // outlives the handles: declared before use, destroyed after
+  nvjpegDevAllocatorV2_t device_allocator{device_malloc, device_free, nullptr};
+  nvjpegPinnedAllocatorV2_t pinned_allocator{pinned_malloc, pinned_free, &pinned};
 };
 
 // One decode() call's states: nvJPEG's states are not thread-safe.
 struct NvjpegDecoder::State {
   nvjpegJpegState_t hardware_state = nullptr;
-  nvjpegJpegStream_t hardware_stream = nullptr;  // a parsed file, for the hardware decoder's check
+  nvjpegJpegStream_t hardware_stream = nullptr;  // a file's parsed header, for the hardware decoder's check
   nvjpegJpegState_t cuda_state = nullptr;
   cudaEvent_t done = nullptr;  // recorded after the decoding, waited for without spinning
   ~State() {
@@ -62,11 +119,14 @@ NvjpegDecoder::NvjpegDecoder(int device) : device_(device), handles_(std::make_u
   // Chroma upsampled by interpolation, as libjpeg-turbo's "fancy" upsampling does, where this
   // nvJPEG offers it (by replication otherwise: a larger difference from the CPU decoder at colour
   // edges).
-  auto create = [](nvjpegBackend_t backend, nvjpegHandle_t* handle, bool* interpolates) {
-    nvjpegStatus_t status =
-        nvjpegCreateEx(backend, nullptr, nullptr, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, handle);
+  Handles& h = *handles_;
+  auto create = [&h](nvjpegBackend_t backend, nvjpegHandle_t* handle, bool* interpolates) {
+    nvjpegStatus_t status = nvjpegCreateExV2(backend, &h.device_allocator, &h.pinned_allocator,
+                                             NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, handle);
     *interpolates = status == NVJPEG_STATUS_SUCCESS;
-    if (status != NVJPEG_STATUS_SUCCESS) status = nvjpegCreateEx(backend, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, handle);
+    if (status != NVJPEG_STATUS_SUCCESS) {
+      status = nvjpegCreateExV2(backend, &h.device_allocator, &h.pinned_allocator, NVJPEG_FLAGS_DEFAULT, handle);
+    }
     return status;
   };
   std::string no_hardware;
@@ -164,7 +224,7 @@ std::vector<NvjpegOutput> NvjpegDecoder::decode(const std::vector<NvjpegInput>& 
     total += aligned(out.height * out.width * 3);
     int unsupported = 1;
     if (handles_->hardware != nullptr &&
-        nvjpegJpegStreamParse(handles_->hardware, in.data, in.size, 0, 0, state->hardware_stream) ==
+        nvjpegJpegStreamParseHeader(handles_->hardware, in.data, in.size, state->hardware_stream) ==
             NVJPEG_STATUS_SUCCESS &&
         nvjpegDecodeBatchedSupported(handles_->hardware, state->hardware_stream, &unsupported) ==
             NVJPEG_STATUS_SUCCESS &&
