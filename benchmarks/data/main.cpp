@@ -109,11 +109,13 @@ int main(int argc, char** argv) {
                                    {"images_per_s", images / seconds},
                                    {"images_per_cpu_s", made / cpu},
                                    {"worker_cpu_s", cpu},
-                                   {"hardware_threads", std::thread::hardware_concurrency()}};
+                                   {"hardware_threads", std::thread::hardware_concurrency()},
+                                   {"decode_phases", folder->gpu_decode_phases(device)}};
     fmt::print("colo_loader_bench: {} ({} images), batch {}, {} worker{}, {}, {}: {:.0f} images/s, {:.0f} images per "
                "CPU-second of the workers (per core)\n",
                data_dir, folder->size(), batch_size, workers, workers == 1 ? "" : "s", folder->decoder_in_use(device),
                augment ? "RandomResizedCrop + flip" : "resize + centre crop", images / seconds, made / cpu);
+    if (const auto phases = folder->gpu_decode_phases(device); !phases.empty()) fmt::print("  GPU decoding, {}\n", phases);
     if (!json_path.empty()) std::ofstream(json_path) << record.dump(2) << "\n";
     return 0;
   } catch (const std::exception& e) {

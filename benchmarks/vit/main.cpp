@@ -507,7 +507,8 @@ int run(const Options& o) {
                    {"images_per_cpu_s", cpu > 0 ? nlohmann::json(images_made / cpu) : nlohmann::json(nullptr)},
                    {"images_decoded", images_made},
                    {"worker_cpu_s", cpu},
-                   {"wait_s", after.wait_seconds - loader_before.wait_seconds}};
+                   {"wait_s", after.wait_seconds - loader_before.wait_seconds},
+                   {"decode_phases", static_cast<const data::ImageFolder&>(loader->dataset()).gpu_decode_phases(device)}};
   }
 
   if (!o.profile_path.empty()) {
@@ -662,6 +663,9 @@ int run(const Options& o) {
                  "waited {:.2f} s for batches\n",
                  o.image_folder, loader->dataset().size(), workers, loader_json["decoder_in_use"].get<std::string>(), loader_json["images_per_cpu_s"].is_null() ? 0.0 : loader_json["images_per_cpu_s"].get<double>(),
                  loader_json["wait_s"].get<double>());
+      if (const auto phases = loader_json["decode_phases"].get<std::string>(); !phases.empty()) {
+        fmt::print("  GPU decoding, {}\n", phases);
+      }
     }
     fmt::print("  planned (Booster::plan_memory, rank 0): device {:.2f} GiB, host {:.2f} GiB | measured peak host RSS "
                "{:.2f} GiB\n",

@@ -12,6 +12,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "image_folder_crop.h"
@@ -127,6 +128,18 @@ std::string ImageFolder::decoder_in_use(const torch::Device& device) const {
 #endif
 }
 
+std::string ImageFolder::gpu_decode_phases(const torch::Device& device) const {
+#ifdef COLO_WITH_NVJPEG
+  if (options_.decoder() == ImageDecoder::kCpu || !device.is_cuda()) return {};
+  std::string why_not;
+  const auto gpu = gpu_decoding(device, &why_not);
+  return gpu ? gpu->decoder.phases().summary() : std::string();
+#else
+  (void)device;
+  return {};
+#endif
+}
+
 std::optional<Batch> ImageFolder::get_device_batch(const std::vector<int64_t>& indices,
                                                    const std::vector<uint64_t>* sample_seeds,
                                                    const torch::Device& device) const {
@@ -163,6 +176,9 @@ Batch ImageFolder::gpu_batch(GpuDecoding& gpu, const std::vector<int64_t>& indic
     detail::CropPlan plan;
     bool on_gpu = false;
   };
+  detail::DecodePhases& phases = gpu.decoder.phases();
+  phases.add_images(count);
+  std::optional<detail::DecodePhases::Span> span(std::in_place, phases, detail::DecodePhase::kRead);
   std::vector<Slot> slots(static_cast<size_t>(count));
   std::vector<detail::NvjpegInput> inputs;
   std::vector<size_t> input_slot;
@@ -194,7 +210,9 @@ Batch ImageFolder::gpu_batch(GpuDecoding& gpu, const std::vector<int64_t>& indic
   auto images = torch::empty({count, 3, size, size}, torch::TensorOptions().dtype(torch::kFloat).device(device));
   auto labels = torch::empty({count}, torch::kLong);
   torch::Tensor storage;
+  span.reset();  // decode() times its own phases
   const std::vector<detail::NvjpegOutput> decoded = gpu.decoder.decode(inputs, stream, &storage);
+  span.emplace(phases, detail::DecodePhase::kResample);
 
   // The decoded images resampled into their places, in one launch.
   std::vector<detail::GpuResampleImage> resample;
@@ -229,6 +247,7 @@ Batch ImageFolder::gpu_batch(GpuDecoding& gpu, const std::vector<int64_t>& indic
     }
     label_data[i] = samples_[static_cast<size_t>(slot.sample)].label;
   }
+  span.emplace(phases, detail::DecodePhase::kFinish);
   // Wait (yielding the core) until the resize is done: the pinned staging goes back to LibTorch's
   // caching host allocator when this returns, which would hand it out again at once.
   detail::wait_for(stream, "ImageFolder: decoding on the GPU failed");

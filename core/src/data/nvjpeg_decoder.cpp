@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nvjpeg.h>
 
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
@@ -199,6 +200,7 @@ std::vector<NvjpegOutput> NvjpegDecoder::decode(const std::vector<NvjpegInput>& 
   std::vector<NvjpegOutput> outputs(inputs.size());
   std::vector<size_t> hardware, software;  // which inputs go to the engines, which to the CUDA decoder
   int64_t total = 0;
+  std::optional<DecodePhases::Span> span(std::in_place, phases_, DecodePhase::kParse);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const NvjpegInput& in = inputs[i];
     NvjpegOutput& out = outputs[i];
@@ -234,6 +236,7 @@ std::vector<NvjpegOutput> NvjpegDecoder::decode(const std::vector<NvjpegInput>& 
       software.push_back(i);
     }
   }
+  span.emplace(phases_, DecodePhase::kSubmit);
   *storage = torch::empty({std::max<int64_t>(total, 1)},
                           torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA, device_));
   auto* base = storage->data_ptr<uint8_t>();
@@ -276,6 +279,7 @@ std::vector<NvjpegOutput> NvjpegDecoder::decode(const std::vector<NvjpegInput>& 
   }
   // The states' buffers are in use until the stream has decoded: wait before another call may take
   // them (and before the caller may free the files' bytes).
+  span.emplace(phases_, DecodePhase::kDecodeWait);
   if (cudaEventRecord(state->done, stream) != cudaSuccess || cudaEventSynchronize(state->done) != cudaSuccess) {
     throw std::runtime_error(fmt::format("nvJPEG: decoding on cuda:{} failed: {}", device_,
                                          cudaGetErrorString(cudaGetLastError())));

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "decode_phases.h"
+
 namespace colo::data::detail {
 
 struct NvjpegInput {
@@ -55,6 +57,8 @@ class NvjpegDecoder {
   // (no hardware decoder: REASON)", for decoder_in_use().
   const std::string& description() const { return description_; }
   int device() const { return device_; }
+  // Where the batches' time went (decode() adds its phases; ImageFolder's batch adds the rest).
+  DecodePhases& phases() { return phases_; }
 
  private:
   struct State;
@@ -67,6 +71,7 @@ class NvjpegDecoder {
   std::string description_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<State>> idle_;  // decoding states not in use
+  DecodePhases phases_;
 };
 
 }  // namespace colo::data::detail

@@ -6,6 +6,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/distributed_sampler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset_files.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decode_phases.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_image_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_resample.cpp
   ${CMAKE_CURRENT_LIST_DIR}/idx_file.cpp

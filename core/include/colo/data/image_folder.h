@@ -101,6 +101,11 @@ class ImageFolder : public Dataset {
   // One line for a program to show: which decoder a loader delivering to `device` gets, and why
   // not nvJPEG where it was asked for (kAuto) and cannot run. Sets nvJPEG up on the device.
   std::string decoder_in_use(const torch::Device& device) const;
+  // Where the GPU decoding's time went so far on `device`, per image and phase (reading the files,
+  // nvJPEG's parse, submit and wait, the resize's launch, the last wait), wall and CPU time summed
+  // over the loader's threads; empty where nothing was decoded there. For benchmarks: a loader that
+  // keeps up alone but not during training shows which step slows.
+  std::string gpu_decode_phases(const torch::Device& device) const;
 
   const std::string& root() const { return root_; }
   const ImageFolderOptions& options() const { return options_; }
