@@ -17,6 +17,8 @@
 #include <colo/booster/plugin_options.h>
 #include <colo/booster/plugin_registry.h>
 #include <colo/compat/torch_compat.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/image_folder.h>
 #include <colo/data/synthetic_dataset.h>
@@ -72,6 +74,7 @@ struct Options {
   int64_t batch_size = 0;
   std::string precision;
   int64_t warmup_steps = 0;
+  std::string training_stream = "default";  // or "side"
   int64_t steps = 0;
   double lr = 0.0;
   double weight_decay = 0.0;
@@ -149,6 +152,8 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("precision", po::value(&o.precision)->default_value("bf16"),
        "fp32 | bf16 | fp16 | fp8: passed to the plugin as precision=..., and the dtype of the peak matmul (bf16 for fp8)")
       ("warmup-steps", po::value(&o.warmup_steps)->default_value(10), "untimed steps first")
+      ("training-stream", po::value(&o.training_stream)->default_value("default"),
+       "default (the legacy default stream) or side (a non-blocking stream of LibTorch's pool) for the training steps")
       ("steps", po::value(&o.steps)->default_value(50), "timed steps")
       ("lr", po::value(&o.lr)->default_value(1e-4, "1e-4"), "AdamW learning rate")
       ("weight-decay", po::value(&o.weight_decay)->default_value(0.05, "0.05"), "AdamW weight decay")
@@ -216,6 +221,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
   if (o.save_every > 0 && o.save_dir.empty()) problems.push_back("--save-every needs --save-dir DIR");
   if (o.save_every == 0 && (o.save_async || !o.save_dir.empty())) {
     problems.push_back("--save-dir and --save-async go with --save-every N");
+  }
+  if (o.training_stream != "default" && o.training_stream != "side") {
+    problems.push_back(fmt::format("--training-stream must be default or side, got '{}'", o.training_stream));
   }
   if (o.warmup_steps < 0) problems.push_back(fmt::format("--warmup-steps must be >= 0, got {}", o.warmup_steps));
   if (o.peak_tflops < 0) problems.push_back(fmt::format("--peak-tflops must be >= 0, got {}", o.peak_tflops));
@@ -460,6 +468,14 @@ int run(const Options& o) {
 
   // The peak covers training (model, optimizer state, activations), as torch.cuda's does in the
   // peer after its reset_peak_memory_stats() at the same point.
+  // --training-stream side: the steps on a stream of LibTorch's pool (non-blocking) rather than the
+  // legacy default stream, with which any library's synchronous CUDA call (a cudaMemcpy, say)
+  // implicitly waits for every queued training kernel.
+  synchronize(device);
+  std::optional<c10::StreamGuard> training_stream;
+  if (o.training_stream == "side" && device.is_cuda()) {
+    training_stream.emplace(c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device));
+  }
   reset_peak_memory(device);
   b.model->train();
   for (int64_t i = 0; i < o.warmup_steps; ++i) train_step();

@@ -580,7 +580,8 @@ PY
       common=(--plugin torch_ddp --model base --batch-size 256 --precision bf16 --warmup-steps 10
         --steps "${COLO_NJ_STEPS:-40}" --peak-tflops 1)
       # COLO_NJ_KINDS picks the runs; the _graphs kinds train with cuda_graphs=true (one graph launch a step
-      # instead of a thousand kernel launches from the training thread).
+      # instead of a thousand kernel launches from the training thread), the _side kinds on a non-blocking
+      # stream (--training-stream side).
       for ((i = 0; i < ${COLO_NJ_REPEATS:-2}; i++)); do
         for kind in ${COLO_NJ_KINDS:-synthetic nvjpeg_w2 cpu_w2 cpu_wall}; do
           extra=()
@@ -590,6 +591,7 @@ PY
             cpu_wall*) extra=(--image-folder "$folder" --decoder cpu --workers "$all") ;;
           esac
           [[ $kind == *_graphs ]] && extra+=(--plugin-opt cuda_graphs=true)
+          [[ $kind == *_side ]] && extra+=(--training-stream side)
           timeout 240 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench "${common[@]}" "${extra[@]}" \
             --json "$LOGS/nj_${kind}_$i.json" >"$LOGS/nj_${kind}_$i.log" 2>&1
           note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/nj_${kind}_$i.json" 2>/dev/null | head -1) $(grep -h 'data:' "$LOGS/nj_${kind}_$i.log" | head -1)"
@@ -607,11 +609,11 @@ runs = {k: [json.load(open(f)) for f in sorted(glob.glob(f"{sys.argv[1]}/nj_{k}_
 mean = {k: sum(r["images_per_s"] for r in v) / len(v) for k, v in runs.items() if v}
 labels = {"nvjpeg_w2": "nvJPEG, 2 loader threads", "cpu_w2": "CPU decoder, 2 loader threads",
           "cpu_wall": f"CPU decoder, {sys.argv[2]} loader threads"}
-for graphs in ("", "_graphs"):
+for graphs in ("", "_graphs", "_side"):
     base = "synthetic" + graphs
     if base not in mean:
         continue
-    how = " with cuda_graphs" if graphs else " eager"
+    how = {"": " eager", "_graphs": " with cuda_graphs", "_side": " eager on a side stream"}[graphs]
     print(f"nvjpeg: synthetic{how} {mean[base]:.1f} img/s (ViT-B/16 bf16 batch 256, one GPU, {len(runs[base])} runs)")
     for k in ("nvjpeg_w2", "cpu_w2", "cpu_wall"):
         if k + graphs not in mean:
