@@ -63,33 +63,48 @@ int64_t bytes(int64_t elements, c10::ScalarType dtype) {
 }
 
 int64_t activation_bytes(const nn::ModelSummary& model, std::size_t begin, std::size_t end, int64_t samples,
-                         c10::ScalarType dtype, bool checkpointing, int tp, bool sequence_parallel,
+                         amp::Precision precision, bool checkpointing, int tp, bool sequence_parallel,
                          std::vector<std::string>* unknown) {
   const auto per_rank = [&](int64_t elements, int64_t tensor_parallel) {
     if (sequence_parallel) return elements / tp;
     return elements - tensor_parallel + tensor_parallel / tp;
   };
-  int64_t kept = 0, widest_recompute = 0, widest_output = 0;
+  const bool float8 = precision == amp::Precision::kFp8;
+  // Per sample, in bytes: what a layer keeps in the compute dtype and, under fp8, in float8.
+  const int64_t element = static_cast<int64_t>(c10::elementSize(amp::to_dtype(precision)));
+  const auto kept_bytes = [&](const nn::ActivationFootprint& f) {
+    const int64_t own = per_rank(f.kept, f.kept_tensor_parallel);
+    if (!float8) return own * element;
+    const int64_t own_float8 = per_rank(f.kept_float8, f.kept_float8_tensor_parallel);
+    return (own - own_float8) * element + own_float8;
+  };
+  int64_t kept = 0, widest_recompute = 0, widest_output = 0, weight_copies = 0, widest_recompute_copies = 0;
   for (std::size_t l = begin; l < end && l < model.layers.size(); ++l) {
     const auto& f = model.layers[l].activations;
     if (f.kept < 0) {
       if (unknown) unknown->push_back(model.layers[l].name);
       continue;
     }
-    const int64_t own = per_rank(f.kept, f.kept_tensor_parallel);
+    const int64_t own = kept_bytes(f);
+    // A layer that tensor parallelism splits (its heads, its hidden units) splits its weights too.
+    const int64_t copies = f.kept_tensor_parallel > 0 ? f.float8_weights / tp : f.float8_weights;
     // The first layer's input needs no gradient: it is not recomputed (Layer::run).
     const bool recomputed = checkpointing && l > 0 && model.layers[l - 1].activations.output >= 0;
     if (recomputed) {
-      kept += per_rank(model.layers[l - 1].activations.output, 0);
+      kept += per_rank(model.layers[l - 1].activations.output, 0) * element;
       widest_recompute = std::max(widest_recompute, own);
+      if (float8) widest_recompute_copies = std::max(widest_recompute_copies, copies);
     } else {
       kept += own;
     }
     widest_output = std::max(widest_output, f.output);
+    // Float8 weight copies: one per pass, kept from its forward to its backward (recomputed
+    // layers make theirs again in backward, one layer at a time).
+    if (float8 && !recomputed) weight_copies += copies;
   }
   // Backward's own buffers: the gradient flowing in and out of the widest layer.
-  const int64_t transient = widest_recompute + 2 * widest_output;
-  return bytes(samples * (kept + transient), dtype);
+  const int64_t transient = widest_recompute + 2 * widest_output * element;
+  return samples * (kept + transient) + weight_copies + widest_recompute_copies;
 }
 
 std::string options_text(const std::map<std::string, std::string>& options) {
@@ -99,11 +114,11 @@ std::string options_text(const std::map<std::string, std::string>& options) {
 }
 
 MemoryPlan data_parallel_plan(const std::string& plugin, const std::map<std::string, std::string>& options,
-                              const MemoryPlanInputs& in, std::vector<MemoryPart> parts, c10::ScalarType compute) {
+                              const MemoryPlanInputs& in, std::vector<MemoryPart> parts, amp::Precision precision) {
   const int64_t samples = MemoryPlan::samples_per_pass(in, in.world_size());
   std::vector<std::string> unknown;
   parts.push_back({fmt::format("activations (batch {}{})", samples, in.activation_checkpointing() ? ", checkpointed" : ""),
-                   activation_bytes(in.model, 0, in.model.layers.size(), samples, compute, in.activation_checkpointing(), 1,
+                   activation_bytes(in.model, 0, in.model.layers.size(), samples, precision, in.activation_checkpointing(), 1,
                                     false, &unknown),
                    false, true});
   MemoryPlan plan;

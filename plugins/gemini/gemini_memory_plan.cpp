@@ -64,7 +64,7 @@ MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPla
   const int64_t reduce_buffers = 3 * (bytes(largest_padded, communication) + bytes(largest_padded / world, communication));
   const int64_t accumulated = in.keeps_gradients_between_passes() ? bytes(in.model.num_trainable(), compute) : 0;
   const int64_t activations =
-      memory_planning::activation_bytes(in.model, 0, in.model.layers.size(), MemoryPlan::samples_per_pass(in, in.world_size()), compute,
+      memory_planning::activation_bytes(in.model, 0, in.model.layers.size(), MemoryPlan::samples_per_pass(in, in.world_size()), o.precision(),
                                         in.activation_checkpointing(), 1, false, &unknown);
   const int64_t state_per_element = 4 * (2 + in.optimizer_states());  // master, gradient, moments
 

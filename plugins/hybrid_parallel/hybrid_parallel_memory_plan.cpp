@@ -202,7 +202,7 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       stage_params.layer_of.insert(stage_params.layer_of.end(), params.layer_of.begin(), params.layer_of.end());
       stage_params.names.insert(stage_params.names.end(), params.names.begin(), params.names.end());
       frozen += params.frozen;
-      activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, compute,
+      activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, o.precision(),
                                                        in.activation_checkpointing(), tp, grid || o.sequence_parallel(),
                                                        r == 0 && c == 0 ? &unknown : nullptr);
       if (grid) activations += whole_layers_activations(in.model, range, samples, compute, tp);

@@ -25,7 +25,7 @@ MemoryPlan LowLevelZeroPlugin::plan_memory(const PluginOptions& given, const Mem
     parts.push_back({"gradients kept whole for accumulation", memory_planning::bytes(trainable, amp::to_dtype(o.precision())),
                      false, true});
   }
-  return memory_planning::data_parallel_plan("low_level_zero", given, in, std::move(parts), amp::to_dtype(o.precision()));
+  return memory_planning::data_parallel_plan("low_level_zero", given, in, std::move(parts), o.precision());
 }
 
 }  // namespace colo::plugins

@@ -17,7 +17,7 @@ MemoryPlan TorchDdpPlugin::plan_memory(const PluginOptions& given, const MemoryP
   const auto params = memory_planning::rank_parameters(in.model, 0, in.model.layers.size());
   return memory_planning::data_parallel_plan("torch_ddp", given, in,
                                              memory_planning::replicated_engine_parts(params.trainable, params.frozen, engine),
-                                             amp::to_dtype(o.precision()));
+                                             o.precision());
 }
 
 }  // namespace colo::plugins

@@ -10,7 +10,7 @@
 namespace colo::shardformer {
 namespace {
 
-std::shared_ptr<dist::ProcessGroup> require_tp(std::shared_ptr<dist::ProcessGroup> tp) {
+std::shared_ptr<dist::ProcessGroup> require_tp_25d(std::shared_ptr<dist::ProcessGroup> tp) {
   if (!tp) throw std::invalid_argument("Tp25dGrid: the tensor-parallel group is null");
   return tp;
 }
@@ -23,7 +23,7 @@ Tp25dGrid::SideAndDepth Tp25dGrid::side_and_depth_of(int tp_size, int depth) {
 }
 
 Tp25dGrid::Tp25dGrid(std::shared_ptr<dist::ProcessGroup> tp, int depth)
-    : tp_(require_tp(std::move(tp))),
+    : tp_(require_tp_25d(std::move(tp))),
       q_(side_and_depth_of(tp_->size(), depth).q),
       depth_(depth),
       // Rank r = l * q² + (i * q + j): depth outermost (see the header: layer 0 holds every

@@ -9,7 +9,7 @@
 namespace colo::shardformer {
 namespace {
 
-std::shared_ptr<dist::ProcessGroup> require_tp(std::shared_ptr<dist::ProcessGroup> tp) {
+std::shared_ptr<dist::ProcessGroup> require_tp_2d(std::shared_ptr<dist::ProcessGroup> tp) {
   if (!tp) throw std::invalid_argument("Tp2dGrid: the tensor-parallel group is null");
   return tp;
 }
@@ -22,7 +22,7 @@ int Tp2dGrid::side_of(int tp_size) {
 }
 
 Tp2dGrid::Tp2dGrid(std::shared_ptr<dist::ProcessGroup> tp)
-    : tp_(require_tp(std::move(tp))),
+    : tp_(require_tp_2d(std::move(tp))),
       q_(side_of(tp_->size())),
       // Rank r = i * q + j: the row axis outermost, the column innermost (neighbouring ranks, the
       // fastest links, share a row: SUMMA's input broadcasts run along it).

@@ -171,7 +171,7 @@ TEST(Engines, OneStagePipelineModelTrainsLikeOneProcess) {
 }
 
 // Every weight moved off its initial value (a fresh ViT's biases and LayerNorms are constant).
-std::shared_ptr<nn::LayerStack> randomised_vit() {
+std::shared_ptr<nn::LayerStack> engine_vit() {
   auto model = make_vit();
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
@@ -185,11 +185,11 @@ std::shared_ptr<nn::LayerStack> randomised_vit() {
 // process on the whole batches.
 TEST(Engines, ApplyDataParallelBuildsEachZeroStageWithOneSyncHandle) {
   const auto data = make_batches(kSteps, kPerRankBatch * world()->size());
-  auto reference = randomised_vit();
+  auto reference = engine_vit();
   const auto want = engine_reference_run(*reference, data);
   for (int stage : {0, 1, 2, 3}) {
     SCOPED_TRACE("zero_stage " + std::to_string(stage));
-    auto model = randomised_vit();
+    auto model = engine_vit();
     broadcast_model(*model, device(), *world());
     const auto engine =
         apply_data_parallel(model, conditioned_adamw(*model), world(),

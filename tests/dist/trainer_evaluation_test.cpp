@@ -37,7 +37,7 @@ data::DataLoader whole_test_loader(int64_t batch) {
 }
 
 // tiny_vit() (or `config`) with every bias and LayerNorm randomised (a fresh one has them 0 and 1).
-std::shared_ptr<nn::LayerStack> randomised_vit(const nn::ViTConfig& config = tiny_vit()) {
+std::shared_ptr<nn::LayerStack> evaluation_vit(const nn::ViTConfig& config = tiny_vit()) {
   auto model = make_vit(config, 11);
   torch::NoGradGuard no_grad;
   torch::manual_seed(12);
@@ -87,7 +87,7 @@ double summed_over_world(double value) {
 }
 
 TEST(TrainerEvaluation, AWholeTestSetLoaderIsShardedByTheTrainerCountingEachImageOnce) {
-  auto model = randomised_vit();
+  auto model = evaluation_vit();
   const WholeSet want = by_hand(*model);
   Booster booster(make_plugin("torch_ddp", {}, world()));
   auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
@@ -109,7 +109,7 @@ TEST(TrainerEvaluation, AWholeTestSetLoaderIsShardedByTheTrainerCountingEachImag
 }
 
 TEST(TrainerEvaluation, OutsideFitItRunsTheHooksAndWithoutAnyMeasuresLossAndTop1) {
-  auto model = randomised_vit();
+  auto model = evaluation_vit();
   const WholeSet want = by_hand(*model);
   Booster booster(make_plugin("torch_ddp", {}, world()));
   auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
@@ -133,7 +133,7 @@ TEST(TrainerEvaluation, OutsideFitItRunsTheHooksAndWithoutAnyMeasuresLossAndTop1
 }
 
 TEST(TrainerEvaluation, ALoaderThatDropsImagesIsRefusedSayingHowMany) {
-  auto model = randomised_vit();
+  auto model = evaluation_vit();
   Booster booster(make_plugin("torch_ddp", {}, world()));
   auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
   data::DataLoader loader(evaluation_set(), data::DataLoaderOptions(4).drop_last(true).device(device()));
@@ -160,11 +160,11 @@ PluginOptions pipeline_options(const std::string& eval_microbatch_size) {
 
 TEST(TrainerEvaluation, APipelineEvaluatesInLargerMicrobatchesWithTheSameResults) {
   if (world()->size() % 2 != 0) GTEST_SKIP() << "a pipeline of two stages needs an even world";
-  const WholeSet want = by_hand(*randomised_vit());
+  const WholeSet want = by_hand(*evaluation_vit());
   std::vector<Record> records;
   for (const std::string eval_size : {"1", ""}) {
     Booster booster(make_plugin("hybrid_parallel", pipeline_options(eval_size), world()));
-    auto model = randomised_vit();
+    auto model = evaluation_vit();
     auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
     auto loader = whole_test_loader(8);
     Trainer trainer(booster, b, TrainerOptions().progress(false));
@@ -199,7 +199,7 @@ std::vector<int64_t> forward_only_microbatches(const PluginOptions& options, int
   auto sizes = std::make_shared<std::vector<int64_t>>();
   // A probe and four blocks: two chunks on each of two stages need four places (the head goes
   // with the last block).
-  auto vit = randomised_vit(tiny_vit().depth(4));
+  auto vit = evaluation_vit(tiny_vit().depth(4));
   auto model = std::make_shared<nn::LayerStack>();
   model->push_back(std::make_shared<BatchSizeProbe>(sizes));
   for (const auto& layer : vit->layers()) model->push_back(layer);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <colo/nn/init.h>
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/layer_norm.h>
 
 namespace colo::nn {
@@ -35,6 +36,11 @@ ActivationFootprint ClassifierHead::footprint(const ViTConfig& config) {
   ActivationFootprint f;
   f.kept = 2 * config.embed_dim();
   f.output = config.num_classes();
+  // Under precision=fp8 the classifier multiplies in float8 where its features fit (use_fp8_linears).
+  if (fp8_linear_fits(config.embed_dim(), config.num_classes())) {
+    f.kept_float8 = config.embed_dim();
+    f.float8_weights = config.embed_dim() * config.num_classes();
+  }
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <colo/nn/drop_path.h>
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/layer_norm.h>
 
 namespace colo::nn {
@@ -41,6 +42,16 @@ ActivationFootprint EncoderBlock::footprint(const ViTConfig& config) {
   f.kept_tensor_parallel = 5 * td + 2 * tokens * config.mlp_hidden_dim();
   f.kept = 4 * td + f.kept_tensor_parallel;
   f.output = td;
+  // Float8 linears (precision=fp8) keep their inputs as float8 copies: norm1's and norm2's outputs
+  // (qkv's and fc1's inputs, whole under tensor parallelism), proj's input and GELU's output (fc2's,
+  // split); and each weight's float8 copy. GELU's input (fc1's output) stays in bf16 for GELU's
+  // backward, and the attention keeps its own bf16 output.
+  const int64_t d = config.embed_dim(), hidden = config.mlp_hidden_dim();
+  if (fp8_linear_fits(d, 3 * d) && fp8_linear_fits(d, hidden)) {
+    f.kept_float8_tensor_parallel = td + tokens * hidden;
+    f.kept_float8 = 2 * td + f.kept_float8_tensor_parallel;
+    f.float8_weights = 4 * d * d + 2 * d * hidden;
+  }
   return f;
 }
 

@@ -93,13 +93,15 @@ namespace memory_planning {
 int64_t bytes(int64_t elements, c10::ScalarType dtype);
 
 // Activations one rank keeps for backward over layers [begin, end) of the summary, for
-// `samples` samples held at once, in `dtype`, with tensor parallelism over `tp` ranks (the
-// layers' tensor-parallel parts divided) and `sequence_parallel` (the replicated rest divided
-// too): each layer keeps its footprint, or, checkpointed, only its input; backward adds one
-// layer's recomputed activations and gradient buffers of the widest layer. Layers without a
-// footprint count 0 and are named in `unknown`.
+// `samples` samples held at once, in `precision`'s compute dtype, with tensor parallelism over
+// `tp` ranks (the layers' tensor-parallel parts divided) and `sequence_parallel` (the replicated
+// rest divided too): each layer keeps its footprint, or, checkpointed, only its input; backward
+// adds one layer's recomputed activations and gradient buffers of the widest layer. Under fp8 the
+// float8 linears' inputs count one byte each and their weights' float8 copies once per pass
+// (ActivationFootprint::kept_float8, float8_weights). Layers without a footprint count 0 and are
+// named in `unknown`.
 int64_t activation_bytes(const nn::ModelSummary& model, std::size_t begin, std::size_t end, int64_t samples,
-                         c10::ScalarType dtype, bool checkpointing, int tp, bool sequence_parallel,
+                         amp::Precision precision, bool checkpointing, int tp, bool sequence_parallel,
                          std::vector<std::string>* unknown);
 
 // The model state a replicated-weights engine holds for this rank's parameters (trainable ones
@@ -171,9 +173,9 @@ std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, c
 std::string options_text(const std::map<std::string, std::string>& options);
 
 // The plan of a plugin whose ranks all hold the same (data parallelism over the world): `parts`
-// (model state) plus the whole model's activations at the per-rank batch, in `compute`.
+// (model state) plus the whole model's activations at the per-rank batch, in `precision`.
 MemoryPlan data_parallel_plan(const std::string& plugin, const std::map<std::string, std::string>& options,
-                              const MemoryPlanInputs& inputs, std::vector<MemoryPart> parts, c10::ScalarType compute);
+                              const MemoryPlanInputs& inputs, std::vector<MemoryPart> parts, amp::Precision precision);
 
 }  // namespace memory_planning
 

@@ -16,6 +16,13 @@ struct ActivationFootprint {
   int64_t kept = -1;                 // activations backward needs; -1: the layer does not say
   int64_t kept_tensor_parallel = 0;  // the part of `kept` tensor parallelism splits over its ranks
   int64_t output = -1;               // the layer's output (the next layer's input)
+  // Under precision=fp8: the part of `kept` that the layer's float8 linears keep as one-byte
+  // float8 copies instead (their inputs), and of that the part tensor parallelism splits; and
+  // the weight elements they keep as float8 copies per pass, whatever its samples (split by tensor
+  // parallelism in a layer it splits: one with kept_tensor_parallel).
+  int64_t kept_float8 = 0;
+  int64_t kept_float8_tensor_parallel = 0;
+  int64_t float8_weights = 0;
 };
 
 // One element of a LayerStack: a module that maps one tensor to one tensor (images → tokens,
