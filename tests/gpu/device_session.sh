@@ -581,7 +581,8 @@ PY
         --steps "${COLO_NJ_STEPS:-40}" --peak-tflops 1)
       # COLO_NJ_KINDS picks the runs; the _graphs kinds train with cuda_graphs=true (one graph launch a step
       # instead of a thousand kernel launches from the training thread), the _side kinds on a non-blocking
-      # stream (--training-stream side).
+      # stream (--training-stream side); the _profile kinds trace 3 steps after the timed ones and list each
+      # thread's CUDA calls (benchmarks/peers/api_calls.py: what the loader threads wait in).
       for ((i = 0; i < ${COLO_NJ_REPEATS:-2}; i++)); do
         for kind in ${COLO_NJ_KINDS:-synthetic nvjpeg_w2 cpu_w2 cpu_wall}; do
           extra=()
@@ -592,11 +593,16 @@ PY
           esac
           [[ $kind == *_graphs ]] && extra+=(--plugin-opt cuda_graphs=true)
           [[ $kind == *_side ]] && extra+=(--training-stream side)
+          [[ $kind == *_profile ]] && extra+=(--profile "$LOGS/nj_${kind}_$i.trace.json")
           timeout 240 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench "${common[@]}" "${extra[@]}" \
             --json "$LOGS/nj_${kind}_$i.json" >"$LOGS/nj_${kind}_$i.log" 2>&1
           note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/nj_${kind}_$i.json" 2>/dev/null | head -1) $(grep -h 'data:' "$LOGS/nj_${kind}_$i.log" | head -1)"
           grep -hiE "error|decoder nvjpeg" "$LOGS/nj_${kind}_$i.log" | head -3 >>"$LOGS/summary.txt"
           grep -h "GPU decoding" "$LOGS/nj_${kind}_$i.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+          if [[ $kind == *_profile ]]; then
+            python3 benchmarks/peers/api_calls.py "$LOGS/nj_${kind}_$i.trace.json" 2>&1 | head -60 |
+              tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+          fi
         done
       done
       python3 - "$LOGS" "$all" <<'PY' | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
