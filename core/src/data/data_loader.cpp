@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "decode_phases.h"
 #include "seed_mix.h"
 
 namespace colo::data {
@@ -37,12 +38,6 @@ struct LoaderCounters {
   std::atomic<int64_t> wait_ns{0};
 };
 
-// CPU time of the calling thread: what preparing a batch cost, whatever else ran on the core.
-int64_t thread_cpu_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
 
 // Everything that determines the batches of one epoch on one replica. Immutable, so the caller
 // and the prefetch thread share it without locks.
@@ -211,10 +206,9 @@ class Prefetcher {
       const int64_t cpu_start = thread_cpu_ns();
       try {
         if (device.is_cuda()) {
-          // A high-priority stream: the training's kernels fill the GPU, and at normal priority a
-          // batch's few small kernels (nvJPEG's, the resize, the normalisation) each waited behind
-          // them, so that during training 2 nvJPEG workers made ~3500 images/s where alone they
-          // made ~11000 (ViT-B/16 on an H200). Their blocks now go first as SMs free up.
+          // A high-priority stream: a batch's few small kernels (nvJPEG's, the resize, the
+          // normalisation) need not queue behind the training's, which fill the GPU. (It did not
+          // cure the nvJPEG loader's slowdown during training: docs/gpu_jpeg_decoding.md.)
           if (!copy_stream) {
             copy_stream = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device, /*isHighPriority=*/true);
           }

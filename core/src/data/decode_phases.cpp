@@ -14,24 +14,25 @@ int64_t phase_wall_ns() {
       .count();
 }
 
-int64_t phase_cpu_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-}
 
 constexpr const char* kPhaseNames[] = {"read files", "parse headers", "nvJPEG submit", "nvJPEG wait", "resample + labels",
                                   "finish wait"};
 
 }  // namespace
 
+int64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 DecodePhases::Span::Span(DecodePhases& phases, DecodePhase phase)
-    : phases_(phases), phase_(phase), wall_start_ns_(phase_wall_ns()), cpu_start_ns_(phase_cpu_ns()) {}
+    : phases_(phases), phase_(phase), wall_start_ns_(phase_wall_ns()), cpu_start_ns_(thread_cpu_ns()) {}
 
 DecodePhases::Span::~Span() {
   const auto index = static_cast<size_t>(phase_);
   phases_.wall_ns_[index] += phase_wall_ns() - wall_start_ns_;
-  phases_.cpu_ns_[index] += phase_cpu_ns() - cpu_start_ns_;
+  phases_.cpu_ns_[index] += thread_cpu_ns() - cpu_start_ns_;
 }
 
 std::string DecodePhases::summary() const {

@@ -11,6 +11,9 @@
 
 namespace colo::data::detail {
 
+// CPU time of the calling thread, in ns: what a batch cost the loader, whatever else ran on the core.
+int64_t thread_cpu_ns();
+
 enum class DecodePhase { kRead, kParse, kSubmit, kDecodeWait, kResample, kFinish, kCount };
 
 class DecodePhases {
