@@ -582,7 +582,8 @@ PY
       # COLO_NJ_KINDS picks the runs; the _graphs kinds train with cuda_graphs=true (one graph launch a step
       # instead of a thousand kernel launches from the training thread), the _side kinds on a non-blocking
       # stream (--training-stream side); the _profile kinds trace 3 steps after the timed ones and list each
-      # thread's CUDA calls (benchmarks/peers/api_calls.py: what the loader threads wait in).
+      # thread's CUDA calls (benchmarks/peers/api_calls.py: what the loader threads wait in); the _connN kinds
+      # run with CUDA_DEVICE_MAX_CONNECTIONS=N.
       for ((i = 0; i < ${COLO_NJ_REPEATS:-2}; i++)); do
         for kind in ${COLO_NJ_KINDS:-synthetic nvjpeg_w2 cpu_w2 cpu_wall}; do
           extra=()
@@ -594,7 +595,11 @@ PY
           [[ $kind == *_graphs ]] && extra+=(--plugin-opt cuda_graphs=true)
           [[ $kind == *_side ]] && extra+=(--training-stream side)
           [[ $kind == *_profile ]] && extra+=(--profile "$LOGS/nj_${kind}_$i.trace.json")
-          timeout 240 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench "${common[@]}" "${extra[@]}" \
+          # _connN: CUDA_DEVICE_MAX_CONNECTIONS=N (the hardware work queues the streams share; 8 by default).
+          connections=
+          [[ $kind =~ _conn([0-9]+) ]] && connections=${BASH_REMATCH[1]}
+          ${connections:+env CUDA_DEVICE_MAX_CONNECTIONS=$connections} \
+            timeout 240 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench "${common[@]}" "${extra[@]}" \
             --json "$LOGS/nj_${kind}_$i.json" >"$LOGS/nj_${kind}_$i.log" 2>&1
           note "$kind run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/nj_${kind}_$i.json" 2>/dev/null | head -1) $(grep -h 'data:' "$LOGS/nj_${kind}_$i.log" | head -1)"
           grep -hiE "error|decoder nvjpeg" "$LOGS/nj_${kind}_$i.log" | head -3 >>"$LOGS/summary.txt"
@@ -615,11 +620,13 @@ runs = {k: [json.load(open(f)) for f in sorted(glob.glob(f"{sys.argv[1]}/nj_{k}_
 mean = {k: sum(r["images_per_s"] for r in v) / len(v) for k, v in runs.items() if v}
 labels = {"nvjpeg_w2": "nvJPEG, 2 loader threads", "cpu_w2": "CPU decoder, 2 loader threads",
           "cpu_wall": f"CPU decoder, {sys.argv[2]} loader threads"}
-for graphs in ("", "_graphs", "_side"):
+def describe(suffix):
+    parts = [{"graphs": "with cuda_graphs", "side": "on a side stream"}.get(p, p.replace("conn", "CUDA_DEVICE_MAX_CONNECTIONS="))
+             for p in suffix.split("_") if p]
+    return " " + (", ".join(parts) if parts else "eager")
+for graphs in sorted(k[len("synthetic"):] for k in mean if k.startswith("synthetic")):
     base = "synthetic" + graphs
-    if base not in mean:
-        continue
-    how = {"": " eager", "_graphs": " with cuda_graphs", "_side": " eager on a side stream"}[graphs]
+    how = describe(graphs)
     print(f"nvjpeg: synthetic{how} {mean[base]:.1f} img/s (ViT-B/16 bf16 batch 256, one GPU, {len(runs[base])} runs)")
     for k in ("nvjpeg_w2", "cpu_w2", "cpu_wall"):
         if k + graphs not in mean:
