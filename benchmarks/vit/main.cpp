@@ -19,6 +19,7 @@
 #include <colo/compat/torch_compat.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <colo/data/cuda_work_queues.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/image_folder.h>
 #include <colo/data/synthetic_dataset.h>
@@ -330,6 +331,8 @@ std::vector<std::vector<double>> gather_over_ranks(dist::ProcessGroup* world, co
 }
 
 int run(const Options& o) {
+  // Before any CUDA work: nvJPEG needs more hardware queues than a context gets by default.
+  if (!o.image_folder.empty() && o.decoder != "cpu") data::widen_work_queues_for_nvjpeg();
   auto& registry = PluginRegistry::global();
   const PluginContext context = registry.default_context();
   const c10::Device device = context.device;

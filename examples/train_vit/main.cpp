@@ -12,6 +12,7 @@
 #include <colo/checkpoint/atomic_file.h>
 #include <colo/data/auto_augment.h>
 #include <colo/data/cifar10.h>
+#include <colo/data/cuda_work_queues.h>
 #include <colo/data/data_loader.h>
 #include <colo/data/dataset_error.h>
 #include <colo/data/fashion_mnist.h>
@@ -232,6 +233,8 @@ std::optional<colo::data::Normalization> pretrained_normalization(const std::opt
 
 int run(TrainOptions o, const colo::dist::Environment& env) {
   const auto job_start = Clock::now();
+  // Before any CUDA work: nvJPEG needs more hardware queues than a context gets by default.
+  if (o.dataset == "imagefolder" && o.decoder != "cpu") colo::data::widen_work_queues_for_nvjpeg();
   const int threads = o.threads > 0 ? o.threads : std::max(1, train_vit::available_cpus() / env.local_world_size);
   train_vit::set_compute_threads(threads);
   // Under colo-run --elastic the run is planned (and recorded) for the largest world.

@@ -1,3 +1,4 @@
+#include <colo/data/cuda_work_queues.h>
 #include <colo/data/dataset_error.h>
 #include <colo/data/image_codec.h>
 #include <colo/data/image_folder.h>
@@ -68,6 +69,9 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   if (const auto errors = validate(options_); !errors.empty()) {
     throw std::invalid_argument(fmt::format("ImageFolder {}: {}", root_, errors));
   }
+  // nvJPEG stalls behind training without its own hardware queues: ask for them while a CUDA
+  // context can still get them (a no-op once it exists; decoder_in_use() then says so).
+  if (options_.decoder() != ImageDecoder::kCpu) widen_work_queues_for_nvjpeg();
   auto listing = detail::scan_image_folder(root_, options_.skip_unreadable());
   classes_ = std::move(listing.classes);
   scan_notes_ = std::move(listing.notes);

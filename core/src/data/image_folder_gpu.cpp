@@ -4,6 +4,7 @@
 // the CPU decoder does), nvJPEG decodes the JPEGs on the device, and one kernel launch resamples
 // every image into the batch with the CPU decoder's filter taps. PNGs, CMYK JPEGs and whatever
 // nvJPEG refuses go through the CPU decoder's own read_slot into their places.
+#include <colo/data/cuda_work_queues.h>
 #include <colo/data/dataset_error.h>
 #include <colo/data/image_codec.h>
 #include <colo/data/image_folder.h>
@@ -121,8 +122,11 @@ std::string ImageFolder::decoder_in_use(const torch::Device& device) const {
                        why_not);
   }
 #ifdef COLO_WITH_NVJPEG
-  return fmt::format("JPEGs decoded on {} by {} (decoder {}; PNG and CMYK files on the CPU)", device.str(),
-                     gpu->decoder.description(), to_string(options_.decoder()));
+  const WorkQueuesPlan queues = current_work_queues();
+  return fmt::format("JPEGs decoded on {} by {} (decoder {}; PNG and CMYK files on the CPU; {})", device.str(),
+                     gpu->decoder.description(), to_string(options_.decoder()),
+                     queues.advice.empty() ? fmt::format("{} CUDA work queues", queues.queues)
+                                           : "WARNING: " + queues.advice);
 #else
   return {};
 #endif

@@ -1,6 +1,7 @@
 list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/auto_augment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cifar10.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_work_queues.cpp
   ${CMAKE_CURRENT_LIST_DIR}/data_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
   ${CMAKE_CURRENT_LIST_DIR}/distributed_sampler.cpp
