@@ -15,31 +15,32 @@ namespace {
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "expected \"" << (part) << "\" in: " << (text)
 
-TEST(CudaWorkQueues, UnsetBeforeTheContextIsSetToThirtyTwo) {
+TEST(CudaWorkQueues, UnsetBeforeCudaStartsIsSetToThirtyTwo) {
   const auto plan = plan_work_queues(std::nullopt, false);
   EXPECT_TRUE(plan.set_variable);
   EXPECT_EQ(plan.queues, kNvjpegWorkQueues);
   EXPECT_TRUE(plan.advice.empty()) << plan.advice;
 }
 
-TEST(CudaWorkQueues, UnsetAfterTheContextIsAdvisedNotSet) {
+TEST(CudaWorkQueues, UnsetAfterCudaStartedIsAdvisedNotSet) {
   const auto plan = plan_work_queues(std::nullopt, true);
   EXPECT_FALSE(plan.set_variable);
   EXPECT_EQ(plan.queues, kDefaultWorkQueues);
   EXPECT_CONTAINS(plan.advice, "CUDA_DEVICE_MAX_CONNECTIONS=32");
+  EXPECT_CONTAINS(plan.advice, "CUDA was initialised in this process before colo could set it");
   EXPECT_CONTAINS(plan.advice, "before the process starts");
 }
 
 TEST(CudaWorkQueues, AUserValueIsKeptAndAdvisedAgainstBelowThirtyTwo) {
-  for (const bool context : {false, true}) {
-    const auto low = plan_work_queues(std::string("31"), context);
+  for (const bool initialised : {false, true}) {
+    const auto low = plan_work_queues(std::string("31"), initialised);
     EXPECT_FALSE(low.set_variable);
     EXPECT_EQ(low.queues, 31);
     EXPECT_CONTAINS(low.advice, "CUDA_DEVICE_MAX_CONNECTIONS=31 (set outside colo, kept)");
-    const auto one = plan_work_queues(std::string("1"), context);  // Megatron's setting
+    const auto one = plan_work_queues(std::string("1"), initialised);  // Megatron's setting
     EXPECT_EQ(one.queues, 1);
     EXPECT_FALSE(one.advice.empty());
-    const auto enough = plan_work_queues(std::string("32"), context);
+    const auto enough = plan_work_queues(std::string("32"), initialised);
     EXPECT_FALSE(enough.set_variable);
     EXPECT_EQ(enough.queues, 32);
     EXPECT_TRUE(enough.advice.empty()) << enough.advice;

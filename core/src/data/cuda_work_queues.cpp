@@ -9,7 +9,7 @@
 #include <string>
 
 #ifdef COLO_WITH_NVJPEG
-#include <c10/cuda/CUDAFunctions.h>
+#include <dlfcn.h>
 #endif
 
 namespace colo::data {
@@ -17,33 +17,41 @@ namespace {
 
 constexpr const char* kVariable = "CUDA_DEVICE_MAX_CONNECTIONS";
 
-// Whether this process has a CUDA context on any device (then the variable no longer matters).
-bool cuda_context_exists() {
+// Whether the CUDA driver is initialised in this process (cuInit: the first CUDA call of any kind,
+// even counting devices), after which CUDA_DEVICE_MAX_CONNECTIONS no longer takes effect. Asked of
+// the driver without initialising it: only where libcuda is loaded already, and through a call
+// that answers CUDA_ERROR_NOT_INITIALIZED before cuInit.
+bool cuda_initialised() {
 #ifdef COLO_WITH_NVJPEG
-  const auto devices = c10::cuda::device_count();
-  for (c10::DeviceIndex d = 0; d < devices; ++d) {
-    if (c10::cuda::hasPrimaryContext(d)) return true;
-  }
-#endif
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  using DeviceGetCount = int (*)(int*);
+  auto* count = reinterpret_cast<DeviceGetCount>(dlsym(driver, "cuDeviceGetCount"));
+  int devices = 0;
+  const bool initialised = count != nullptr && count(&devices) == 0;  // 0: CUDA_SUCCESS
+  dlclose(driver);
+  return initialised;
+#else
   return false;
+#endif
 }
 
 }  // namespace
 
-WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool context_exists) {
+WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool cuda_initialised) {
   WorkQueuesPlan plan;
   const std::string wanted = fmt::format("{}={}", kVariable, kNvjpegWorkQueues);
   const std::string why = "nvJPEG's internal streams then share hardware queues with the training stream and a "
                           "decode waits behind the queued training kernels (up to a step)";
   if (!variable) {
-    if (!context_exists) {
+    if (!cuda_initialised) {
       plan.queues = kNvjpegWorkQueues;
       plan.set_variable = true;
       return plan;
     }
-    plan.advice = fmt::format("{} is unset ({} queues) and this process's CUDA context exists already: {}; set {} "
-                              "before the process starts, or call colo::data::widen_work_queues_for_nvjpeg() "
-                              "before its first CUDA work",
+    plan.advice = fmt::format("{} is unset ({} queues) and CUDA was initialised in this process before colo could "
+                              "set it: {}; set {} before the process starts, or call "
+                              "colo::data::widen_work_queues_for_nvjpeg() before its first CUDA call",
                               kVariable, kDefaultWorkQueues, why, wanted);
     return plan;
   }
@@ -63,13 +71,15 @@ WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool
 
 WorkQueuesPlan current_work_queues() {
   if (!nvjpeg_compiled()) return {};
-  return plan_work_queues(env::text(kVariable), cuda_context_exists());
+  return plan_work_queues(env::text(kVariable), cuda_initialised());
 }
 
 WorkQueuesPlan widen_work_queues_for_nvjpeg() {
   if (!nvjpeg_compiled()) return {};
   WorkQueuesPlan plan = current_work_queues();
   if (plan.set_variable) {
+    // Left unset where CUDA is initialised already (too late to count): current_work_queues() then
+    // keeps saying so.
     setenv(kVariable, std::to_string(kNvjpegWorkQueues).c_str(), 0);
     plan.set_variable = false;
   }

@@ -6,9 +6,10 @@
 // otherwise. An internal stream that shares a queue with the training stream runs only after every
 // training kernel queued ahead of it, so the decoding thread stalls for up to a whole step
 // (ViT-B/16 bf16 batch 256 from JPEGs on an H200: 0.914 of synthetic data with 8 queues, 0.983
-// with 32). The driver reads the variable when it creates the context, so it must be set before the
-// process's first CUDA work: widen_work_queues_for_nvjpeg() does that where it still can, and
-// ImageFolder::decoder_in_use() says when it came too late.
+// with 32). The driver reads the variable when it initialises (cuInit: the process's first CUDA
+// call of any kind, counting the devices included), so it must be set before that:
+// widen_work_queues_for_nvjpeg() does so where it still can, and ImageFolder::decoder_in_use() says
+// when it came too late.
 #include <optional>
 #include <string>
 
@@ -25,15 +26,16 @@ struct WorkQueuesPlan {
   std::string advice;               // non-empty: nvJPEG will stall, and what to change
 };
 
-// The plan for a process whose CUDA_DEVICE_MAX_CONNECTIONS is `variable` (nullopt when unset or empty) and
-// that has (`context_exists`) or has not yet made a CUDA context. A value the user set is never
-// overridden, only advised against when it is below kNvjpegWorkQueues.
-WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool context_exists);
+// The plan for a process whose CUDA_DEVICE_MAX_CONNECTIONS is `variable` (nullopt when unset or
+// empty) and whose CUDA driver is (`cuda_initialised`) or is not yet initialised. A value the user
+// set is never overridden, only advised against when it is below kNvjpegWorkQueues.
+WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool cuda_initialised);
 
 // Carries out plan_work_queues for this process in builds with nvJPEG (sets the variable when it
-// is unset and no CUDA context exists yet) and returns the plan; elsewhere returns a plan with no
-// advice and changes nothing. Programs that may decode with nvJPEG call it before their first CUDA
-// work; ImageFolder calls it when built with decoder nvjpeg or auto.
+// is unset and CUDA is not initialised yet; it asks the driver without initialising it) and
+// returns the plan; elsewhere returns a plan with no advice and changes nothing. Programs that may
+// decode with nvJPEG call it before their first CUDA call; ImageFolder calls it when built with
+// decoder nvjpeg or auto.
 WorkQueuesPlan widen_work_queues_for_nvjpeg();
 
 // The plan as it stands, changing nothing: for the decoder's description.
