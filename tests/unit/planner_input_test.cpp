@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "planner_fixture.h"
@@ -349,9 +350,14 @@ TEST(PlannerInput, AChainedBlockCostsItsShareOfTheChain) {
     }
     return 0.0;
   };
-  const double one = block(colo::planner::measure_profile(options.blocks_per_call(1)));
-  const double share = block(colo::planner::measure_profile(options.blocks_per_call(3)));
+  // The least of three alternating rounds each: a loaded machine (CI runs tests beside builds) only
+  // ever adds time, and one slow round once put a single pair outside the bounds.
+  double one = std::numeric_limits<double>::infinity(), share = one;
+  for (int round = 0; round < 3; ++round) {
+    one = std::min(one, block(colo::planner::measure_profile(options.blocks_per_call(1))));
+    share = std::min(share, block(colo::planner::measure_profile(options.blocks_per_call(3))));
+  }
   ASSERT_GT(one, 0.0);
   EXPECT_GT(share / one, 0.5);
-  EXPECT_LT(share / one, 2.0);
+  EXPECT_LT(share / one, 1.5);  // measured 0.93-0.95; 2.29 with the chain left undivided
 }
