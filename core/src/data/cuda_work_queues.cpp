@@ -15,7 +15,7 @@
 namespace colo::data {
 namespace {
 
-constexpr const char* kVariable = "CUDA_DEVICE_MAX_CONNECTIONS";
+constexpr const char* kConnectionsVariable = "CUDA_DEVICE_MAX_CONNECTIONS";
 
 // Whether the CUDA driver is initialised in this process (cuInit: the first CUDA call of any kind,
 // even counting devices), after which CUDA_DEVICE_MAX_CONNECTIONS no longer takes effect. Asked of
@@ -40,7 +40,7 @@ bool cuda_initialised() {
 
 WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool cuda_initialised) {
   WorkQueuesPlan plan;
-  const std::string wanted = fmt::format("{}={}", kVariable, kNvjpegWorkQueues);
+  const std::string wanted = fmt::format("{}={}", kConnectionsVariable, kNvjpegWorkQueues);
   const std::string why = "nvJPEG's internal streams then share hardware queues with the training stream and a "
                           "decode waits behind the queued training kernels (up to a step)";
   if (!variable) {
@@ -52,26 +52,26 @@ WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool
     plan.advice = fmt::format("{} is unset ({} queues) and CUDA was initialised in this process before colo could "
                               "set it: {}; set {} before the process starts, or call "
                               "colo::data::widen_work_queues_for_nvjpeg() before its first CUDA call",
-                              kVariable, kDefaultWorkQueues, why, wanted);
+                              kConnectionsVariable, kDefaultWorkQueues, why, wanted);
     return plan;
   }
   char* end = nullptr;
   const long value = std::strtol(variable->c_str(), &end, 10);
   if (end == variable->c_str() || *end != '\0' || value < 1) {
-    plan.advice = fmt::format("{}='{}' is not a positive number (CUDA then uses {}): {}; set {}", kVariable, *variable,
+    plan.advice = fmt::format("{}='{}' is not a positive number (CUDA then uses {}): {}; set {}", kConnectionsVariable, *variable,
                               kDefaultWorkQueues, why, wanted);
     return plan;
   }
   plan.queues = static_cast<int>(value);
   if (value < kNvjpegWorkQueues) {
-    plan.advice = fmt::format("{}={} (set outside colo, kept): {}; set {}", kVariable, value, why, wanted);
+    plan.advice = fmt::format("{}={} (set outside colo, kept): {}; set {}", kConnectionsVariable, value, why, wanted);
   }
   return plan;
 }
 
 WorkQueuesPlan current_work_queues() {
   if (!nvjpeg_compiled()) return {};
-  return plan_work_queues(env::text(kVariable), cuda_initialised());
+  return plan_work_queues(env::text(kConnectionsVariable), cuda_initialised());
 }
 
 WorkQueuesPlan widen_work_queues_for_nvjpeg() {
@@ -80,7 +80,7 @@ WorkQueuesPlan widen_work_queues_for_nvjpeg() {
   if (plan.set_variable) {
     // Left unset where CUDA is initialised already (too late to count): current_work_queues() then
     // keeps saying so.
-    setenv(kVariable, std::to_string(kNvjpegWorkQueues).c_str(), 0);
+    setenv(kConnectionsVariable, std::to_string(kNvjpegWorkQueues).c_str(), 0);
     plan.set_variable = false;
   }
   return plan;
