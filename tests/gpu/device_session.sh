@@ -974,9 +974,13 @@ PY
       # (it hung under NCCL before the pipeline opened its neighbours' connections up front); one
       # GPU's torch_ddp at batch 128 (the denominator) and PyTorch's Schedule1F1B, same call.
       pg_common=(--model large --batch-size 128 --precision bf16 --warmup-steps 4 --steps "${COLO_PP_STEPS:-12}" --peak-tflops 1)
+      # A run's _connN suffix runs it with CUDA_DEVICE_MAX_CONNECTIONS=N (8 queues by default; nvJPEG's streams
+      # queued behind training's on a shared one, issue 38: does NCCL's?); tp2 and tp2_sp are tensor parallelism.
       for run in ${COLO_PPG_RUNS:-ddp1 f1b_8_eager f1b_8_graphs gpipe_8_eager gpipe_8_graphs inter_8_graphs f1b_4_graphs peer_f1b_8}; do
         opts=()
-        case $run in
+        base=$run connections=
+        if [[ $run =~ ^(.*)_conn([0-9]+)$ ]]; then base=${BASH_REMATCH[1]} connections=${BASH_REMATCH[2]}; fi
+        case $base in
           ddp1) opts=(--plugin torch_ddp) ;;
           f1b_8_eager) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8) ;;
           f1b_8_graphs) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt cuda_graphs=true) ;;
@@ -987,16 +991,18 @@ PY
           # The cut before 75c588c (the patch embedding counted as a layer: 11 and 13 blocks), for the A/B.
           f1b_8_oldcut) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt layers_per_stage=12,13) ;;
           f1b_8_graphs_oldcut) opts=(--plugin hybrid_parallel --plugin-opt pp_size=2 --plugin-opt num_microbatches=8 --plugin-opt cuda_graphs=true --plugin-opt layers_per_stage=12,13) ;;
+          tp2) opts=(--plugin hybrid_parallel --plugin-opt tp_size=2) ;;
+          tp2_sp) opts=(--plugin hybrid_parallel --plugin-opt tp_size=2 --plugin-opt enable_sequence_parallelism=true) ;;
           peer_f1b_8) ;;
           *) note "unknown two-gpu-pp-graphs run $run"; continue ;;
         esac
-        if [ $run = peer_f1b_8 ]; then
-          timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/peers/torch_parallel_bench.py \
+        if [ $base = peer_f1b_8 ]; then
+          ${connections:+env CUDA_DEVICE_MAX_CONNECTIONS=$connections} timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/peers/torch_parallel_bench.py \
             --mode pp --schedule 1F1B --num-microbatches 8 "${pg_common[@]}" --json "$LOGS/ppg_$run.json" >"$LOGS/ppg_$run.log" 2>&1
         else
           nproc=2
-          [ $run = ddp1 ] && nproc=1
-          timeout 120 build-gpu/bin/colo-run --nproc-per-node $nproc build-gpu/bin/colo_vit_bench "${opts[@]}" "${pg_common[@]}" \
+          [ $base = ddp1 ] && nproc=1
+          ${connections:+env CUDA_DEVICE_MAX_CONNECTIONS=$connections} timeout 120 build-gpu/bin/colo-run --nproc-per-node $nproc build-gpu/bin/colo_vit_bench "${opts[@]}" "${pg_common[@]}" \
             --json "$LOGS/ppg_$run.json" >"$LOGS/ppg_$run.log" 2>&1
         fi
         note "two-gpu-pp-graphs $run rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/ppg_$run.json" 2>/dev/null) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/ppg_$run.json" 2>/dev/null)"
