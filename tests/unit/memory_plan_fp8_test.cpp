@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -51,6 +52,19 @@ TEST(MemoryPlanFp8, Float8LinearsKeepOneByteInputsAndAWeightCopyPerPass) {
   const int64_t bf16_tp = activations("hybrid_parallel", tp2, "bf16", 10, 2);
   EXPECT_EQ(activations("hybrid_parallel", tp2, "fp8", 10, 2),
             bf16_tp - samples * depth * (2 * t * d + t * d / 2 + t * h / 2) + weight_copies / 2);
+}
+
+// The 2D, 2.5D and 3D tensor modes multiply in bf16 under precision=fp8 (only 1D's parallel linears
+// have a float8 path; fp8 leaves the grid products as they are), so their blocks are planned as
+// bf16: no one-byte inputs, no float8 weight copies.
+TEST(MemoryPlanFp8, GridTensorModesPlanTheirBlocksInBf16) {
+  for (const auto& [mode, ranks] : {std::pair<std::string, int>{"2d", 4}, {"2.5d", 8}, {"3d", 8}}) {
+    SCOPED_TRACE(mode);
+    colo::PluginOptions grid = {{"tp_size", std::to_string(ranks)}, {"tp_mode", mode}};
+    if (mode == "2.5d") grid["tp_depth"] = "2";  // two layers of a 2 x 2 grid
+    EXPECT_EQ(activations("hybrid_parallel", grid, "fp8", 10, ranks),
+              activations("hybrid_parallel", grid, "bf16", 10, ranks));
+  }
 }
 
 }  // namespace
