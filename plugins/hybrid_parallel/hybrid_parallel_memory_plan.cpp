@@ -188,10 +188,6 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
   }
 
   const auto compute = amp::to_dtype(o.precision());
-  // precision=fp8 multiplies in float8 only through 1D's parallel linears: the 2D, 2.5D and 3D
-  // products stay bf16, so those blocks keep bf16 inputs and make no float8 weight copies. (The
-  // whole head's float8 input, D bytes a sample, is then counted in bf16: a slight overestimate.)
-  const amp::Precision planned = grid && o.precision() == amp::Precision::kFp8 ? amp::Precision::kBf16 : o.precision();
   std::vector<std::string> unknown;
   for (int r = 0; r < pp; ++r) {
     const pipeline::StageManager stages(pp, r, chunks);
@@ -206,7 +202,7 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       stage_params.layer_of.insert(stage_params.layer_of.end(), params.layer_of.begin(), params.layer_of.end());
       stage_params.names.insert(stage_params.names.end(), params.names.begin(), params.names.end());
       frozen += params.frozen;
-      activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, planned,
+      activations += memory_planning::activation_bytes(in.model, range.begin, range.end, samples, o.precision(),
                                                        in.activation_checkpointing(), tp, grid || o.sequence_parallel(),
                                                        r == 0 && c == 0 ? &unknown : nullptr);
       if (grid) activations += whole_layers_activations(in.model, range, samples, compute, tp);

@@ -7,6 +7,7 @@
 #include <colo/nn/vit_config.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -54,17 +55,25 @@ TEST(MemoryPlanFp8, Float8LinearsKeepOneByteInputsAndAWeightCopyPerPass) {
             bf16_tp - samples * depth * (2 * t * d + t * d / 2 + t * h / 2) + weight_copies / 2);
 }
 
-// The 2D, 2.5D and 3D tensor modes multiply in bf16 under precision=fp8 (only 1D's parallel linears
-// have a float8 path; fp8 leaves the grid products as they are), so their blocks are planned as
-// bf16: no one-byte inputs, no float8 weight copies.
-TEST(MemoryPlanFp8, GridTensorModesPlanTheirBlocksInBf16) {
+// The 2D, 2.5D and 3D tensor modes have no float8 products (only 1D's parallel linears do): fp8
+// with them is refused, plan and run alike, rather than planned and run as bf16 under fp8's name.
+TEST(MemoryPlanFp8, GridTensorModesRefuseFp8) {
   for (const auto& [mode, ranks] : {std::pair<std::string, int>{"2d", 4}, {"2.5d", 8}, {"3d", 8}}) {
     SCOPED_TRACE(mode);
     colo::PluginOptions grid = {{"tp_size", std::to_string(ranks)}, {"tp_mode", mode}};
     if (mode == "2.5d") grid["tp_depth"] = "2";  // two layers of a 2 x 2 grid
-    EXPECT_EQ(activations("hybrid_parallel", grid, "fp8", 10, ranks),
-              activations("hybrid_parallel", grid, "bf16", 10, ranks));
+    EXPECT_GT(activations("hybrid_parallel", grid, "bf16", 32, ranks), 0);
+    try {
+      activations("hybrid_parallel", grid, "fp8", 32, ranks);
+      ADD_FAILURE() << "precision=fp8 with tp_mode=" << mode << " was planned";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("precision=fp8 with tp_mode=" + mode), std::string::npos) << message;
+      EXPECT_NE(message.find("use tp_mode=1d, or precision=bf16"), std::string::npos) << message;
+    }
   }
+  // 1D keeps its float8 products.
+  EXPECT_GT(activations("hybrid_parallel", {{"tp_size", "2"}, {"tp_mode", "1d"}}, "fp8", 32, 2), 0);
 }
 
 }  // namespace

@@ -209,6 +209,13 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
                         "the tp ranks (tokens and features); leave sequence parallelism out, or use tp_mode=1d",
                         o.tp_mode()));
   }
+  // Only 1D's parallel linears multiply in float8; the grid modes' products would stay bf16 while
+  // the run reported fp8, so say so instead.
+  if (o.precision() == amp::Precision::kFp8 && o.tp_mode() != "1d") {
+    in.fail(fmt::format("precision=fp8 with tp_mode={}: that mode's products have no float8 path (only tp_mode=1d's "
+                        "parallel linears multiply in float8); use tp_mode=1d, or precision=bf16",
+                        o.tp_mode()));
+  }
   if (o.pp_size() < 1) in.fail(fmt::format("pp_size must be at least 1, got {}", o.pp_size()));
   if (o.num_microbatches() < 0) in.fail(fmt::format("num_microbatches must be positive, got {}", o.num_microbatches()));
   if (o.microbatch_size() < 0) in.fail(fmt::format("microbatch_size must be positive, got {}", o.microbatch_size()));
