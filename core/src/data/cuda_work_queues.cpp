@@ -21,7 +21,7 @@ constexpr const char* kConnectionsVariable = "CUDA_DEVICE_MAX_CONNECTIONS";
 // even counting devices), after which CUDA_DEVICE_MAX_CONNECTIONS no longer takes effect. Asked of
 // the driver without initialising it: only where libcuda is loaded already, and through a call
 // that answers CUDA_ERROR_NOT_INITIALIZED before cuInit.
-bool cuda_initialised() {
+bool driver_initialised() {
 #ifdef COLO_WITH_NVJPEG
   void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (driver == nullptr) return false;
@@ -71,7 +71,7 @@ WorkQueuesPlan plan_work_queues(const std::optional<std::string>& variable, bool
 
 WorkQueuesPlan current_work_queues() {
   if (!nvjpeg_compiled()) return {};
-  return plan_work_queues(env::text(kConnectionsVariable), cuda_initialised());
+  return plan_work_queues(env::text(kConnectionsVariable), driver_initialised());
 }
 
 WorkQueuesPlan widen_work_queues_for_nvjpeg() {
