@@ -6,6 +6,37 @@
 #include <stdexcept>
 
 namespace colo {
+namespace {
+
+void read_fp8_recipe(OptionReader& in, const PluginOptions& given, PrecisionOptions& o) {
+  auto& fp8 = o.fp8();
+  fp8.scaling(nn::parse_fp8_scaling(in.get_choice(
+      "fp8_scaling", "current", {"current", "delayed"},
+      "precision=fp8: scale each float8 operand by its own max|x| (current) or by an amax history of earlier steps, "
+      "recorded by the cast itself (delayed: one pass per operand instead of two)")));
+  auto& d = fp8.delayed();
+  d.history_length(in.get_int("fp8_amax_history_len", d.history_length(),
+                              "fp8_scaling=delayed: steps of amax history a scale comes from"));
+  d.reduction(amp::parse_amax_reduction(in.get_choice(
+      "fp8_amax_compute_algo", "max", {"max", "most_recent"},
+      "fp8_scaling=delayed: the history's largest amax (max) or the last step's (most_recent)")));
+  d.margin(in.get_int("fp8_margin", d.margin(), "fp8_scaling=delayed: scales divided by 2^margin (headroom)"));
+  if (d.history_length() < 1) in.fail(fmt::format("fp8_amax_history_len must be >= 1, got {}", d.history_length()));
+  if (d.margin() < 0) in.fail(fmt::format("fp8_margin must be >= 0, got {}", d.margin()));
+  if (o.precision() != amp::Precision::kFp8) {
+    for (const char* key : {"fp8_scaling", "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_margin"}) {
+      if (given.count(key)) {
+        in.fail(fmt::format("{} only applies with precision=fp8 (precision is {})", key, amp::to_string(o.precision())));
+      }
+    }
+  } else if (fp8.scaling() != nn::Fp8Scaling::kDelayed) {
+    for (const char* key : {"fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_margin"}) {
+      if (given.count(key)) in.fail(fmt::format("{} only applies with fp8_scaling=delayed (it is current)", key));
+    }
+  }
+}
+
+}  // namespace
 
 PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& given) {
   PrecisionOptions o;
@@ -40,6 +71,7 @@ PrecisionOptions PrecisionOptions::read(OptionReader& in, const PluginOptions& g
       }
     }
   }
+  read_fp8_recipe(in, given, o);
   return o;
 }
 
@@ -57,6 +89,14 @@ PluginOptions PrecisionOptions::to_options() const {
   out.set_double("backoff_factor", s.backoff_factor(), ds.backoff_factor());
   out.set_int("growth_interval", s.growth_interval(), ds.growth_interval());
   out.set_int("hysteresis", s.hysteresis(), ds.hysteresis());
+  const auto& f = fp8().delayed();
+  const auto& df = d.fp8().delayed();
+  out.set_string("fp8_scaling", nn::to_string(fp8().scaling()), nn::to_string(d.fp8().scaling()));
+  if (fp8().scaling() == nn::Fp8Scaling::kDelayed) {  // read() takes these keys only then
+    out.set_int("fp8_amax_history_len", f.history_length(), df.history_length());
+    out.set_string("fp8_amax_compute_algo", amp::to_string(f.reduction()), amp::to_string(df.reduction()));
+    out.set_int("fp8_margin", f.margin(), df.margin());
+  }
   return out.options();
 }
 

@@ -76,6 +76,12 @@ void GeminiOptimizer::reduce_accumulated_gradients() { chunks_->reduce_accumulat
 void GeminiOptimizer::zero_grad() { chunks_->zero_grad(); }
 
 bool GeminiOptimizer::step() {
+  const bool taken = take_step();
+  run_after_step();
+  return taken;
+}
+
+bool GeminiOptimizer::take_step() {
   auto& owner = *chunks_;
   owner.finalize_gradients();
   owner.settle_placement();

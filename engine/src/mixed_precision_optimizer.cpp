@@ -85,6 +85,12 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<torch::optim::O
 }
 
 bool MixedPrecisionOptimizer::step() {
+  const bool taken = take_step();
+  run_after_step();
+  return taken;
+}
+
+bool MixedPrecisionOptimizer::take_step() {
   if (pre_step_hook_) pre_step_hook_();
   if (masters_) masters_->copy_grads_to_master();
   bool found_inf = false;

@@ -1,4 +1,5 @@
 #include <colo/engine/parallelize.h>
+#include <colo/engine/optimizer_wrapper.h>
 #include <colo/compat/torch_compat.h>
 #include <colo/data/data_loader.h>
 #include <colo/ddp/broadcast_coalesced.h>
@@ -15,8 +16,20 @@
 
 namespace colo {
 
-void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device) {
-  if (precision == amp::Precision::kFp8) nn::use_fp8_linears(model, device);
+std::shared_ptr<nn::Fp8DelayedScaling> apply_matmul_precision(nn::LayerStack& model, amp::Precision precision,
+                                                              c10::Device device, const nn::Fp8Recipe& fp8) {
+  if (precision != amp::Precision::kFp8) return nullptr;
+  return nn::use_fp8_linears(model, device, fp8).delayed_scaling;
+}
+
+void update_fp8_scaling_after_each_step(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
+                                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over) {
+  if (!scaling) return;
+  optimizer.add_after_step([scaling = std::move(scaling), groups = std::move(agree_over)] {
+    std::vector<dist::ProcessGroup*> raw;
+    for (const auto& g : groups) raw.push_back(g.get());
+    scaling->update(raw);
+  });
 }
 
 void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGroup& group) {

@@ -175,6 +175,12 @@ std::vector<optim::HybridAdamOptions> ZeroOptimizer::hyperparameters() const {
 }
 
 bool ZeroOptimizer::step() {
+  const bool taken = take_step();
+  run_after_step();
+  return taken;
+}
+
+bool ZeroOptimizer::take_step() {
   reducer_->finalize();
   bool found_inf = false;
   if (scaler_ || max_grad_norm_ > 0.0) {

@@ -28,7 +28,7 @@ CheckpointIO& GeminiPlugin::checkpoint_io() {
 Boosted GeminiPlugin::boost(BoostInputs inputs) {
   const auto chunked =
       DataParallelOptions().zero_stage(3).caller(name()).chunks(options_.chunks()).gemini(options_.optimizer());
-  return boost_data_parallel(*this, std::move(inputs), chunked, options_.chunks().precision());
+  return boost_data_parallel(*this, std::move(inputs), chunked, options_.chunks().precision(), options_.fp8());
 }
 
 }  // namespace colo::plugins

@@ -215,7 +215,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
 
   // 2.
   broadcast_model(*stack, context_.device, *dp);
-  apply_matmul_precision(*stack, options_.precision(), context_.device);
+  auto fp8_scaling = apply_matmul_precision(*stack, options_.precision(), context_.device, options_.fp8());
 
   // 3.
   restrict_optimizer(*inputs.optimizer, *stack);
@@ -228,6 +228,9 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   // holds its own layers' gradients (summed over pp for the norm); tp pieces count once.
   const auto data_parallel = apply_data_parallel(stack, inputs.optimizer, dp, data_parallel_options(options_, stage_groups, tp));
   const auto& optimizer = data_parallel->optimizer();
+  // Delayed float8 scaling: the ranks of a stage's dp and tp groups hold the same layers (tp: their
+  // pieces), so their amaxes are agreed over both, as one process would see them.
+  update_fp8_scaling_after_each_step(*optimizer, std::move(fp8_scaling), {dp, tp});
   PipelineModel::Parts parts;
   parts.data_parallel = data_parallel;
 

@@ -21,7 +21,7 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(const PluginOptions& options, const Plugi
 // LowLevelZeroModel (the updated weights gathered, overlapped with the next forward).
 Boosted LowLevelZeroPlugin::boost(BoostInputs inputs) {
   const auto zero = DataParallelOptions().zero_stage(options_.zero().stage()).caller(name()).zero(options_.zero());
-  return boost_data_parallel(*this, std::move(inputs), zero, options_.zero().precision());
+  return boost_data_parallel(*this, std::move(inputs), zero, options_.zero().precision(), options_.fp8());
 }
 
 }  // namespace colo::plugins

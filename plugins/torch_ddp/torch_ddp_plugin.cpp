@@ -62,7 +62,7 @@ Boosted TorchDdpPlugin::boost(BoostInputs inputs) {
     reduce_after_graph_backward(*graphed, engine.reducer());
     std::dynamic_pointer_cast<TorchDdpModel>(engine.model())->use_cuda_graphs(std::move(graphed));
   };
-  return boost_data_parallel(*this, std::move(inputs), replicas, options_.precision(), use_graphs);
+  return boost_data_parallel(*this, std::move(inputs), replicas, options_.precision(), options_.fp8(), use_graphs);
 }
 
 }  // namespace colo::plugins

@@ -28,8 +28,9 @@ void keep_shard(torch::Tensor& param, const nn::ShardSpec& spec, const char* who
 }
 
 // This rank's product: in float8 under precision=fp8 (bf16 activations), else colo::nn::linear.
-torch::Tensor product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, bool fp8) {
-  if (fp8 && x.scalar_type() == torch::kBFloat16) return nn::fp8_linear(x, weight, bias);
+torch::Tensor product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                      const nn::Fp8Switchable& layer) {
+  if (layer.fp8() && x.scalar_type() == torch::kBFloat16) return nn::fp8_linear(x, weight, bias, layer.fp8_scales());
   return nn::linear(x, weight, bias);
 }
 
@@ -55,7 +56,7 @@ nn::ShardSpec ColumnParallelLinearImpl::spec() const {
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   const auto input = options_.sequence_tokens() > 0 ? gather_sequence_for_tp(x, options_.sequence_tokens(), *tp_)
                                                     : copy_to_tp(x, *tp_);
-  auto y = product(input, weight, bias, fp8_);
+  auto y = product(input, weight, bias, *this);
   if (!options_.gather_output()) return y;
   if (options_.parts() != 1) {
     throw std::logic_error("ColumnParallelLinear: gather_output of a fused layer would interleave its parts");
@@ -81,8 +82,8 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   // Nothing split: one linear with its bias fused in (what the replaced layer ran). A separate
   // bias add costs an elementwise pass forward and a reduction backward, measured 3.3 % of a
   // ViT-B/16 bf16 step on an H200.
-  if (tp_->size() == 1) return product(x, weight, bias, fp8_);
-  auto partial = product(x, weight, torch::Tensor(), fp8_);
+  if (tp_->size() == 1) return product(x, weight, bias, *this);
+  auto partial = product(x, weight, torch::Tensor(), *this);
   auto y = options_.sequence_tokens() > 0 ? reduce_scatter_sequence(partial, options_.sequence_tokens(), *tp_)
                                           : reduce_from_tp(partial, *tp_);
   return bias.defined() ? y + bias : y;

@@ -1,5 +1,6 @@
 // colo::amp across ranks: overflow found on one rank is seen by all; the clipping norm of
 // gradients sharded over a group equals the norm of the whole gradient.
+#include <colo/amp/amax_history.h>
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/grad_clip.h>
 #include <colo/dist/process_group.h>
@@ -34,6 +35,29 @@ TEST(AmpDist, OverflowOnOneRankIsSeenByAll) {
   EXPECT_TRUE(scaler.has_overflow({grad}, &g)) << "rank " << g.rank();
   // Without the group, only the rank holding the inf knows.
   EXPECT_EQ(scaler.has_overflow({grad}), g.rank() == g.size() - 1);
+}
+
+// Delayed float8 scaling agreed over the ranks holding the same operands (issue 39): every rank
+// takes the scale of the largest amax any rank saw, and drops a non-finite amax that one rank saw.
+TEST(AmpDist, DelayedScalingAgreesOnTheLargestAmaxOfAnyRank) {
+  auto& g = *world();
+  AmaxHistory h(DelayedScalingOptions().history_length(2), 448.0, torch::TensorOptions().device(test::device()), 3);
+  // Operand 0: rank r saw r + 1 (the last rank the most); operand 1: rank 0 alone saw a NaN;
+  // operand 2: the same on every rank.
+  h.current_amax(0).fill_(static_cast<float>(g.rank() + 1));
+  h.current_amax(1).fill_(g.rank() == 0 ? std::numeric_limits<float>::quiet_NaN() : 2.0f);
+  h.current_amax(2).fill_(4.0f);
+  h.update({&g});
+  const auto scale = h.scale().cpu();
+  EXPECT_FLOAT_EQ(scale[0].item<float>(), 448.0f / static_cast<float>(g.size())) << "rank " << g.rank();
+  EXPECT_FLOAT_EQ(scale[1].item<float>(), 1.0f) << "rank " << g.rank() << " kept an amax rank 0 found non-finite";
+  EXPECT_FLOAT_EQ(scale[2].item<float>(), 112.0f);
+  EXPECT_EQ(h.nonfinite_amaxes().cpu()[1].item<int64_t>(), 1) << "rank " << g.rank();
+  // Without the group each rank keeps its own.
+  AmaxHistory alone(DelayedScalingOptions(), 448.0, torch::TensorOptions().device(test::device()));
+  alone.current_amax().fill_(static_cast<float>(g.rank() + 1));
+  alone.update();
+  EXPECT_FLOAT_EQ(alone.scale().cpu()[0].item<float>(), 448.0f / static_cast<float>(g.rank() + 1));
 }
 
 TEST(AmpDist, ShardedClipMatchesWholeGradient) {

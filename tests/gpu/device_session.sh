@@ -424,9 +424,12 @@ for stage in "$@"; do
         batch=256
         [ "$model" = large ] && batch=128
         for ((i = 0; i < ${COLO_FP8_REPEATS:-2}; i++)); do
-          for p in bf16 fp8; do
+          # COLO_FP8_KINDS: bf16, fp8 (current scaling), fp8_delayed (fp8_scaling=delayed, issue 39).
+          for p in ${COLO_FP8_KINDS:-bf16 fp8}; do
+            extra=()
+            [ "$p" = fp8_delayed ] && extra=(--plugin-opt fp8_scaling=delayed)
             timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
-              --model "$model" --batch-size "$batch" --precision "$p" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
+              --model "$model" --batch-size "$batch" --precision "${p%_delayed}" "${extra[@]}" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
               --peak-tflops 1 --json "$LOGS/fp8_${model}_${p}_$i.json" >"$LOGS/fp8_${model}_${p}_$i.log" 2>&1
             note "$model $p run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1)"
           done
@@ -436,12 +439,13 @@ for stage in "$@"; do
 import glob, json, sys
 for model in ("large", "base"):
     mean = {}
-    for p in ("bf16", "fp8"):
-        runs = [json.load(open(f))["images_per_s"] for f in sorted(glob.glob(f"{sys.argv[1]}/fp8_{model}_{p}_*.json"))]
+    for p in ("bf16", "fp8", "fp8_delayed"):
+        runs = [json.load(open(f))["images_per_s"] for f in sorted(glob.glob(f"{sys.argv[1]}/fp8_{model}_{p}_[0-9]*.json"))]
         if runs:
             mean[p] = sum(runs) / len(runs)
-    if len(mean) == 2:
-        print(f"fp8 {model}: bf16 {mean['bf16']:.1f} img/s, fp8 {mean['fp8']:.1f} img/s, ratio {mean['fp8'] / mean['bf16']:.3f}")
+    for p in ("fp8", "fp8_delayed"):
+        if "bf16" in mean and p in mean:
+            print(f"fp8 {model}: bf16 {mean['bf16']:.1f} img/s, {p} {mean[p]:.1f} img/s, ratio {mean[p] / mean['bf16']:.3f}")
 PY
       ;;
     fp8-peers)
@@ -474,9 +478,11 @@ PY
     main-fp8)
       # Issue 24: the main job (mini ViT, Fashion-MNIST, 6 epochs, torch_ddp) on one GPU with precision bf16
       # and fp8; the metrics files come back in $OUT for the loss curves.
-      for p in bf16 fp8; do
-        timeout 280 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/train_vit --plugin torch_ddp --precision "$p" \
-          --metrics "$OUT/main_$p.jsonl" >"$LOGS/main_$p.log" 2>&1
+      for p in ${COLO_MAIN_KINDS:-bf16 fp8}; do
+        extra=()
+        [ "$p" = fp8_delayed ] && extra=(--plugin-opt fp8_scaling=delayed)
+        timeout 280 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/train_vit --plugin torch_ddp --precision "${p%_delayed}" \
+          "${extra[@]}" --metrics "$OUT/main_$p.jsonl" >"$LOGS/main_$p.log" 2>&1
         note "main job $p rc=$?: $(grep -h 'fp8:' "$LOGS/main_$p.log" | head -1) $(tail -1 "$LOGS/main_$p.log") ($((SECONDS - start)) s)"
       done
       ;;

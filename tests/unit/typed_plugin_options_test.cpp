@@ -61,6 +61,20 @@ void expect_same(const colo::amp::LossScalerOptions& got, const colo::amp::LossS
   EXPECT_EQ(got.hysteresis(), want.hysteresis());
 }
 
+// Delayed float8 scaling with every field off its default.
+colo::nn::Fp8Recipe odd_fp8() {
+  return colo::nn::Fp8Recipe()
+      .scaling(colo::nn::Fp8Scaling::kDelayed)
+      .delayed(colo::amp::DelayedScalingOptions().history_length(7).reduction(colo::amp::AmaxReduction::kMostRecent).margin(3));
+}
+
+void expect_same(const colo::nn::Fp8Recipe& got, const colo::nn::Fp8Recipe& want) {
+  EXPECT_EQ(got.scaling(), want.scaling());
+  EXPECT_EQ(got.delayed().history_length(), want.delayed().history_length());
+  EXPECT_EQ(got.delayed().reduction(), want.delayed().reduction());
+  EXPECT_EQ(got.delayed().margin(), want.delayed().margin());
+}
+
 void expect_same(const colo::TorchDdpOptions& got, const colo::TorchDdpOptions& want) {
   EXPECT_EQ(got.bucket_cap_mb(), want.bucket_cap_mb());
   EXPECT_EQ(got.find_unused_parameters(), want.find_unused_parameters());
@@ -71,6 +85,7 @@ void expect_same(const colo::TorchDdpOptions& got, const colo::TorchDdpOptions& 
   EXPECT_EQ(got.master_weights(), want.master_weights());
   EXPECT_EQ(got.max_grad_norm(), want.max_grad_norm());
   expect_same(got.loss_scaler(), want.loss_scaler());
+  expect_same(got.fp8(), want.fp8());
   EXPECT_EQ(got.cuda_graphs(), want.cuda_graphs());
 }
 
@@ -112,11 +127,13 @@ void expect_same(const colo::GeminiChunkOptions& got, const colo::GeminiChunkOpt
 
 void expect_same(const colo::LowLevelZeroOptions& got, const colo::LowLevelZeroOptions& want) {
   expect_same(got.zero(), want.zero());
+  expect_same(got.fp8(), want.fp8());
 }
 
 void expect_same(const colo::GeminiOptions& got, const colo::GeminiOptions& want) {
   expect_same(got.chunks(), want.chunks());
   expect_same(got.optimizer(), want.optimizer());
+  expect_same(got.fp8(), want.fp8());
 }
 
 void expect_same(const std::optional<colo::pipeline::Schedule>& got,
@@ -132,6 +149,7 @@ void expect_same(const std::optional<colo::pipeline::Schedule>& got,
 }
 
 void expect_same(const colo::HybridParallelOptions& got, const colo::HybridParallelOptions& want) {
+  expect_same(got.fp8(), want.fp8());
   EXPECT_EQ(got.tp_size(), want.tp_size());
   EXPECT_EQ(got.sequence_parallel(), want.sequence_parallel());
   EXPECT_EQ(got.tp_mode(), want.tp_mode());
@@ -232,7 +250,11 @@ TEST(TypedPluginOptions, TorchDdpRoundTripsEveryField) {
                      .loss_scaler(odd_loss_scaler())
                      .cuda_graphs(true);
   const auto map = expect_round_trip(x);
-  expect_every_key_written(keys_parse_reads<colo::TorchDdpOptions>(), {map});
+  // precision=fp8's keys need precision=fp8: a second struct.
+  const auto fp8 = expect_round_trip(colo::TorchDdpOptions().precision(Precision::kFp8).fp8(odd_fp8()));
+  expect_every_key_written(keys_parse_reads<colo::TorchDdpOptions>(), {map, fp8});
+  EXPECT_EQ(fp8.at("fp8_scaling"), "delayed");
+  EXPECT_EQ(fp8.at("fp8_amax_compute_algo"), "most_recent");
   EXPECT_EQ(map.at("precision"), "fp16");
   EXPECT_EQ(map.at("growth_interval"), "7");
 }
@@ -249,8 +271,10 @@ TEST(TypedPluginOptions, LowLevelZeroRoundTripsEveryField) {
                                                       .cpu_offload(true)
                                                       .communication_dtype(c10::kFloat));
   const auto map = expect_round_trip(x);
+  const auto fp8 = expect_round_trip(
+      colo::LowLevelZeroOptions().zero(colo::LowLevelZeroOptions().zero().precision(Precision::kFp8)).fp8(odd_fp8()));
   // cuda_graphs: only its default (false) is valid for low_level_zero.
-  expect_every_key_written(keys_parse_reads<colo::LowLevelZeroOptions>(), {map}, {"cuda_graphs"});
+  expect_every_key_written(keys_parse_reads<colo::LowLevelZeroOptions>(), {map, fp8}, {"cuda_graphs"});
   EXPECT_EQ(map.at("reduce_bucket_size_mb"), "0.30000000000000004");
   EXPECT_EQ(map.at("communication_dtype"), "fp32");
 }
@@ -281,8 +305,10 @@ TEST(TypedPluginOptions, GeminiRoundTripsEveryField) {
                                                           .steady_cuda_cap_ratio(kTenths)
                                                           .device_memory_bytes(device_bytes)
                                                           .communication_dtype(c10::kBFloat16));
+  const auto fp8 =
+      colo::GeminiOptions().chunks(colo::GeminiChunkOptions(base).precision(Precision::kFp8)).fp8(odd_fp8());
   std::vector<PluginOptions> maps;
-  for (const auto* x : {&fractions, &partly_sharded, &automatic}) maps.push_back(expect_round_trip(*x));
+  for (const auto* x : {&fractions, &partly_sharded, &automatic, &fp8}) maps.push_back(expect_round_trip(*x));
   expect_every_key_written(keys_parse_reads<colo::GeminiOptions>(), maps, {"cuda_graphs"});
   EXPECT_EQ(maps[2].at("placement_policy"), "auto");
 }
@@ -331,8 +357,9 @@ TEST(TypedPluginOptions, HybridParallelRoundTripsEveryField) {
       colo::HybridParallelOptions().pp_size(4).num_microbatches(8).pp_style("gpipe").tp_size(8).tp_mode("2.5d").tp_depth(2);
   // zero_stage 3's chunk size (refused with the other stages).
   const auto chunked = colo::HybridParallelOptions().zero_stage(3).chunk_size_mb(kThird);
+  const auto fp8 = colo::HybridParallelOptions().precision(Precision::kFp8).fp8(odd_fp8());
   std::vector<PluginOptions> maps;
-  for (const auto* x : {&everything, &from_file, &counted, &chunked}) maps.push_back(expect_round_trip(*x));
+  for (const auto* x : {&everything, &from_file, &counted, &chunked, &fp8}) maps.push_back(expect_round_trip(*x));
   expect_every_key_written(keys_parse_reads<colo::HybridParallelOptions>(), maps);
 
   EXPECT_EQ(maps[0].at("layers_per_stage"), "3,2,2,1");

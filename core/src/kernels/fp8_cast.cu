@@ -15,14 +15,18 @@ constexpr int kTileCols = 64;
 constexpr int kThreads = 256;
 constexpr int kSharedStride = kTileCols + 8;  // bytes per shared row, padded against bank conflicts
 
+// Eight bf16 values scaled and cast; `bits` becomes the largest |value| seen so far as the bit
+// pattern of a non-negative float, whose integer order is the float order with +inf above every
+// finite value and NaN (sign cleared) above +inf: so the maximum keeps an overflow visible.
 template <__nv_fp8_interpretation_t kFormat>
-__device__ uint2 convert8(const uint4& raw, float scale) {
+__device__ uint2 convert8(const uint4& raw, float scale, int& bits) {
   const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
   uint2 out;
   auto* bytes = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     float2 v = __bfloat1622float2(pairs[i]);
+    bits = max(bits, max(__float_as_int(fabsf(v.x)), __float_as_int(fabsf(v.y))));
     v.x *= scale;
     v.y *= scale;
     bytes[i] = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, kFormat);
@@ -33,14 +37,21 @@ __device__ uint2 convert8(const uint4& raw, float scale) {
 template <__nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads)
     fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols, const float* amax,
-                           float format_max, float* inverse_scale, uint8_t* __restrict__ row_major,
-                           uint8_t* __restrict__ transposed, int64_t transposed_ld) {
+                           const float* given_scale, float format_max, float* inverse_scale, float* amax_out,
+                           uint8_t* __restrict__ row_major, uint8_t* __restrict__ transposed, int64_t transposed_ld) {
   __shared__ __align__(16) uint8_t tile[kTileRows][kSharedStride];
-  const float top = fmaxf(*amax, 1e-12f);
-  const float scale = format_max / top;
-  if (inverse_scale != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    *inverse_scale = top / format_max;
+  __shared__ int warp_bits[kThreads / 32];
+  float scale;
+  float inverse;
+  if (given_scale != nullptr) {
+    scale = *given_scale;
+    inverse = 1.0f / scale;
+  } else {
+    const float top = fmaxf(*amax, 1e-12f);
+    scale = format_max / top;
+    inverse = top / format_max;
   }
+  if (inverse_scale != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inverse_scale = inverse;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTileCols;
   const int t = threadIdx.x;
@@ -51,10 +62,21 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = row0 + r;
   const int64_t col = col0 + c;
   uint2 converted = make_uint2(0, 0);  // zeros past the last row (the transposed copy's padding)
+  int bits = 0;
   if (row < rows && col < cols) {
     const uint4 raw = *reinterpret_cast<const uint4*>(in + row * cols + col);
-    converted = convert8<kFormat>(raw, scale);
+    converted = convert8<kFormat>(raw, scale, bits);
     if (row_major != nullptr) *reinterpret_cast<uint2*>(row_major + row * cols + col) = converted;
+  }
+  // The block's amax, one atomic per block (amax_out is the same for every thread of the block).
+  if (amax_out != nullptr) {
+    for (int offset = 16; offset > 0; offset /= 2) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, offset));
+    if (t % 32 == 0) warp_bits[t / 32] = bits;
+    __syncthreads();
+    if (t == 0) {
+      for (int w = 1; w < kThreads / 32; ++w) bits = max(bits, warp_bits[w]);
+      atomicMax(reinterpret_cast<int*>(amax_out), bits);
+    }
   }
   if (transposed == nullptr) return;
   *reinterpret_cast<uint2*>(&tile[r][c]) = converted;
@@ -128,10 +150,10 @@ cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t st
 
 float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
 
-cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
-                            float* inverse_scale, void* row_major, void* transposed, int64_t transposed_ld,
-                            cudaStream_t stream) {
-  if (cols % 8 != 0 || (transposed != nullptr && (transposed_ld % 8 != 0 || transposed_ld < rows))) {
+cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
+                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream) {
+  if (cols % 8 != 0 || (transposed != nullptr && (transposed_ld % 8 != 0 || transposed_ld < rows)) ||
+      (scaling.amax == nullptr && scaling.scale == nullptr)) {
     return cudaErrorInvalidValue;
   }
   const int64_t covered_rows = transposed != nullptr ? transposed_ld : rows;
@@ -141,13 +163,9 @@ cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int6
   const auto* src = static_cast<const __nv_bfloat16*>(in);
   auto* rm = static_cast<uint8_t*>(row_major);
   auto* tr = static_cast<uint8_t*>(transposed);
-  if (format == Fp8Format::kE4M3) {
-    fp8_scaled_cast_kernel<__NV_E4M3><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), inverse_scale, rm, tr,
-                                                                     transposed_ld);
-  } else {
-    fp8_scaled_cast_kernel<__NV_E5M2><<<grid, kThreads, 0, stream>>>(src, rows, cols, amax, fp8_max(format), inverse_scale, rm, tr,
-                                                                     transposed_ld);
-  }
+  const auto kernel = format == Fp8Format::kE4M3 ? fp8_scaled_cast_kernel<__NV_E4M3> : fp8_scaled_cast_kernel<__NV_E5M2>;
+  kernel<<<grid, kThreads, 0, stream>>>(src, rows, cols, scaling.amax, scaling.scale, fp8_max(format),
+                                        scaling.inverse_scale, scaling.amax_out, rm, tr, transposed_ld);
   return cudaGetLastError();
 }
 

@@ -7,7 +7,7 @@
 // is (rows of K), the weight gradient's operands transposed (the token dimension contiguous). ATen
 // would make each of those with three passes (scale, cast, transpose copy); this kernel reads the
 // bf16 tensor once and writes the row-major and/or the transposed float8 copy, the scale read on
-// the device (no host sync): out = saturate(in * fp8_max / max(amax, 1e-12)).
+// the device (no host sync), and under delayed scaling records the operand's amax in the same pass.
 //
 // Kept free of LibTorch headers: nvcc compiles it alone; colo::nn::fp8_linear wraps it.
 #include <cuda_runtime_api.h>
@@ -28,14 +28,38 @@ float fp8_max(Fp8Format format);
 // reduction took a tenth of a ViT-L/16 fp8 step (benchmarks/RESULTS.md, 2026-11-24 fp8).
 cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream);
 
-// in: bf16 [rows, cols], row-major, contiguous. amax: one fp32 value on the device (the largest
-// |in|). inverse_scale: where to write max(amax, 1e-12) / fp8_max (the factor _scaled_mm takes),
-// or null. row_major: [rows, cols] float8 or null. transposed: [cols, transposed_ld] float8 or null,
-// row r of `in` in its column r; columns rows..transposed_ld-1 are written as zeros (padding of
-// the token dimension to the multiple of 16 cuBLASLt's float8 products need). Returns the
-// launch's error (cudaSuccess when the kernels were queued).
-cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
-                            float* inverse_scale, void* row_major, void* transposed, int64_t transposed_ld,
-                            cudaStream_t stream);
+// How fp8_scaled_cast scales, where its scale comes from and where its amax goes.
+//   current scaling (scale null): scale = fp8_max / max(*amax, 1e-12), *amax the operand's own max|x|
+//     (bf16_abs_max, a pass before the cast);
+//   delayed scaling (scale set, issue 39): *scale as given (from earlier steps' amaxes; amax unused),
+//     and the cast itself records max|in| into *amax_out in the same pass.
+// inverse_scale: where to write 1 / scale (the factor at::_scaled_mm takes to undo the cast), or
+// null. amax_out: null, or one fp32 value on the device that becomes max(*amax_out, max|in|)
+// (blocks combine with an atomic max). Unlike bf16_abs_max, infinities and NaNs reach it (an inf
+// makes it inf, a NaN NaN), so that a delayed-scaling history sees the overflow.
+struct Fp8CastScaling {
+  const float* amax = nullptr;
+  const float* scale = nullptr;
+  float* inverse_scale = nullptr;
+  float* amax_out = nullptr;
+};
+
+// in: bf16 [rows, cols], row-major, contiguous. row_major: [rows, cols] float8 or null.
+// transposed: [cols, transposed_ld] float8 or null, row r of `in` in its column r; columns
+// rows..transposed_ld-1 are written as zeros (padding of the token dimension to the multiple of 16
+// cuBLASLt's float8 products need). out = saturate(in * scale). Returns the launch's error
+// (cudaSuccess when the kernels were queued; cudaErrorInvalidValue for neither amax nor scale).
+cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
+                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream);
+
+// The current-scaling form of the above (amax given, inverse scale written, no amax recorded).
+inline cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
+                                   float* inverse_scale, void* row_major, void* transposed, int64_t transposed_ld,
+                                   cudaStream_t stream) {
+  Fp8CastScaling scaling;
+  scaling.amax = amax;
+  scaling.inverse_scale = inverse_scale;
+  return fp8_scaled_cast(format, in, rows, cols, scaling, row_major, transposed, transposed_ld, stream);
+}
 
 }  // namespace colo::kernels

@@ -36,36 +36,60 @@ struct Fp8Operand {
 
 bool starts_16_byte_aligned(const torch::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// Where one operand's scale comes from: its own max|x| (current scaling: `delayed` null), or its
+// delayed scale with its amax slot, recorded into when `record` (training).
+struct OperandScaling {
+  const torch::Tensor* scale = nullptr;
+  const torch::Tensor* amax_slot = nullptr;
+  bool primed = false;
+  bool record = false;
+};
+
+[[noreturn]] void throw_launch_error(const torch::Tensor& x, cudaError_t status) {
+  throw std::runtime_error(fmt::format(
+      "colo::nn::fp8_linear: colo's float8 cast kernel did not launch on {} ({} x {} values): {}{}", x.device().str(),
+      x.size(0), x.size(1), cudaGetErrorString(status),
+      status == cudaErrorNoKernelImageForDevice
+          ? " (colo was compiled for other GPU architectures: rebuild with -DCOLO_CUDA_ARCHITECTURES=<this GPU's, e.g. 89>)"
+          : ""));
+}
+
 // x: bf16 [rows, cols] on the GPU.
-Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_major, bool transposed, int64_t ld) {
+Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_major, bool transposed, int64_t ld,
+                       const OperandScaling& how = {}) {
   x = x.contiguous();
   if (!starts_16_byte_aligned(x)) x = x.clone();
   const int64_t rows = x.size(0), cols = x.size(1);
   const auto dtype = format == kernels::Fp8Format::kE4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
   const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-  // max|x| (colo's one-pass kernel, into a zeroed fp32 scalar), then the cast, which also writes
-  // the inverse scale: three launches per operand, no host sync.
-  const auto amax = torch::zeros({}, x.options().dtype(torch::kFloat));
+  const auto fp32 = x.options().dtype(torch::kFloat);
   Fp8Operand out;
-  out.inverse_scale = x.numel() == 0 ? torch::ones({}, amax.options()) : torch::empty({}, amax.options());
+  out.inverse_scale = x.numel() == 0 ? torch::ones({}, fp32) : torch::empty({}, fp32);
   const auto options = x.options().dtype(dtype);
   if (row_major) out.row_major = torch::empty({rows, cols}, options);
   if (transposed) out.transposed = torch::empty({cols, ld}, options);
-  auto status = kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream);
+  kernels::Fp8CastScaling scaling;
+  scaling.inverse_scale = out.inverse_scale.data_ptr<float>();
+  cudaError_t status = cudaSuccess;
+  torch::Tensor amax;
+  if (how.scale != nullptr && how.primed) {
+    // Delayed: one launch, the amax recorded by the cast itself.
+    scaling.scale = how.scale->data_ptr<float>();
+    if (how.record) scaling.amax_out = how.amax_slot->data_ptr<float>();
+  } else {
+    // Current scaling (and a delayed run's first step): max|x| (colo's one-pass kernel, into a
+    // zeroed fp32 scalar, or into the operand's slot, which then holds the step's amax so far),
+    // then the cast, which also writes the inverse scale: no host sync.
+    amax = how.scale != nullptr && how.record ? *how.amax_slot : torch::zeros({}, fp32);
+    status = kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream);
+    scaling.amax = amax.data_ptr<float>();
+  }
   if (status == cudaSuccess) {
-    status = kernels::fp8_scaled_cast(format, x.data_ptr(), rows, cols, amax.data_ptr<float>(),
-                                      out.inverse_scale.data_ptr<float>(),
+    status = kernels::fp8_scaled_cast(format, x.data_ptr(), rows, cols, scaling,
                                       row_major ? out.row_major.data_ptr() : nullptr,
                                       transposed ? out.transposed.data_ptr() : nullptr, ld, stream);
   }
-  if (status != cudaSuccess) {
-    throw std::runtime_error(fmt::format(
-        "colo::nn::fp8_linear: colo's float8 cast kernel did not launch on {} ({} x {} values): {}{}", x.device().str(),
-        rows, cols, cudaGetErrorString(status),
-        status == cudaErrorNoKernelImageForDevice
-            ? " (colo was compiled for other GPU architectures: rebuild with -DCOLO_CUDA_ARCHITECTURES=<this GPU's, e.g. 89>)"
-            : ""));
-  }
+  if (status != cudaSuccess) throw_launch_error(x, status);
   return out;
 }
 
@@ -79,19 +103,33 @@ torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const Fp
 // copy (for the input gradient), their scales, and the weight and bias themselves (the targets of
 // a deferred weight gradient). `bias` may be undefined (the bias-free function below).
 torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                          const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode) {
+                          const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode,
+                          const Fp8OperandScales* delayed) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const auto x = input.reshape({-1, in});
   const int64_t rows = x.size(0), padded = round_up(rows, 16);
   // The transposed copies serve backward only: none under no_grad (evaluation).
-  const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded);
-  const auto wo = cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out);
+  // Amaxes are recorded in training only: evaluation's activations are not the next step's.
+  OperandScaling input_scaling, weight_scaling;
+  if (delayed != nullptr) {
+    input_scaling = {&delayed->input_scale, &delayed->input_amax, *delayed->primed, grad_mode};
+    weight_scaling = {&delayed->weight_scale, &delayed->weight_amax, *delayed->primed, grad_mode};
+  }
+  const auto xo =
+      cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded, input_scaling);
+  const auto wo =
+      cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out, weight_scaling);
   // Forward products take the fast (less often re-normalised) accumulation, as the float8
   // recipes of cuBLAS and torchao do; gradients the exact one.
   auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
   ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight});
   if (bias.defined()) ctx->saved_data["bias"] = bias;
   ctx->saved_data["rows"] = rows;
+  if (delayed != nullptr) {
+    ctx->saved_data["grad_scale"] = delayed->grad_scale;
+    ctx->saved_data["grad_amax"] = delayed->grad_amax;
+    ctx->saved_data["primed"] = *delayed->primed;
+  }
   auto sizes = input.sizes().vec();
   sizes.back() = out;
   return y.view(sizes);
@@ -108,8 +146,17 @@ torch::autograd::tensor_list fp8_backward(torch::autograd::AutogradContext* ctx,
   const int64_t in = weight.size(1), out = weight.size(0);
   const bool need_input = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
   const auto g = grad.reshape({-1, out});
+  // Under delayed scaling: the output gradient's slot; primed as the forward was (a step's update
+  // comes after its backwards).
+  OperandScaling how;
+  torch::Tensor grad_scale, grad_amax;
+  if (ctx->saved_data.count("grad_scale")) {
+    grad_scale = ctx->saved_data["grad_scale"].toTensor();
+    grad_amax = ctx->saved_data["grad_amax"].toTensor();
+    how = {&grad_scale, &grad_amax, ctx->saved_data["primed"].toBool(), true};
+  }
   const auto go =
-      cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_input, need_weight, need_weight ? input_t.size(1) : rows);
+      cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_input, need_weight, need_weight ? input_t.size(1) : rows, how);
 
   torch::Tensor grad_input, grad_weight, grad_bias;
   if (need_input) {
@@ -135,13 +182,15 @@ torch::autograd::tensor_list fp8_backward(torch::autograd::AutogradContext* ctx,
 
 struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode) {
-    return fp8_forward(ctx, input, weight, bias, grad_mode);
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode,
+                               const Fp8OperandScales* delayed) {
+    return fp8_forward(ctx, input, weight, bias, grad_mode, delayed);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     auto out = fp8_backward(ctx, grads[0], ctx->needs_input_grad(2));
     out.push_back(torch::Tensor());  // grad_mode
+    out.push_back(torch::Tensor());  // delayed
     return out;
   }
 };
@@ -149,13 +198,14 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
 // The same without a bias (custom functions take no undefined inputs, in 2.x as in 1.13).
 struct Fp8BiasFreeLinearFunction : torch::autograd::Function<Fp8BiasFreeLinearFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& weight, bool grad_mode) {
-    return fp8_forward(ctx, input, weight, torch::Tensor(), grad_mode);
+                               const torch::Tensor& weight, bool grad_mode, const Fp8OperandScales* delayed) {
+    return fp8_forward(ctx, input, weight, torch::Tensor(), grad_mode, delayed);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     auto out = fp8_backward(ctx, grads[0], false);
     out.back() = torch::Tensor();  // grad_mode's place
+    out.push_back(torch::Tensor());  // delayed
     return out;
   }
 };
@@ -194,7 +244,8 @@ std::string fp8_unavailable_reason(const c10::Device& device) {
 #endif
 }
 
-torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+                         const Fp8OperandScales* delayed) {
   if (const auto reason = fp8_unavailable_reason(input.device()); !reason.empty()) {
     throw std::invalid_argument("colo::nn::fp8_linear: " + reason);
   }
@@ -212,9 +263,14 @@ torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight
   }
 #ifdef COLO_WITH_FP8
   const bool grad_mode = torch::GradMode::is_enabled();
-  return bias.defined() ? Fp8LinearFunction::apply(input, weight, bias, grad_mode)
-                        : Fp8BiasFreeLinearFunction::apply(input, weight, grad_mode);
+  if (delayed != nullptr && delayed->input_scale.device() != input.device()) {
+    throw std::invalid_argument(fmt::format("colo::nn::fp8_linear: the delayed scales are on {}, the input on {}",
+                                            delayed->input_scale.device().str(), input.device().str()));
+  }
+  return bias.defined() ? Fp8LinearFunction::apply(input, weight, bias, grad_mode, delayed)
+                        : Fp8BiasFreeLinearFunction::apply(input, weight, grad_mode, delayed);
 #else
+  (void)delayed;
   return {};  // unreachable: fp8_unavailable_reason is never empty here
 #endif
 }
@@ -258,14 +314,17 @@ Fp8Coverage fp8_coverage(const torch::nn::Module& model) {
   return coverage;
 }
 
-Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device) {
+Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device, const Fp8Recipe& recipe) {
   if (const auto reason = fp8_unavailable_reason(device); !reason.empty()) {
     throw std::invalid_argument(fmt::format("precision=fp8: {}. Use precision=bf16 on this machine.", reason));
   }
   Fp8Coverage coverage;
+  std::vector<Fp8Switchable*> converted;
   for_each_switchable(model, [&](const std::string& name, Fp8Switchable& layer, int64_t in, int64_t out) {
     if (fp8_linear_fits(in, out)) {
       layer.set_fp8(true);
+      layer.set_fp8_scales(nullptr);
+      converted.push_back(&layer);
       coverage.converted.push_back(name);
     } else {
       coverage.kept.push_back(why_kept(name, in, out));
@@ -277,6 +336,14 @@ Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device)
         "colo::nn::Linear and the shardformer's parallel linears with in and out features multiples of 16; use "
         "precision=bf16 for this model.",
         coverage.kept.empty() ? std::string("it has no colo::nn::Linear layers") : coverage.summary()));
+  }
+  if (recipe.scaling() == Fp8Scaling::kDelayed) {
+    // One state for the model, its slots handed out in the layers' order.
+    coverage.delayed_scaling = std::make_shared<Fp8DelayedScaling>(
+        static_cast<int64_t>(converted.size()), recipe.delayed(), torch::TensorOptions().device(device));
+    for (size_t i = 0; i < converted.size(); ++i) {
+      converted[i]->set_fp8_scales(coverage.delayed_scaling->layer(static_cast<int64_t>(i)));
+    }
   }
   return coverage;
 }

@@ -136,7 +136,7 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, co
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
   // fp8 multiplies bf16 activations; another dtype (a caller's fp32 check, say) multiplies as it is.
-  if (fp8_ && input.scalar_type() == torch::kBFloat16) return nn::fp8_linear(input, weight, bias);
+  if (fp8_ && input.scalar_type() == torch::kBFloat16) return nn::fp8_linear(input, weight, bias, fp8_scales());
   return nn::linear(input, weight, bias);
 }
 

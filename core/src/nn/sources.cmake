@@ -3,6 +3,7 @@ list(APPEND COLO_CORE_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/init.cpp
   ${CMAKE_CURRENT_LIST_DIR}/deferred_weight_grads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_linear.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_scaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bias_gradient.cpp

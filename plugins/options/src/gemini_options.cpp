@@ -14,6 +14,7 @@ GeminiOptions GeminiOptions::parse(const PluginOptions& given) {
   const auto precision = PrecisionOptions::read(in, given);
   o.precision(precision.precision());
   parsed.optimizer().max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
+  parsed.fp8(precision.fp8());
   const auto policy = in.get_choice("placement_policy", "static", {"static", "auto"},
                                     "static: the *_frac options place the chunks; auto: a warm-up step measures the "
                                     "device's memory and optimizer state stays on it while steady_cuda_cap_ratio allows");
@@ -65,6 +66,7 @@ PluginOptions GeminiOptions::to_options() const {
                 .precision(o.precision())
                 .max_grad_norm(optimizer().max_grad_norm())
                 .loss_scaler(optimizer().loss_scaler())
+                .fp8(fp8())
                 .to_options());
   out.set_string("placement_policy", o.placement_policy() == GeminiPlacementPolicy::kAuto ? "auto" : "static",
                  "static");

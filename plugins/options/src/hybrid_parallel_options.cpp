@@ -137,6 +137,7 @@ HybridParallelOptions HybridParallelOptions::parse(const PluginOptions& given) {
   o.precision(precision.precision());
   o.max_grad_norm(precision.max_grad_norm());
   o.loss_scaler(precision.loss_scaler());
+  o.fp8(precision.fp8());
   o.sequence_parallel(in.get_bool("enable_sequence_parallelism", false,
                                    "LayerNorm, dropout and residuals on 1/tp of the tokens (with tp_size > 1)"));
   o.cuda_graphs(in.get_bool("cuda_graphs", false,
@@ -284,7 +285,7 @@ PluginOptions HybridParallelOptions::to_options() const {
   out.set_bool("cpu_offload", cpu_offload(), d.cpu_offload());
   detail::write_communication_dtype(out, communication_dtype(), "hybrid_parallel");
   out.merge(
-      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).to_options());
+      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).fp8(fp8()).to_options());
   out.set_bool("cuda_graphs", cuda_graphs(), d.cuda_graphs());
   return out.options();
 }

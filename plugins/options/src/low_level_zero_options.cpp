@@ -16,6 +16,7 @@ LowLevelZeroOptions read_low_level_zero_options(OptionReader& in, const PluginOp
       in.get_int("stage", o.stage(), "1: optimizer state and fp32 masters sharded; 2: gradients sharded too")));
   const auto precision = PrecisionOptions::read(in, given);
   o.precision(precision.precision()).max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
+  parsed.fp8(precision.fp8());
   o.bucket_cap_mb(in.get_mebibytes("reduce_bucket_size_mb", o.bucket_cap_mb(),
                                    "MiB of gradients per reduction / all-gather bucket (smaller: earlier overlap, more "
                                    "launches)",
@@ -61,6 +62,7 @@ PluginOptions LowLevelZeroOptions::to_options() const {
                 .precision(o.precision())
                 .max_grad_norm(o.max_grad_norm())
                 .loss_scaler(o.loss_scaler())
+                .fp8(fp8())
                 .to_options());
   out.set_double("reduce_bucket_size_mb", o.bucket_cap_mb(), d.bucket_cap_mb());
   out.set_bool("overlap_communication", o.overlap_communication(), d.overlap_communication());

@@ -21,6 +21,7 @@ TorchDdpOptions read_torch_ddp_options(OptionReader& in, const PluginOptions& gi
       in.get_bool("broadcast_buffers", o.broadcast_buffers(), "broadcast rank 0's buffers before each training forward"));
   const auto precision = PrecisionOptions::read(in, given);
   o.precision(precision.precision()).max_grad_norm(precision.max_grad_norm()).loss_scaler(precision.loss_scaler());
+  o.fp8(precision.fp8());
   o.master_weights(
       in.get_bool("master_weights", o.master_weights(), "keep fp32 master weights for the optimizer under fp16/bf16"));
   o.cuda_graphs(in.get_bool("cuda_graphs", o.cuda_graphs(),
@@ -47,7 +48,7 @@ PluginOptions TorchDdpOptions::to_options() const {
   out.set_bool("overlap_communication", overlap_communication(), d.overlap_communication());
   out.set_bool("broadcast_buffers", broadcast_buffers(), d.broadcast_buffers());
   out.merge(
-      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).to_options());
+      PrecisionOptions().precision(precision()).max_grad_norm(max_grad_norm()).loss_scaler(loss_scaler()).fp8(fp8()).to_options());
   out.set_bool("master_weights", master_weights(), d.master_weights());
   out.set_bool("cuda_graphs", cuda_graphs(), d.cuda_graphs());
   return out.options();

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <colo/nn/fp8_scaling.h>
 #include <colo/nn/fp8_switchable.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,8 +15,12 @@ namespace colo::nn {
 // y = input · weightᵀ + bias with both operands cast to float8 e4m3 and multiplied by cuBLASLt
 // (at::_scaled_mm) into bf16; in backward the output gradient is cast to e5m2 (float8 with bf16's
 // exponent width: gradients span more range than precision) and both gradient products run in
-// float8 too. Scaling is dynamic and per tensor: each operand is multiplied by
-// float8_max / max|operand| of that very call, so there is no scale history to keep or checkpoint.
+// float8 too. Scaling is per tensor. Without `delayed` it is current scaling: each operand is
+// multiplied by float8_max / max|operand| of that very call (a max|x| pass, then the cast). With
+// `delayed` (a layer's slots of its model's Fp8DelayedScaling) each operand is multiplied by its
+// delayed scale and the cast records the operand's amax into its slot in the same pass (training
+// only: under no_grad, evaluation, nothing is recorded); before the state's first update the
+// layer scales as current scaling does, recording the amaxes.
 // The bias gradient is exact (bf16, as colo::nn::linear). The input is saved for backward as its
 // float8 copy (one byte per value, not bf16's two). Zero-bubble pipelines can defer its weight
 // gradient as colo::nn::linear's.
@@ -22,7 +28,8 @@ namespace colo::nn {
 // Inputs and weights must be bf16 on a GPU that has float8 products (fp8_unavailable_reason), with
 // in and out features multiples of 16 (fp8_linear_fits); any number of token rows. Anything else is
 // a std::invalid_argument saying what.
-torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias);
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+                         const Fp8OperandScales* delayed = nullptr);
 
 // Why float8 products cannot run on `device` with this build of colo; empty when they can. They
 // need a CUDA build of colo against LibTorch 2.1 or newer and an NVIDIA GPU of compute capability
@@ -37,14 +44,18 @@ bool fp8_linear_fits(int64_t in_features, int64_t out_features);
 struct Fp8Coverage {
   std::vector<std::string> converted;
   std::vector<std::string> kept;  // "head (10 output features: not a multiple of 16)"
+  // Under Fp8Scaling::kDelayed, the converted layers' state (its update must follow every
+  // optimizer step); null under current scaling.
+  std::shared_ptr<Fp8DelayedScaling> delayed_scaling;
   // One line for the console: "fp8: 96 linear layers multiply in float8; kept in bf16: head (...)".
   std::string summary() const;
 };
 
 // Turns float8 products on in every Fp8Switchable layer of `model` that fits (the others stay
-// bf16 and are listed). Throws std::invalid_argument when `device` has no float8 products
+// bf16 and are listed), scaled as `recipe` says (under delayed scaling one Fp8DelayedScaling for
+// them all, on `device`). Throws std::invalid_argument when `device` has no float8 products
 // (fp8_unavailable_reason, and to use precision=bf16) or when no layer fits.
-Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device);
+Fp8Coverage use_fp8_linears(torch::nn::Module& model, const c10::Device& device, const Fp8Recipe& recipe = {});
 
 // Where `model` stands now: its layers that multiply in float8, and those that cannot (and why).
 Fp8Coverage fp8_coverage(const torch::nn::Module& model);

@@ -89,6 +89,8 @@ class GeminiOptimizer : public OptimizerWrapper {
   const std::shared_ptr<GeminiChunkOwner>& chunk_owner() const { return chunks_; }
 
  private:
+  // step()'s work before add_after_step's.
+  bool take_step();
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<GeminiChunkOwner> chunks_;
   GeminiOptimizerOptions options_;

@@ -90,6 +90,8 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   const std::vector<torch::Tensor>& working_params() const { return working_; }
 
  private:
+  // step()'s work before add_after_step's.
+  bool take_step();
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<nn::LayerStack> model_;
   MixedPrecisionOptimizerOptions options_;

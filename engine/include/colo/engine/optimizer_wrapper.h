@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -34,8 +35,11 @@ class OptimizerWrapper {
   virtual void backward_by_grad(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& grads);
 
   // Applies the accumulated gradients. Returns false when the step was skipped (fp16 overflow,
-  // decided on every rank alike).
+  // decided on every rank alike). colo's wrappers end it with the work add_after_step gave them.
   virtual bool step() = 0;
+  // Work that must follow every step, taken or skipped, on every rank alike (delayed float8
+  // scaling's amax update: Fp8DelayedScaling::update), run in the order added.
+  void add_after_step(std::function<void()> work) { after_step_.push_back(std::move(work)); }
   // Clears the gradients before the next accumulation: drops them (set to undefined) or zeroes
   // them in place, whichever the plugin's gradient path handles faster.
   virtual void zero_grad() = 0;
@@ -78,6 +82,13 @@ class OptimizerWrapper {
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   // Set by a wrapper whose precision needs loss scaling.
   std::unique_ptr<amp::DynamicLossScaler> scaler_;
+  // What step() runs last (add_after_step's work).
+  void run_after_step() const {
+    for (const auto& work : after_step_) work();
+  }
+
+ private:
+  std::vector<std::function<void()>> after_step_;
 };
 
 }  // namespace colo

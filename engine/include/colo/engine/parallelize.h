@@ -9,6 +9,7 @@
 // a data-parallel group).
 #include <colo/amp/precision.h>
 #include <colo/ddp/bucketed_all_reduce.h>
+#include <colo/nn/fp8_scaling.h>
 
 #include <c10/core/Device.h>
 #include <torch/torch.h>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace colo::data {
 class DataLoader;
@@ -31,6 +33,8 @@ class LayerStack;
 
 namespace colo {
 
+class OptimizerWrapper;
+
 // Moves the model to `device` and makes every rank of `group` start from the same values: its
 // parameters and buffers are broadcast from the group's rank 0. Call it before any cast to a
 // lower precision, so that replicas agree on the fp32 values their masters keep.
@@ -40,7 +44,16 @@ void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGro
 // which also says why a layer stays bf16); nothing for other precisions. Call it after broadcast_model
 // (it checks the device the layers now live on) and after tensor-parallel sharding (a shard's own
 // features decide). Throws std::invalid_argument where the device has no float8 products.
-void apply_matmul_precision(nn::LayerStack& model, amp::Precision precision, c10::Device device);
+// Returns the model's delayed-scaling state under fp8 with `fp8`'s delayed scaling (null
+// otherwise): give it to update_fp8_scaling_after_each_step with the optimizer.
+std::shared_ptr<nn::Fp8DelayedScaling> apply_matmul_precision(nn::LayerStack& model, amp::Precision precision,
+                                                              c10::Device device, const nn::Fp8Recipe& fp8 = {});
+
+// Delayed float8 scaling: `optimizer`'s every step ends with `scaling`'s update, its amaxes agreed
+// (max-reduced) over `agree_over` (the groups whose ranks hold the same layers: data parallelism;
+// tensor parallelism, whose ranks hold pieces of them). Nothing when `scaling` is null.
+void update_fp8_scaling_after_each_step(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
+                                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over);
 
 // Data-parallel gradient averaging over `group`: bucketed all-reduces driven by hooks on the
 // model's parameters, which must have their final device and dtype. Null when the group has one

@@ -144,6 +144,8 @@ class ZeroOptimizer : public OptimizerWrapper {
   // Null unless fp16.
 
  private:
+  // step()'s work before add_after_step's.
+  bool take_step();
   // Each parameter group's hyper-parameters, read from the user's optimizer now.
   std::vector<optim::HybridAdamOptions> hyperparameters() const;
 

@@ -3,6 +3,7 @@
 #include <colo/booster/plugin_options.h>
 #include <colo/engine/gemini_chunk_owner.h>
 #include <colo/engine/gemini_optimizer.h>
+#include <colo/nn/fp8_scaling.h>
 #include <torch/arg.h>
 
 namespace colo {
@@ -15,6 +16,8 @@ struct GeminiOptions {
   TORCH_ARG(GeminiChunkOptions, chunks) = GeminiChunkOptions().caller("gemini");
   // The GeminiOptimizer's (clipping, fp16's loss scaler), its caller "gemini".
   TORCH_ARG(GeminiOptimizerOptions, optimizer) = GeminiOptimizerOptions().caller("gemini");
+  // precision=fp8's scaling (PrecisionOptions' fp8_* keys).
+  TORCH_ARG(nn::Fp8Recipe, fp8) = {};
 
  public:
   // Throws std::invalid_argument listing every ill-typed value, violated rule and unknown key

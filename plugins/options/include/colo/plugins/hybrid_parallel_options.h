@@ -2,6 +2,7 @@
 
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/precision.h>
+#include <colo/nn/fp8_scaling.h>
 #include <colo/booster/plugin_options.h>
 #include <colo/pipeline/partition.h>
 #include <colo/pipeline/schedule.h>
@@ -66,6 +67,8 @@ struct HybridParallelOptions {
   TORCH_ARG(amp::Precision, precision) = amp::Precision::kFp32;
   TORCH_ARG(double, max_grad_norm) = 0.0;
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
+  // precision=fp8's scaling (PrecisionOptions' fp8_* keys).
+  TORCH_ARG(nn::Fp8Recipe, fp8) = {};
   // Training passes of each model chunk as CUDA graphs (nn::CudaGraphedStack, a capture slot per
   // microbatch the chunk's stage holds at once): tp_size 1, zero_stage 0, any schedule but
   // zero_bubble, any data-parallel size (the reduction runs after the backward graphs).

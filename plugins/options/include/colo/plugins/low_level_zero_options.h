@@ -2,6 +2,7 @@
 
 #include <colo/booster/plugin_options.h>
 #include <colo/engine/zero_optimizer.h>
+#include <colo/nn/fp8_scaling.h>
 #include <torch/arg.h>
 
 namespace colo {
@@ -12,6 +13,8 @@ struct LowLevelZeroOptions {
   // The ZeroOptimizer's options (stage, precision, buckets, offload), its caller "low_level_zero".
   // Its caller, grad_norm_sum_over and tp_group are no options: the plugin keeps them as they are.
   TORCH_ARG(ZeroOptimizerOptions, zero) = ZeroOptimizerOptions().caller("low_level_zero");
+  // precision=fp8's scaling (PrecisionOptions' fp8_* keys).
+  TORCH_ARG(nn::Fp8Recipe, fp8) = {};
 
  public:
   // Throws std::invalid_argument listing every ill-typed value, violated rule (stage 3 says to

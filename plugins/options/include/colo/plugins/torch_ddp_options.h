@@ -2,6 +2,7 @@
 
 #include <colo/amp/dynamic_loss_scaler.h>
 #include <colo/amp/precision.h>
+#include <colo/nn/fp8_scaling.h>
 #include <colo/booster/plugin_options.h>
 #include <torch/arg.h>
 
@@ -19,6 +20,8 @@ struct TorchDdpOptions {
   TORCH_ARG(bool, master_weights) = true;
   TORCH_ARG(double, max_grad_norm) = 0.0;
   TORCH_ARG(amp::LossScalerOptions, loss_scaler) = {};
+  // precision=fp8's scaling (PrecisionOptions' fp8_* keys).
+  TORCH_ARG(nn::Fp8Recipe, fp8) = {};
   // The model's training forward and backward as CUDA graphs (nn::CudaGraphedStack): one GPU
   // per model replica, no activation checkpointing; over several ranks the all-reduce runs after
   // the backward graph (reduce_after_graph_backward), not overlapped with it.
