@@ -42,15 +42,15 @@ TEST(AmpDist, OverflowOnOneRankIsSeenByAll) {
 TEST(AmpDist, DelayedScalingAgreesOnTheLargestAmaxOfAnyRank) {
   auto& g = *world();
   AmaxHistory h(DelayedScalingOptions().history_length(2), 448.0, torch::TensorOptions().device(test::device()), 3);
-  // Operand 0: rank r saw r + 1 (the last rank the most); operand 1: rank 0 alone saw a NaN;
+  // Operand 0: rank r saw r + 1 (the last rank the most); operand 1: the last rank alone saw a NaN;
   // operand 2: the same on every rank.
   h.current_amax(0).fill_(static_cast<float>(g.rank() + 1));
-  h.current_amax(1).fill_(g.rank() == 0 ? std::numeric_limits<float>::quiet_NaN() : 2.0f);
+  h.current_amax(1).fill_(g.rank() == g.size() - 1 ? std::numeric_limits<float>::quiet_NaN() : 2.0f);
   h.current_amax(2).fill_(4.0f);
   h.update({&g});
   const auto scale = h.scale().cpu();
   EXPECT_FLOAT_EQ(scale[0].item<float>(), 448.0f / static_cast<float>(g.size())) << "rank " << g.rank();
-  EXPECT_FLOAT_EQ(scale[1].item<float>(), 1.0f) << "rank " << g.rank() << " kept an amax rank 0 found non-finite";
+  EXPECT_FLOAT_EQ(scale[1].item<float>(), 1.0f) << "rank " << g.rank() << " kept an amax the last rank found non-finite";
   EXPECT_FLOAT_EQ(scale[2].item<float>(), 112.0f);
   EXPECT_EQ(h.nonfinite_amaxes().cpu()[1].item<int64_t>(), 1) << "rank " << g.rank();
   // Without the group each rank keeps its own.
