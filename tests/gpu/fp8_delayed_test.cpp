@@ -37,7 +37,7 @@ const auto kCuda = torch::TensorOptions().device(torch::kCUDA);
 
 torch::Tensor bytes(const torch::Tensor& t) { return t.view(torch::kUInt8); }
 
-double relative_to_largest(const torch::Tensor& actual, const torch::Tensor& expected) {
+double delayed_relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
   const auto a = actual.to(torch::kCPU, torch::kDouble);
   const auto e = expected.to(torch::kCPU, torch::kDouble);
   return ((a - e).abs().max() / e.abs().max().clamp_min(1e-30)).item<double>();
@@ -200,9 +200,9 @@ TEST_F(Fp8Delayed, LinearScalesByTheHistoryAndRecordsEveryOperand) {
     const auto xq = dequantised(x2.reshape({-1, 64}), torch::kFloat8_e4m3fn, sx);
     const auto wq = dequantised(w2, torch::kFloat8_e4m3fn, sw);
     const auto gq = dequantised(g2.reshape({-1, 32}), torch::kFloat8_e5m2, sg);
-    EXPECT_LT(relative_to_largest(y.reshape({-1, 32}), xq.mm(wq.t()) + b.to(torch::kDouble)), 8e-3);
-    EXPECT_LT(relative_to_largest(x.grad().reshape({-1, 64}), gq.mm(wq)), 8e-3);
-    EXPECT_LT(relative_to_largest(w.grad(), gq.t().mm(xq)), 8e-3);
+    EXPECT_LT(delayed_relative_error(y.reshape({-1, 32}), xq.mm(wq.t()) + b.to(torch::kDouble)), 8e-3);
+    EXPECT_LT(delayed_relative_error(x.grad().reshape({-1, 64}), gq.mm(wq)), 8e-3);
+    EXPECT_LT(delayed_relative_error(w.grad(), gq.t().mm(xq)), 8e-3);
     // The current layer on the same values is not what was computed: the scale came from step 1.
     const auto current = colo::nn::fp8_linear(x2, w2, b);
     EXPECT_FALSE(torch::equal(current, y.detach()));
