@@ -110,7 +110,7 @@ void CheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
 }
 
 void CheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
-  auto state = optimizer.full_state();
+  auto state = optimizer.checkpoint_state();
   if (is_writer()) {
     write_or_defer([dir, tensors = host_copies(std::move(state.tensors)), scalars = state.scalars,
                     bytes = max_shard_bytes(options)] {
@@ -125,7 +125,7 @@ void CheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string
   OptimizerWrapper::FullState state;
   state.tensors = checkpoint::load_safetensors_set(dir, "optimizer");
   state.scalars = read_number_map(files::join(dir, "optimizer.json"));
-  optimizer.load_full_state(state);
+  optimizer.load_checkpoint_state(state);
 }
 
 void CheckpointIO::save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {

@@ -26,7 +26,7 @@ Boosted boost_data_parallel(const Plugin& plugin, BoostInputs inputs, const Data
   broadcast_model(*inputs.model, context.device, *world);
   auto fp8_scaling = apply_matmul_precision(*inputs.model, precision, context.device, fp8);
   const auto engine = apply_data_parallel(inputs.model, inputs.optimizer, world, options);
-  update_fp8_scaling_after_each_step(*engine->optimizer(), std::move(fp8_scaling), {world});
+  attach_fp8_scaling(*engine->optimizer(), std::move(fp8_scaling), {world});
   if (finish) finish(*engine);
   return {engine->model(), engine->optimizer(), inputs.criterion, inputs.dataloader, inputs.lr_scheduler, context.mesh};
 }

@@ -14,8 +14,16 @@
 namespace colo {
 namespace {
 
-// The parameter an optimizer state entry belongs to: "master.<param>" or "<param>.<key>".
+// The parameter an optimizer state entry belongs to: "master.<param>" or "<param>.<key>"; delayed
+// float8 scaling's "fp8_scaling.<layer>.<operand>.<key>" goes with its layer's weight (the stage
+// holding that layer saves and loads it).
 std::string param_of_optimizer_entry(const std::string& name) {
+  if (OptimizerWrapper::is_fp8_scaling_entry(name)) {
+    const auto layer = name.substr(std::string(OptimizerWrapper::kFp8ScalingPrefix).size());
+    const auto key = layer.rfind('.');
+    const auto operand = key == std::string::npos || key == 0 ? std::string::npos : layer.rfind('.', key - 1);
+    return operand == std::string::npos ? name : layer.substr(0, operand) + ".weight";
+  }
   const std::string master = "master.";
   if (name.compare(0, master.size(), master) == 0) return name.substr(master.size());
   const auto dot = name.rfind('.');
@@ -34,8 +42,10 @@ std::vector<torch::Tensor> all_pieces(const torch::Tensor& local, dist::ProcessG
   return pieces;
 }
 
-// Whether `tensor` is cut by `cuts` (a scalar entry, an optimizer's step, travels whole).
-bool is_cut(const torch::Tensor& tensor, const std::vector<nn::ShardSpec>& cuts) {
+// Whether `tensor` is cut by `cuts` (a scalar entry, an optimizer's step, travels whole; so does a
+// layer's float8 scaling state, which its tensor-parallel ranks agree on whole).
+bool is_cut(const std::string& name, const torch::Tensor& tensor, const std::vector<nn::ShardSpec>& cuts) {
+  if (OptimizerWrapper::is_fp8_scaling_entry(name)) return false;
   for (const auto& cut : cuts) {
     if (tensor.dim() <= cut.dim) return false;
   }
@@ -54,7 +64,7 @@ PerStageCheckpointIO::NamedTensors PerStageCheckpointIO::sliced(NamedTensors sta
   if (!part_.tp || part_.tp->size() == 1) return state;
   for (auto& [name, tensor] : state) {
     const auto cuts = part_.cuts.find(param_of(name));
-    if (cuts == part_.cuts.end() || !is_cut(tensor, cuts->second)) continue;
+    if (cuts == part_.cuts.end() || !is_cut(name, tensor, cuts->second)) continue;
     try {
       tensor = nn::shard_of(tensor, cuts->second).contiguous();
     } catch (const std::invalid_argument& e) {
@@ -83,7 +93,7 @@ void PerStageCheckpointIO::save_parts(const std::string& dir, const std::string&
     const torch::Tensor tensor = entry.second;
     const auto cuts = split_over_tp ? part_.cuts.find(param_of(name)) : part_.cuts.end();
     // Scalars (an optimizer's step) travel whole.
-    if (cuts == part_.cuts.end() || !is_cut(tensor, cuts->second)) {
+    if (cuts == part_.cuts.end() || !is_cut(name, tensor, cuts->second)) {
       pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor.detach(); }});
       continue;
     }
@@ -160,7 +170,7 @@ void PerStageCheckpointIO::load_model(ModelWrapper& model, const std::string& di
 
 void PerStageCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,
                                         const SaveOptions& /*options*/) {
-  auto state = optimizer.full_state();
+  auto state = optimizer.checkpoint_state();
   save_parts(dir, "optimizer", state.tensors, param_of_optimizer_entry);
   if (world_->rank() == 0) {
     // Learning rates and the loss scaler are the same on every rank.
@@ -177,7 +187,7 @@ void PerStageCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std
           [this](const std::string& name) { return part_.names.count(param_of_optimizer_entry(name)) > 0; }),
       param_of_optimizer_entry);
   state.scalars = read_number_map(files::join(dir, "optimizer.json"));
-  optimizer.load_full_state(state);
+  optimizer.load_checkpoint_state(state);
 }
 
 }  // namespace colo

@@ -6,6 +6,8 @@
 #include <colo/dist/process_group.h>
 #include <colo/nn/cuda_graphed_stack.h>
 #include <colo/nn/fp8_linear.h>
+#include <colo/nn/fp8_scaling.h>
+#include <colo/nn/fp8_switchable.h>
 #include <colo/nn/layer_stack.h>
 #include <colo/optim/optimizer_state.h>
 #include <fmt/format.h>
@@ -19,13 +21,53 @@ namespace colo {
 std::shared_ptr<nn::Fp8DelayedScaling> apply_matmul_precision(nn::LayerStack& model, amp::Precision precision,
                                                               c10::Device device, const nn::Fp8Recipe& fp8) {
   if (precision != amp::Precision::kFp8) return nullptr;
-  return nn::use_fp8_linears(model, device, fp8).delayed_scaling;
+  auto scaling = nn::use_fp8_linears(model, device, fp8).delayed_scaling;
+  if (scaling) {
+    // Canonical names, in use_fp8_linears' order (the stack's modules, layer by layer): what a
+    // checkpoint names each layer's history by, under any pipeline split.
+    std::vector<std::string> names;
+    for (size_t i = 0; i < model.size(); ++i) {
+      const auto& layer = model.layer(i);
+      for (const auto& item : layer->named_modules()) {
+        const auto* linear = dynamic_cast<const nn::Fp8Switchable*>(item.value().get());
+        if (linear == nullptr || !linear->fp8()) continue;
+        auto name = layer->canonical_prefix() + item.key();
+        if (!name.empty() && name.back() == '.') name.pop_back();
+        names.push_back(name.empty() ? fmt::format("layer{}", i) : name);
+      }
+    }
+    scaling->set_layer_names(std::move(names));
+  }
+  return scaling;
 }
 
-void update_fp8_scaling_after_each_step(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
-                                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over) {
+void attach_fp8_scaling(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
+                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over) {
   if (!scaling) return;
-  optimizer.add_after_step([scaling = std::move(scaling), groups = std::move(agree_over)] {
+  const std::string prefix = OptimizerWrapper::kFp8ScalingPrefix;
+  OptimizerWrapper::CheckpointedCompanion companion;
+  companion.prefix = prefix;
+  companion.save = [scaling, prefix] {
+    OptimizerWrapper::FullState state;
+    for (auto& [name, tensor] : scaling->layer_entries()) state.tensors.emplace_back(prefix + name, std::move(tensor));
+    state.scalars[prefix + "primed"] = scaling->primed() ? 1.0 : 0.0;
+    return state;
+  };
+  companion.prepare_load = [scaling, prefix](const OptimizerWrapper::FullState& state) -> std::function<void()> {
+    const auto primed = state.scalars.find(prefix + "primed");
+    if (primed == state.scalars.end()) {
+      if (!state.tensors.empty()) {
+        throw std::invalid_argument(fmt::format("the checkpoint's delayed float8 scaling state has '{}' but no '{}primed'",
+                                                state.tensors.front().first, prefix));
+      }
+      return nullptr;  // saved without delayed scaling: this run starts its history afresh
+    }
+    std::vector<std::pair<std::string, torch::Tensor>> entries;
+    for (const auto& [name, tensor] : state.tensors) entries.emplace_back(name.substr(prefix.size()), tensor);
+    return scaling->prepare_load(entries, primed->second != 0.0);
+  };
+  optimizer.add_checkpointed_companion(std::move(companion));  // first: a refusal here adds nothing
+  optimizer.add_after_step([scaling, groups = std::move(agree_over)] {
     std::vector<dist::ProcessGroup*> raw;
     for (const auto& g : groups) raw.push_back(g.get());
     scaling->update(raw);

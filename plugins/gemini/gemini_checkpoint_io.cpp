@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 namespace colo::plugins {
 namespace {
@@ -61,11 +62,17 @@ void GeminiCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
                                         const SaveOptions& options) {
   auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
   if (!gemini) return CheckpointIO::save_optimizer(optimizer, dir, options);
-  save_pending(dir, "optimizer", gemini->pending_full_state(), max_shard_bytes(options));
+  // The chunks' state streamed as before; the companions' (delayed float8 scaling: a few KB) beside it.
+  auto pending = gemini->pending_full_state();
+  auto companions = optimizer.companion_state();
+  for (const auto& [name, tensor] : companions.tensors) {
+    pending.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor; }});
+  }
+  save_pending(dir, "optimizer", pending, max_shard_bytes(options));
   if (is_writer()) {
-    write_or_defer([dir, scalars = gemini->full_state_scalars()] {
-      write_number_map(files::join(dir, "optimizer.json"), scalars);
-    });
+    auto scalars = gemini->full_state_scalars();
+    for (const auto& [name, value] : companions.scalars) scalars[name] = value;
+    write_or_defer([dir, scalars] { write_number_map(files::join(dir, "optimizer.json"), scalars); });
   }
   barrier();
 }
@@ -73,7 +80,23 @@ void GeminiCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::
 void GeminiCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) {
   auto* gemini = dynamic_cast<GeminiOptimizer*>(&optimizer);
   if (!gemini) return CheckpointIO::load_optimizer(optimizer, dir);
-  gemini->load_full_state(set_reader(dir, "optimizer"), read_number_map(files::join(dir, "optimizer.json")));
+  auto reader = set_reader(dir, "optimizer");
+  // The companions' entries (and delayed float8 scaling's, claimed or not) read whole and checked
+  // first; the chunks' state streams from a reader that no longer lists them.
+  std::set<std::string> companion_names;
+  std::vector<checkpoint::TensorInfo> chunk_entries;
+  for (const auto& entry : reader.entries) {
+    const bool companion = optimizer.is_companion_entry(entry.name);
+    if (companion) companion_names.insert(entry.name);
+    else chunk_entries.push_back(entry);
+  }
+  OptimizerWrapper::FullState stored;
+  stored.tensors = reader.read(companion_names);
+  stored.scalars = read_number_map(files::join(dir, "optimizer.json"));
+  auto [rest, load_companions] = optimizer.split_companion_state(stored);
+  reader.entries = std::move(chunk_entries);
+  gemini->load_full_state(reader, rest.scalars);
+  load_companions();
 }
 
 }  // namespace colo::plugins

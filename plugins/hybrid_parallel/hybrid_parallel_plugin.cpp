@@ -230,7 +230,7 @@ Boosted HybridParallelPlugin::boost(BoostInputs inputs) {
   const auto& optimizer = data_parallel->optimizer();
   // Delayed float8 scaling: the ranks of a stage's dp and tp groups hold the same layers (tp: their
   // pieces), so their amaxes are agreed over both, as one process would see them.
-  update_fp8_scaling_after_each_step(*optimizer, std::move(fp8_scaling), {dp, tp});
+  attach_fp8_scaling(*optimizer, std::move(fp8_scaling), {dp, tp});
   PipelineModel::Parts parts;
   parts.data_parallel = data_parallel;
 

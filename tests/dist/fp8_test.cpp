@@ -3,6 +3,7 @@
 // the 10-class head) and training follows the bf16 run closely; everywhere else (every CPU, the
 // CI) boost refuses before training, saying why and which precision to use.
 #include <colo/booster/booster.h>
+#include <colo/booster/training_state.h>
 #include <colo/nn/fp8_linear.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -64,6 +65,43 @@ TEST(Fp8Precision, EveryPluginRefusesWithoutFloat8ProductsOrTrainsNearBf16) {
     // rank agreed on): as near.
     const auto delayed = train_with(name, "fp8", data, nullptr, "delayed");
     expect_losses_near(delayed, bf16, 0.02);
+  }
+}
+
+// Delayed scaling's histories are training state: a run saved after two steps and resumed takes
+// the same next two steps, bit for bit, as the run that went on (every plugin; the checkpoints'
+// path across layouts is fp8_scaling_checkpoint_test.cpp's, on every machine).
+TEST(Fp8Precision, DelayedScalingResumesExactlyUnderEveryPlugin) {
+  if (const auto reason = nn::fp8_unavailable_reason(device()); !reason.empty()) {
+    GTEST_SKIP() << "float8 products: " << reason;
+  }
+  const auto data = make_batches(4, kPerRankBatch * world()->size(), 31);
+  const GlobalBatches first{{data.images[0], data.images[1]}, {data.labels[0], data.labels[1]}};
+  const GlobalBatches next{{data.images[2], data.images[3]}, {data.labels[2], data.labels[3]}};
+  const PluginOptions options{{"precision", "fp8"}, {"fp8_scaling", "delayed"}, {"fp8_amax_history_len", "4"}};
+  for (const std::string name : kPrecisionPlugins) {
+    SCOPED_TRACE(name);
+    const auto dir = shared_directory("fp8_delayed_resume_" + name);
+    Trajectory want, got;
+    {
+      auto plugin = make_plugin(name, options);
+      Booster booster(plugin);
+      auto model = make_vit();
+      auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+      train_boosted(*plugin, b, first);
+      booster.save_state(b, TrainingProgress{}, dir);
+      want = train_boosted(*plugin, b, next);
+    }
+    {
+      auto plugin = make_plugin(name, options);
+      Booster booster(plugin);
+      auto model = make_vit(tiny_vit(), /*seed=*/77);
+      auto b = booster.boost(model, conditioned_adamw(*model), cross_entropy);
+      booster.load_state(b, dir);
+      got = train_boosted(*plugin, b, next);
+    }
+    EXPECT_EQ(got.losses, want.losses) << "the resumed run's losses";
+    remove_shared_directory(dir);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,8 +175,8 @@ TEST(Fp8DelayedScaling, EveryOptimizerStepEndsWithTheUpdate) {
   auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
   colo::MixedPrecisionOptimizer optimizer(adam, model);
   auto scaling = std::make_shared<Fp8DelayedScaling>(2, DelayedScalingOptions(), torch::TensorOptions());
-  colo::update_fp8_scaling_after_each_step(optimizer, scaling, {});
-  colo::update_fp8_scaling_after_each_step(optimizer, nullptr, {});  // nothing to update: no work added
+  colo::attach_fp8_scaling(optimizer, scaling, {});
+  colo::attach_fp8_scaling(optimizer, nullptr, {});  // nothing to update: no work added
   for (int step = 1; step <= 2; ++step) {
     scaling->layer(0)->input_amax.fill_(2.0f * step);
     auto loss = model->forward(torch::randn({3, 4})).sum();
@@ -185,6 +186,137 @@ TEST(Fp8DelayedScaling, EveryOptimizerStepEndsWithTheUpdate) {
     EXPECT_TRUE(scaling->primed());
     EXPECT_FLOAT_EQ(scaling->layer(0)->input_scale.item<float>(), 448.0f / (2.0f * step)) << "step " << step;
   }
+}
+
+// A state after a few steps of random amaxes, one of them non-finite.
+void record_random_steps(Fp8DelayedScaling& scaling, unsigned seed) {
+  const auto amaxes = random_amaxes(static_cast<int>(3 * scaling.layers()), 3, seed);
+  for (int step = 0; step < 3; ++step) {
+    for (int64_t i = 0; i < scaling.layers(); ++i) {
+      const auto slot = scaling.layer(i);
+      slot->input_amax.fill_(amaxes[3 * i][step]);
+      slot->weight_amax.fill_(amaxes[3 * i + 1][step]);
+      slot->grad_amax.fill_(step == 1 && i == 0 ? std::numeric_limits<float>::infinity() : amaxes[3 * i + 2][step]);
+    }
+    scaling.update();
+  }
+}
+
+std::map<std::string, torch::Tensor> entries_of(const Fp8DelayedScaling& scaling) {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, tensor] : scaling.layer_entries()) out[name] = tensor;
+  return out;
+}
+
+// Checkpoints name each layer's state by the layer: a state saved by a whole model loads into a
+// part of it (a pipeline stage) whose layers come in another order, each layer its own values.
+TEST(Fp8DelayedScaling, LayerEntriesLoadByNameIntoAPartInAnotherOrder) {
+  const auto options = DelayedScalingOptions().history_length(4);
+  Fp8DelayedScaling whole(3, options, {});
+  whole.set_layer_names({"blocks.0.attn.qkv", "blocks.0.mlp.fc1", "head"});
+  record_random_steps(whole, 5);
+  const auto saved = whole.layer_entries();
+  ASSERT_EQ(saved.size(), 3u * 3u * 3u);
+  EXPECT_EQ(saved.front().first, "blocks.0.attn.qkv.input.amax_history");
+  EXPECT_EQ(saved.front().second.sizes(), torch::IntArrayRef({4}));
+
+  Fp8DelayedScaling part(2, options, {});
+  part.set_layer_names({"head", "blocks.0.attn.qkv"});
+  const auto before = entries_of(part);
+  auto load = part.prepare_load(saved, /*primed=*/true);
+  EXPECT_FALSE(part.primed()) << "prepare_load changes nothing";
+  for (const auto& [name, tensor] : entries_of(part)) EXPECT_TRUE(torch::equal(tensor, before.at(name))) << name;
+  load();
+  EXPECT_TRUE(part.primed());
+  const auto want = entries_of(whole);
+  for (const auto& [name, tensor] : entries_of(part)) {
+    EXPECT_TRUE(torch::equal(tensor, want.at(name))) << name;
+  }
+  // The slots the layers cast with are views of the loaded state.
+  EXPECT_FLOAT_EQ(part.layer(0)->input_scale.item<float>(), want.at("head.input.scale").item<float>());
+  EXPECT_FLOAT_EQ(part.layer(1)->grad_scale.item<float>(), want.at("blocks.0.attn.qkv.grad.scale").item<float>());
+  EXPECT_EQ(part.nonfinite_amaxes(), 1);
+}
+
+TEST(Fp8DelayedScaling, RefusesAMissingLayerAnotherHistoryLengthAndBadNames) {
+  const auto options = DelayedScalingOptions().history_length(4);
+  Fp8DelayedScaling saved(2, options, {});
+  saved.set_layer_names({"a", "b"});
+  record_random_steps(saved, 7);
+  Fp8DelayedScaling other(2, options, {});
+  other.set_layer_names({"a", "c"});
+  try {
+    other.prepare_load(saved.layer_entries(), true);
+    FAIL() << "layer c is not in the state";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no 'c.input.amax_history'"), std::string::npos) << e.what();
+  }
+  Fp8DelayedScaling longer(2, DelayedScalingOptions().history_length(5), {});
+  longer.set_layer_names({"a", "b"});
+  try {
+    longer.prepare_load(saved.layer_entries(), true);
+    FAIL() << "a history of 4 steps into one of 5";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_amax_history_len"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(other.set_layer_names({"a"}), std::invalid_argument);
+  EXPECT_THROW(other.set_layer_names({"a", "a"}), std::invalid_argument);
+  EXPECT_EQ(Fp8DelayedScaling(2, options, {}).layer_names(), (std::vector<std::string>{"layer0", "layer1"}));
+}
+
+// attach_fp8_scaling makes the state part of what the optimizer's checkpoints carry: saved beside
+// the optimizer's own state, loaded back into another run's, dropped by a run without it, and not
+// loaded when the optimizer's own state is refused.
+TEST(Fp8DelayedScaling, TheOptimizersCheckpointStateCarriesIt) {
+  auto model = colo::test::tiny_layer_stack(5);
+  auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+  colo::MixedPrecisionOptimizer optimizer(adam, model);
+  auto scaling = std::make_shared<Fp8DelayedScaling>(2, DelayedScalingOptions().history_length(3), torch::TensorOptions());
+  scaling->set_layer_names({"0.linear", "1.linear"});
+  colo::attach_fp8_scaling(optimizer, scaling, {});
+  for (int step = 0; step < 2; ++step) {
+    scaling->layer(0)->input_amax.fill_(3.0f + step);
+    scaling->layer(1)->grad_amax.fill_(0.25f);
+    optimizer.backward(model->forward(torch::randn({3, 4})).sum());
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  const auto state = optimizer.checkpoint_state();
+  EXPECT_EQ(state.scalars.at("fp8_scaling.primed"), 1.0);
+  std::map<std::string, torch::Tensor> saved(state.tensors.begin(), state.tensors.end());
+  ASSERT_TRUE(saved.count("fp8_scaling.0.linear.input.amax_history"));
+  EXPECT_FLOAT_EQ(saved.at("fp8_scaling.0.linear.input.scale").item<float>(), 448.0f / 4.0f);
+  EXPECT_EQ(optimizer.full_state().tensors.size() + 2 * 3 * 3, state.tensors.size());
+
+  auto fresh_model = colo::test::tiny_layer_stack(5);
+  auto fresh_adam = std::make_shared<torch::optim::Adam>(fresh_model->parameters(), torch::optim::AdamOptions(1e-2));
+  colo::MixedPrecisionOptimizer resumed(fresh_adam, fresh_model);
+  auto resumed_scaling =
+      std::make_shared<Fp8DelayedScaling>(2, DelayedScalingOptions().history_length(3), torch::TensorOptions());
+  resumed_scaling->set_layer_names({"0.linear", "1.linear"});
+  colo::attach_fp8_scaling(resumed, resumed_scaling, {});
+
+  // The optimizer's own state refused (a parameter's entries missing): the histories stay as they were.
+  auto broken = state;
+  broken.tensors.erase(std::remove_if(broken.tensors.begin(), broken.tensors.end(),
+                                      [](const auto& e) { return e.first.rfind("fp8_scaling.", 0) != 0; }),
+                       broken.tensors.end());
+  broken.tensors.emplace_back("no.such.param.exp_avg", torch::zeros({1}));
+  EXPECT_THROW(resumed.load_checkpoint_state(broken), std::invalid_argument);
+  EXPECT_FALSE(resumed_scaling->primed());
+
+  resumed.load_checkpoint_state(state);
+  EXPECT_TRUE(resumed_scaling->primed());
+  const auto want = entries_of(*scaling);
+  for (const auto& [name, tensor] : entries_of(*resumed_scaling)) EXPECT_TRUE(torch::equal(tensor, want.at(name))) << name;
+
+  // A run without delayed scaling takes the same checkpoint, the histories dropped.
+  auto plain_model = colo::test::tiny_layer_stack(5);
+  auto plain_adam = std::make_shared<torch::optim::Adam>(plain_model->parameters(), torch::optim::AdamOptions(1e-2));
+  colo::MixedPrecisionOptimizer plain(plain_adam, plain_model);
+  EXPECT_NO_THROW(plain.load_checkpoint_state(state));
+  // Two companions over one prefix would split one state between them.
+  EXPECT_THROW(colo::attach_fp8_scaling(resumed, resumed_scaling, {}), std::invalid_argument);
 }
 
 std::string torch_ddp_error(const colo::PluginOptions& options) {

@@ -2,8 +2,10 @@
 #include <colo/nn/fp8_scaling.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -12,6 +14,15 @@ namespace {
 
 constexpr double kE4m3Max = 448.0;
 constexpr double kE5m2Max = 57344.0;
+
+// A layer's float8 operands as checkpoints name them, and where each lives: the forward history's
+// columns 2i (input) and 2i+1 (weight), the backward's column i (the output gradient).
+struct OperandColumn {
+  const char* name;
+  bool forward;
+  int64_t column(int64_t layer) const { return forward ? 2 * layer + (name[0] == 'w' ? 1 : 0) : layer; }
+};
+constexpr OperandColumn kOperands[] = {{"input", true}, {"weight", true}, {"grad", false}};
 
 }  // namespace
 
@@ -42,7 +53,78 @@ Fp8DelayedScaling::Fp8DelayedScaling(int64_t layers, amp::DelayedScalingOptions 
     slot->grad_amax = backward_.current_amax(i);
     slot->primed = primed_;
     slots_.push_back(std::move(slot));
+    names_.push_back(fmt::format("layer{}", i));
   }
+}
+
+void Fp8DelayedScaling::set_layer_names(std::vector<std::string> names) {
+  if (static_cast<int64_t>(names.size()) != layers_) {
+    throw std::invalid_argument(
+        fmt::format("delayed float8 scaling: {} layer names for {} float8 layers", names.size(), layers_));
+  }
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+    throw std::invalid_argument(fmt::format("delayed float8 scaling: two float8 layers named '{}'", *twice));
+  }
+  names_ = std::move(names);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Fp8DelayedScaling::layer_entries() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (int64_t i = 0; i < layers_; ++i) {
+    for (const auto& operand : kOperands) {
+      const auto& history = operand.forward ? forward_ : backward_;
+      const auto c = operand.column(i);
+      const auto base = fmt::format("{}.{}.", names_[static_cast<size_t>(i)], operand.name);
+      out.emplace_back(base + "amax_history", history.history().select(1, c).to(torch::kCPU).clone());
+      out.emplace_back(base + "scale", history.scale().narrow(0, c, 1).to(torch::kCPU).clone());
+      out.emplace_back(base + "nonfinite_amaxes", history.nonfinite_amaxes().narrow(0, c, 1).to(torch::kCPU).clone());
+    }
+  }
+  return out;
+}
+
+std::function<void()> Fp8DelayedScaling::prepare_load(const std::vector<std::pair<std::string, torch::Tensor>>& entries,
+                                                      bool primed) {
+  std::map<std::string, torch::Tensor> by_name(entries.begin(), entries.end());
+  // The whole state, filled in on the CPU from the entries, then checked as AmaxHistory checks it.
+  auto forward = forward_.state(), backward = backward_.state();
+  for (auto* state : {&forward, &backward}) {
+    for (auto& item : *state) item.value() = item.value().to(torch::kCPU).clone();
+  }
+  std::vector<std::string> problems;
+  for (int64_t i = 0; i < layers_; ++i) {
+    for (const auto& operand : kOperands) {
+      auto& state = operand.forward ? forward : backward;
+      const auto c = operand.column(i);
+      const auto base = fmt::format("{}.{}.", names_[static_cast<size_t>(i)], operand.name);
+      for (const char* key : {"amax_history", "scale", "nonfinite_amaxes"}) {
+        const auto found = by_name.find(base + key);
+        auto& whole = state[key == std::string("amax_history") ? "history" : key];
+        auto target = key == std::string("amax_history") ? whole.select(1, c) : whole.narrow(0, c, 1);
+        if (found == by_name.end()) {
+          problems.push_back(fmt::format("no '{}{}'", base, key));
+        } else if (found->second.sizes() != target.sizes()) {
+          problems.push_back(fmt::format(
+              "'{}{}' has shape [{}], this run's is [{}]{}", base, key, fmt::join(found->second.sizes(), ", "),
+              fmt::join(target.sizes(), ", "),
+              key == std::string("amax_history") ? " (fp8_amax_history_len differs: resume with the saved length)" : ""));
+        } else {
+          target.copy_(found->second.to(target.scalar_type()));
+        }
+      }
+    }
+  }
+  if (!problems.empty()) {
+    throw std::invalid_argument(fmt::format("delayed float8 scaling state does not fit this model ({} problem(s)): {}",
+                                            problems.size(), fmt::join(problems, "; ")));
+  }
+  return [this, forward = std::move(forward), backward = std::move(backward), primed] {
+    forward_.load_state(forward);
+    backward_.load_state(backward);
+    *primed_ = primed;
+  };
 }
 
 std::shared_ptr<const Fp8OperandScales> Fp8DelayedScaling::layer(int64_t index) const {

@@ -4,8 +4,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace colo::dist {
@@ -73,12 +75,29 @@ class Fp8DelayedScaling {
   torch::OrderedDict<std::string, torch::Tensor> state() const;
   void load_state(const torch::OrderedDict<std::string, torch::Tensor>& state);
 
+  // The layers' canonical names ("blocks.3.attn.qkv"; "layer<i>" until set), which name their
+  // checkpoint entries: a pipeline stage holds some layers, and a checkpoint saved under one layout
+  // resumes under another. Throws std::invalid_argument for a count other than layers() or a repeat.
+  void set_layer_names(std::vector<std::string> names);
+  const std::vector<std::string>& layer_names() const { return names_; }
+
+  // The state per layer, as checkpoints keep it: "<layer>.<operand>.amax_history" ([history_length],
+  // newest first), ".scale" ([1]) and ".nonfinite_amaxes" ([1], int64) for the operands input,
+  // weight (e4m3) and grad (e5m2), on the CPU.
+  std::vector<std::pair<std::string, torch::Tensor>> layer_entries() const;
+  // The inverse: checks `entries` (every layer's, each of its shape) and `primed`, then returns the
+  // work that loads them; throws std::invalid_argument naming what does not fit (a missing layer,
+  // another history length), changing nothing. Entries of other names are ignored.
+  std::function<void()> prepare_load(const std::vector<std::pair<std::string, torch::Tensor>>& entries,
+                                     bool primed);
+
  private:
   int64_t layers_;
   amp::AmaxHistory forward_;
   amp::AmaxHistory backward_;
   std::shared_ptr<bool> primed_ = std::make_shared<bool>(false);
   std::vector<std::shared_ptr<Fp8OperandScales>> slots_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace colo::nn

@@ -77,6 +77,37 @@ class OptimizerWrapper {
   virtual FullState full_state() const = 0;
   virtual void load_full_state(const FullState& state) = 0;
 
+  // State kept beside the optimizer's that its checkpoints carry with it: delayed float8 scaling's
+  // amax histories (attach_fp8_scaling). Its entries' and scalars' names begin with `prefix`.
+  // `prepare_load` is given the checkpoint's entries under the prefix (none when it has none),
+  // checks them and returns the work that loads them; it throws, changing nothing, for ones that
+  // do not fit.
+  struct CheckpointedCompanion {
+    std::string prefix;
+    std::function<FullState()> save;
+    std::function<std::function<void()>(const FullState&)> prepare_load;
+  };
+  void add_checkpointed_companion(CheckpointedCompanion companion);
+  // Entries of delayed float8 scaling's state. A checkpoint's entries under this prefix that no
+  // companion of this optimizer claims (a delayed-scaling run resumed under another precision or
+  // fp8_scaling=current) are dropped: that run keeps no such state.
+  static constexpr const char* kFp8ScalingPrefix = "fp8_scaling.";
+  static bool is_fp8_scaling_entry(const std::string& name);
+  // Whether split_companion_state takes `name` out of the optimizer's own state (a companion's
+  // entry, or kFp8ScalingPrefix's).
+  bool is_companion_entry(const std::string& name) const;
+
+  // What checkpoints save: full_state() and every companion's entries and scalars.
+  FullState checkpoint_state() const;
+  // Every companion's state alone (GeminiCheckpointIO streams full_state's tensors its own way).
+  FullState companion_state() const;
+  // What checkpoints load: the companions' entries checked first, then load_full_state with the
+  // rest, then the companions loaded. A refusal anywhere changes nothing.
+  void load_checkpoint_state(const FullState& state);
+  // `state` without the companions' (and kFp8ScalingPrefix's) entries and scalars, and the work
+  // that loads the companions from them (checked now: throws for ones that do not fit).
+  std::pair<FullState, std::function<void()>> split_companion_state(const FullState& state) const;
+
  protected:
   double max_grad_norm_ = 0.0;
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
@@ -89,6 +120,7 @@ class OptimizerWrapper {
 
  private:
   std::vector<std::function<void()>> after_step_;
+  std::vector<CheckpointedCompanion> companions_;
 };
 
 }  // namespace colo

@@ -45,15 +45,20 @@ void broadcast_model(nn::LayerStack& model, c10::Device device, dist::ProcessGro
 // (it checks the device the layers now live on) and after tensor-parallel sharding (a shard's own
 // features decide). Throws std::invalid_argument where the device has no float8 products.
 // Returns the model's delayed-scaling state under fp8 with `fp8`'s delayed scaling (null
-// otherwise): give it to update_fp8_scaling_after_each_step with the optimizer.
+// otherwise), its layers named by their canonical names: give it to attach_fp8_scaling with the optimizer.
 std::shared_ptr<nn::Fp8DelayedScaling> apply_matmul_precision(nn::LayerStack& model, amp::Precision precision,
                                                               c10::Device device, const nn::Fp8Recipe& fp8 = {});
 
 // Delayed float8 scaling: `optimizer`'s every step ends with `scaling`'s update, its amaxes agreed
 // (max-reduced) over `agree_over` (the groups whose ranks hold the same layers: data parallelism;
-// tensor parallelism, whose ranks hold pieces of them). Nothing when `scaling` is null.
-void update_fp8_scaling_after_each_step(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
-                                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over);
+// tensor parallelism, whose ranks hold pieces of them), and the optimizer's checkpoints carry the
+// state (OptimizerWrapper::CheckpointedCompanion): per layer "fp8_scaling.<layer>.<operand>.amax_history",
+// ".scale", ".nonfinite_amaxes", and the scalar "fp8_scaling.primed". A checkpoint without them
+// (saved under fp8_scaling=current or another precision) resumes with a fresh history, scaled as
+// current scaling for the first step; one with some of this run's layers missing, or another
+// history length, is refused. Nothing when `scaling` is null.
+void attach_fp8_scaling(OptimizerWrapper& optimizer, std::shared_ptr<nn::Fp8DelayedScaling> scaling,
+                        std::vector<std::shared_ptr<dist::ProcessGroup>> agree_over);
 
 // Data-parallel gradient averaging over `group`: bucketed all-reduces driven by hooks on the
 // model's parameters, which must have their final device and dtype. Null when the group has one
