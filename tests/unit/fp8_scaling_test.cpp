@@ -238,6 +238,16 @@ TEST(Fp8DelayedScaling, LayerEntriesLoadByNameIntoAPartInAnotherOrder) {
   EXPECT_EQ(part.nonfinite_amaxes(), 1);
 }
 
+// What prepare_load says when `from`'s entries do not fit `into` ("(loaded)" when they do).
+std::string load_error(Fp8DelayedScaling& into, const Fp8DelayedScaling& from) {
+  try {
+    into.prepare_load(from.layer_entries(), true);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
 TEST(Fp8DelayedScaling, RefusesAMissingLayerAnotherHistoryLengthAndBadNames) {
   const auto options = DelayedScalingOptions().history_length(4);
   Fp8DelayedScaling saved(2, options, {});
@@ -245,20 +255,10 @@ TEST(Fp8DelayedScaling, RefusesAMissingLayerAnotherHistoryLengthAndBadNames) {
   record_random_steps(saved, 7);
   Fp8DelayedScaling other(2, options, {});
   other.set_layer_names({"a", "c"});
-  try {
-    other.prepare_load(saved.layer_entries(), true);
-    FAIL() << "layer c is not in the state";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no 'c.input.amax_history'"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(load_error(other, saved).find("no 'c.input.amax_history'"), std::string::npos) << load_error(other, saved);
   Fp8DelayedScaling longer(2, DelayedScalingOptions().history_length(5), {});
   longer.set_layer_names({"a", "b"});
-  try {
-    longer.prepare_load(saved.layer_entries(), true);
-    FAIL() << "a history of 4 steps into one of 5";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("fp8_amax_history_len"), std::string::npos) << e.what();
-  }
+  EXPECT_NE(load_error(longer, saved).find("fp8_amax_history_len"), std::string::npos) << load_error(longer, saved);
   EXPECT_THROW(other.set_layer_names({"a"}), std::invalid_argument);
   EXPECT_THROW(other.set_layer_names({"a", "a"}), std::invalid_argument);
   EXPECT_EQ(Fp8DelayedScaling(2, options, {}).layer_names(), (std::vector<std::string>{"layer0", "layer1"}));

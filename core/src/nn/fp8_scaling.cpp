@@ -20,9 +20,10 @@ constexpr double kE5m2Max = 57344.0;
 struct OperandColumn {
   const char* name;
   bool forward;
-  int64_t column(int64_t layer) const { return forward ? 2 * layer + (name[0] == 'w' ? 1 : 0) : layer; }
+  int64_t offset;  // within the layer's columns: 2 forward (input, weight), 1 backward
+  int64_t column(int64_t layer) const { return (forward ? 2 * layer : layer) + offset; }
 };
-constexpr OperandColumn kOperands[] = {{"input", true}, {"weight", true}, {"grad", false}};
+constexpr OperandColumn kOperands[] = {{"input", true, 0}, {"weight", true, 1}, {"grad", false, 0}};
 
 }  // namespace
 
@@ -99,17 +100,18 @@ std::function<void()> Fp8DelayedScaling::prepare_load(const std::vector<std::pai
       auto& state = operand.forward ? forward : backward;
       const auto c = operand.column(i);
       const auto base = fmt::format("{}.{}.", names_[static_cast<size_t>(i)], operand.name);
-      for (const char* key : {"amax_history", "scale", "nonfinite_amaxes"}) {
+      for (const std::string key : {"amax_history", "scale", "nonfinite_amaxes"}) {
+        const bool history = key == "amax_history";
         const auto found = by_name.find(base + key);
-        auto& whole = state[key == std::string("amax_history") ? "history" : key];
-        auto target = key == std::string("amax_history") ? whole.select(1, c) : whole.narrow(0, c, 1);
+        auto& whole = state[history ? "history" : key];
+        auto target = history ? whole.select(1, c) : whole.narrow(0, c, 1);
         if (found == by_name.end()) {
           problems.push_back(fmt::format("no '{}{}'", base, key));
         } else if (found->second.sizes() != target.sizes()) {
           problems.push_back(fmt::format(
               "'{}{}' has shape [{}], this run's is [{}]{}", base, key, fmt::join(found->second.sizes(), ", "),
               fmt::join(target.sizes(), ", "),
-              key == std::string("amax_history") ? " (fp8_amax_history_len differs: resume with the saved length)" : ""));
+              history ? " (fp8_amax_history_len differs: resume with the saved length)" : ""));
         } else {
           target.copy_(found->second.to(target.scalar_type()));
         }
