@@ -26,6 +26,7 @@
 #include <colo/dist/process_group.h>
 #include <colo/dist/process_group_mesh.h>
 #include <colo/env/variables.h>
+#include <colo/nn/mlp.h>
 #include <colo/nn/model_summary.h>
 #include <colo/nn/vision_transformer.h>
 #include <colo/zero/device_memory.h>
@@ -99,6 +100,7 @@ struct Options {
   int64_t workers = 0;  // loader threads; 0: the cores of this rank less one
   std::string decoder = "cpu";  // where the folder's JPEGs are decoded (colo::data::ImageDecoder)
   bool activation_checkpointing = false;
+  bool fp8_unfused_gelu = false;  // diagnostic: precision=fp8 without the GELU inside fc2's cast
   // Saves during the timed steps (Booster::save_state into save_dir every save_every steps; 0:
   // none): the stall each costs the loop, synchronous or asynchronous (SaveOptions::async).
   int64_t save_every = 0;
@@ -171,6 +173,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
        "under booster.no_sync (the loop a pipeline with as many microbatches replaces)")
       ("activation-checkpointing", po::bool_switch(&o.activation_checkpointing),
        "recompute each layer's activations in backward (LayerStack::set_activation_checkpointing)")
+      ("fp8-unfused-gelu", po::bool_switch(&o.fp8_unfused_gelu),
+       "diagnostic, precision=fp8: the MLP's GELU as its own kernel before fc2's float8 cast (Mlp::set_fp8_gelu_fusion "
+       "off), for an A/B of the fused producer")
       ("sync-every-microbatch", po::bool_switch(&o.sync_every_microbatch),
        "with --grad-accum: communicate every micro-batch's gradients instead of accumulating them under "
        "booster.no_sync (less memory under ZeRO, as FSDP2 does by default; more communication)")
@@ -381,6 +386,7 @@ int run(const Options& o) {
   }
   auto model = nn::make_vision_transformer(config);
   if (o.activation_checkpointing) model->set_activation_checkpointing(true);
+  if (o.fp8_unfused_gelu) nn::set_fp8_gelu_fusion(*model, false);
   model->to(device);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
@@ -625,6 +631,7 @@ int run(const Options& o) {
         {"peak_mem_gib", peak_mem},
         {"peak_host_rss_gib", peak_rss},
         {"activation_checkpointing", o.activation_checkpointing},
+        {"fp8_unfused_gelu", o.fp8_unfused_gelu},
         {"planned",
          {{"device_gib", static_cast<double>(plan.ranks.front().device_bytes()) / kGiB},
           {"host_gib", static_cast<double>(plan.ranks.front().host_bytes()) / kGiB},

@@ -424,12 +424,15 @@ for stage in "$@"; do
         batch=256
         [ "$model" = large ] && batch=128
         for ((i = 0; i < ${COLO_FP8_REPEATS:-2}; i++)); do
-          # COLO_FP8_KINDS: bf16, fp8 (current scaling), fp8_delayed (fp8_scaling=delayed, issue 39).
+          # COLO_FP8_KINDS: bf16, fp8 (current scaling), fp8_delayed (fp8_scaling=delayed, issue 39); a
+          # _unfused suffix runs the fp8 kind with the MLP's GELU outside fc2's cast (--fp8-unfused-gelu).
           for p in ${COLO_FP8_KINDS:-bf16 fp8}; do
             extra=()
-            [ "$p" = fp8_delayed ] && extra=(--plugin-opt fp8_scaling=delayed)
+            precision=${p%%_*}
+            [[ $p == fp8_delayed* ]] && extra+=(--plugin-opt fp8_scaling=delayed)
+            [[ $p == *_unfused ]] && extra+=(--fp8-unfused-gelu)
             timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
-              --model "$model" --batch-size "$batch" --precision "${p%_delayed}" "${extra[@]}" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
+              --model "$model" --batch-size "$batch" --precision "$precision" "${extra[@]}" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
               --peak-tflops 1 --json "$LOGS/fp8_${model}_${p}_$i.json" >"$LOGS/fp8_${model}_${p}_$i.log" 2>&1
             note "$model $p run $i rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/fp8_${model}_${p}_$i.json" 2>/dev/null | head -1)"
           done
@@ -439,11 +442,12 @@ for stage in "$@"; do
 import glob, json, sys
 for model in ("large", "base"):
     mean = {}
-    for p in ("bf16", "fp8", "fp8_delayed"):
+    kinds = ("bf16", "fp8", "fp8_unfused", "fp8_delayed", "fp8_delayed_unfused")
+    for p in kinds:
         runs = [json.load(open(f))["images_per_s"] for f in sorted(glob.glob(f"{sys.argv[1]}/fp8_{model}_{p}_[0-9]*.json"))]
         if runs:
             mean[p] = sum(runs) / len(runs)
-    for p in ("fp8", "fp8_delayed"):
+    for p in kinds[1:]:
         if "bf16" in mean and p in mean:
             print(f"fp8 {model}: bf16 {mean['bf16']:.1f} img/s, {p} {mean[p]:.1f} img/s, ratio {mean[p] / mean['bf16']:.3f}")
 PY

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include "gelu_math.cuh"
+
 namespace colo::kernels {
 namespace {
 
@@ -15,17 +17,29 @@ constexpr int kTileCols = 64;
 constexpr int kThreads = 256;
 constexpr int kSharedStride = kTileCols + 8;  // bytes per shared row, padded against bank conflicts
 
+// One bf16 value as the cast sees it: itself, or its GELU rounded to bf16 as colo's GELU kernel
+// stores it (so that the fused cast's bytes and amax are the unfused pair's).
+template <bool kGelu>
+__device__ __forceinline__ float2 prologue(const __nv_bfloat162& pair) {
+  float2 v = __bfloat1622float2(pair);
+  if constexpr (kGelu) {
+    v.x = __bfloat162float(__float2bfloat16_rn(detail::exact_gelu(v.x)));
+    v.y = __bfloat162float(__float2bfloat16_rn(detail::exact_gelu(v.y)));
+  }
+  return v;
+}
+
 // Eight bf16 values scaled and cast; `bits` becomes the largest |value| seen so far as the bit
 // pattern of a non-negative float, whose integer order is the float order with +inf above every
 // finite value and NaN (sign cleared) above +inf: so the maximum keeps an overflow visible.
-template <__nv_fp8_interpretation_t kFormat>
+template <__nv_fp8_interpretation_t kFormat, bool kGelu>
 __device__ uint2 convert8(const uint4& raw, float scale, int& bits) {
   const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
   uint2 out;
   auto* bytes = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 v = __bfloat1622float2(pairs[i]);
+    float2 v = prologue<kGelu>(pairs[i]);
     bits = max(bits, max(__float_as_int(fabsf(v.x)), __float_as_int(fabsf(v.y))));
     v.x *= scale;
     v.y *= scale;
@@ -34,7 +48,7 @@ __device__ uint2 convert8(const uint4& raw, float scale, int& bits) {
   return out;
 }
 
-template <__nv_fp8_interpretation_t kFormat>
+template <__nv_fp8_interpretation_t kFormat, bool kGelu>
 __global__ void __launch_bounds__(kThreads)
     fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols, const float* amax,
                            const float* given_scale, float format_max, float* inverse_scale, float* amax_out,
@@ -65,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
   int bits = 0;
   if (row < rows && col < cols) {
     const uint4 raw = *reinterpret_cast<const uint4*>(in + row * cols + col);
-    converted = convert8<kFormat>(raw, scale, bits);
+    converted = convert8<kFormat, kGelu>(raw, scale, bits);
     if (row_major != nullptr) *reinterpret_cast<uint2*>(row_major + row * cols + col) = converted;
   }
   // The block's amax, one atomic per block (amax_out is the same for every thread of the block).
@@ -98,6 +112,7 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kMaxThreads = 256;
 
+template <bool kGelu>
 __global__ void __launch_bounds__(kMaxThreads) bf16_abs_max_kernel(const __nv_bfloat16* __restrict__ in, int64_t n,
                                                                    float* amax) {
   float m = 0.0f;
@@ -120,12 +135,14 @@ __global__ void __launch_bounds__(kMaxThreads) bf16_abs_max_kernel(const __nv_bf
       const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[u]);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float2 v = __bfloat1622float2(pairs[k]);
+        const float2 v = prologue<kGelu>(pairs[k]);
         m = fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y)));
       }
     }
   }
-  for (int64_t i = vectors * 8 + first; i < n; i += stride) m = fmaxf(m, fabsf(__bfloat162float(in[i])));
+  for (int64_t i = vectors * 8 + first; i < n; i += stride) {
+    m = fmaxf(m, fabsf(prologue<kGelu>(__nv_bfloat162(in[i], in[i])).x));
+  }
   for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
   __shared__ float warp_max[kMaxThreads / 32];
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
@@ -139,12 +156,13 @@ __global__ void __launch_bounds__(kMaxThreads) bf16_abs_max_kernel(const __nv_bf
 
 }  // namespace
 
-cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream) {
+cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream, Fp8Prologue prologue) {
   if (n == 0) return cudaSuccess;
   // Enough blocks to fill every multiprocessor of an H200 a few times; each thread loops over the rest.
   const int64_t wanted = (n / 8 + kMaxThreads - 1) / kMaxThreads;
   const unsigned blocks = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 1056 ? 1056 : wanted));
-  bf16_abs_max_kernel<<<blocks, kMaxThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), n, amax);
+  const auto kernel = prologue == Fp8Prologue::kGelu ? bf16_abs_max_kernel<true> : bf16_abs_max_kernel<false>;
+  kernel<<<blocks, kMaxThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), n, amax);
   return cudaGetLastError();
 }
 
@@ -163,7 +181,10 @@ cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int6
   const auto* src = static_cast<const __nv_bfloat16*>(in);
   auto* rm = static_cast<uint8_t*>(row_major);
   auto* tr = static_cast<uint8_t*>(transposed);
-  const auto kernel = format == Fp8Format::kE4M3 ? fp8_scaled_cast_kernel<__NV_E4M3> : fp8_scaled_cast_kernel<__NV_E5M2>;
+  const bool gelu = scaling.prologue == Fp8Prologue::kGelu;
+  const auto kernel = format == Fp8Format::kE4M3
+                          ? (gelu ? fp8_scaled_cast_kernel<__NV_E4M3, true> : fp8_scaled_cast_kernel<__NV_E4M3, false>)
+                          : (gelu ? fp8_scaled_cast_kernel<__NV_E5M2, true> : fp8_scaled_cast_kernel<__NV_E5M2, false>);
   kernel<<<grid, kThreads, 0, stream>>>(src, rows, cols, scaling.amax, scaling.scale, fp8_max(format),
                                         scaling.inverse_scale, scaling.amax_out, rm, tr, transposed_ld);
   return cudaGetLastError();

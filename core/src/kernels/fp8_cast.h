@@ -22,11 +22,19 @@ enum class Fp8Format { kE4M3, kE5M2 };
 // The largest finite value of `format`.
 float fp8_max(Fp8Format format);
 
+// What the cast (and the max|x| pass before it) computes from each bf16 value before scaling it:
+// the value itself, or the exact (erf) GELU of it rounded to bf16 — what colo's GELU kernel would
+// have written — so that fc1's output becomes fc2's float8 input in one pass, the bf16 activation
+// never written (issue 39's producers). Fused and unfused give the same bytes and the same amax.
+enum class Fp8Prologue { kNone, kGelu };
+
 // Writes max |in| over n bf16 values into *amax, which the caller zeroes first (blocks combine
 // their maxima with an atomic max; NaNs are skipped here and propagate through the cast instead).
 // in must be 16-byte aligned. One pass at memory speed, where ATen's linalg_vector_norm(inf)
 // reduction took a tenth of a ViT-L/16 fp8 step (benchmarks/RESULTS.md, 2026-11-24 fp8).
-cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream);
+// Under Fp8Prologue::kGelu the maximum is over gelu(in) (rounded to bf16) instead.
+cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t stream,
+                         Fp8Prologue prologue = Fp8Prologue::kNone);
 
 // How fp8_scaled_cast scales, where its scale comes from and where its amax goes.
 //   current scaling (scale null): scale = fp8_max / max(*amax, 1e-12), *amax the operand's own max|x|
@@ -37,17 +45,19 @@ cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t st
 // null. amax_out: null, or one fp32 value on the device that becomes max(*amax_out, max|in|)
 // (blocks combine with an atomic max). Unlike bf16_abs_max, infinities and NaNs reach it (an inf
 // makes it inf, a NaN NaN), so that a delayed-scaling history sees the overflow.
+// prologue: what is cast (and recorded into amax_out): the input, or its GELU.
 struct Fp8CastScaling {
   const float* amax = nullptr;
   const float* scale = nullptr;
   float* inverse_scale = nullptr;
   float* amax_out = nullptr;
+  Fp8Prologue prologue = Fp8Prologue::kNone;
 };
 
 // in: bf16 [rows, cols], row-major, contiguous. row_major: [rows, cols] float8 or null.
 // transposed: [cols, transposed_ld] float8 or null, row r of `in` in its column r; columns
 // rows..transposed_ld-1 are written as zeros (padding of the token dimension to the multiple of 16
-// cuBLASLt's float8 products need). out = saturate(in * scale). Returns the launch's error
+// cuBLASLt's float8 products need). out = saturate(prologue(in) * scale). Returns the launch's error
 // (cudaSuccess when the kernels were queued; cudaErrorInvalidValue for neither amax nor scale).
 cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
                             void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream);

@@ -4,20 +4,18 @@
 #include <cuda_fp16.h>
 
 #include "float_convert.cuh"
-
+#include "gelu_math.cuh"
 
 namespace colo::kernels {
 namespace {
 
 constexpr int kLoadBytes = 16;
 constexpr int kThreads = 256;
-constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1 / sqrt(2)
 
 using detail::from_float;
 using detail::to_float;
 
-// ATen's GeluCUDAKernelImpl (kNone), term for term.
-__device__ __forceinline__ float gelu(float h) { return h * 0.5f * (1.f + erff(h * kSqrtHalf)); }
+__device__ __forceinline__ float gelu(float h) { return detail::exact_gelu(h); }
 
 // Each thread takes kUnroll vectors kThreads apart, all loaded before any is computed or stored:
 // the loads in flight are what reach the memory bandwidth (out may alias the input, so the

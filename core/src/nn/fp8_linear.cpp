@@ -2,6 +2,7 @@
 
 #include <colo/compat/torch_compat.h>
 #include <colo/nn/deferred_weight_grads.h>
+#include <colo/nn/gelu.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -54,9 +55,9 @@ struct OperandScaling {
           : ""));
 }
 
-// x: bf16 [rows, cols] on the GPU.
+// x: bf16 [rows, cols] on the GPU; what is cast is prologue(x) (x itself, or its GELU).
 Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_major, bool transposed, int64_t ld,
-                       const OperandScaling& how = {}) {
+                       const OperandScaling& how = {}, kernels::Fp8Prologue prologue = kernels::Fp8Prologue::kNone) {
   x = x.contiguous();
   if (!starts_16_byte_aligned(x)) x = x.clone();
   const int64_t rows = x.size(0), cols = x.size(1);
@@ -70,6 +71,7 @@ Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_majo
   if (transposed) out.transposed = torch::empty({cols, ld}, options);
   kernels::Fp8CastScaling scaling;
   scaling.inverse_scale = out.inverse_scale.data_ptr<float>();
+  scaling.prologue = prologue;
   cudaError_t status = cudaSuccess;
   torch::Tensor amax;
   if (how.scale != nullptr && how.primed) {
@@ -81,7 +83,7 @@ Fp8Operand cast_to_fp8(torch::Tensor x, kernels::Fp8Format format, bool row_majo
     // zeroed fp32 scalar, or into the operand's slot, which then holds the step's amax so far),
     // then the cast, which also writes the inverse scale: no host sync.
     amax = how.scale != nullptr && how.record ? *how.amax_slot : torch::zeros({}, fp32);
-    status = kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream);
+    status = kernels::bf16_abs_max(x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream, prologue);
     scaling.amax = amax.data_ptr<float>();
   }
   if (status == cudaSuccess) {
@@ -101,10 +103,12 @@ torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const Fp
 
 // Saved: the input's transposed e4m3 copy (for the weight gradient), the weight's transposed e4m3
 // copy (for the input gradient), their scales, and the weight and bias themselves (the targets of
-// a deferred weight gradient). `bias` may be undefined (the bias-free function below).
+// a deferred weight gradient). `bias` may be undefined (the bias-free function below). With
+// `gelu_input` the product's input is gelu(input), made inside the cast; `input` (fc1's output)
+// is saved too, for the GELU's backward.
 torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                           const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode,
-                          const Fp8OperandScales* delayed) {
+                          const Fp8OperandScales* delayed, bool gelu_input = false) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const auto x = input.reshape({-1, in});
   const int64_t rows = x.size(0), padded = round_up(rows, 16);
@@ -115,14 +119,18 @@ torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Te
     input_scaling = {&delayed->input_scale, &delayed->input_amax, *delayed->primed, grad_mode};
     weight_scaling = {&delayed->weight_scale, &delayed->weight_amax, *delayed->primed, grad_mode};
   }
-  const auto xo =
-      cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded, input_scaling);
+  const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded,
+                              input_scaling, gelu_input ? kernels::Fp8Prologue::kGelu : kernels::Fp8Prologue::kNone);
   const auto wo =
       cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out, weight_scaling);
   // Forward products take the fast (less often re-normalised) accumulation, as the float8
   // recipes of cuBLAS and torchao do; gradients the exact one.
   auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
-  ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight});
+  if (gelu_input) {
+    ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight, input});
+  } else {
+    ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight});
+  }
   if (bias.defined()) ctx->saved_data["bias"] = bias;
   ctx->saved_data["rows"] = rows;
   if (delayed != nullptr) {
@@ -163,6 +171,8 @@ torch::autograd::tensor_list fp8_backward(torch::autograd::AutogradContext* ctx,
     auto sizes = grad.sizes().vec();
     sizes.back() = in;
     grad_input = scaled_mm(go.row_major, weight_t.t(), go, weight_scale, torch::Tensor(), false).view(sizes);
+    // fp8_gelu_linear: through the GELU to fc1's output (ATen's backward, as colo::nn::gelu's).
+    if (saved.size() > 5) grad_input = at::gelu_backward(grad_input, saved[5]);
   }
   auto weight_grad = [go, input_t, input_scale] {
     return scaled_mm(go.transposed, input_t.t(), go, input_scale, torch::Tensor(), false);
@@ -185,6 +195,22 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
                                const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode,
                                const Fp8OperandScales* delayed) {
     return fp8_forward(ctx, input, weight, bias, grad_mode, delayed);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto out = fp8_backward(ctx, grads[0], ctx->needs_input_grad(2));
+    out.push_back(torch::Tensor());  // grad_mode
+    out.push_back(torch::Tensor());  // delayed
+    return out;
+  }
+};
+
+// fp8_linear(gelu(pre), ...) as one step: the GELU inside the cast of the product's input.
+struct Fp8GeluLinearFunction : torch::autograd::Function<Fp8GeluLinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& pre,
+                               const torch::Tensor& weight, const torch::Tensor& bias, bool grad_mode,
+                               const Fp8OperandScales* delayed) {
+    return fp8_forward(ctx, pre, weight, bias, grad_mode, delayed, true);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
@@ -244,29 +270,51 @@ std::string fp8_unavailable_reason(const c10::Device& device) {
 #endif
 }
 
-torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
-                         const Fp8OperandScales* delayed) {
+namespace {
+
+// What fp8_linear and fp8_gelu_linear refuse, as `caller` (their name).
+void check_fp8_linear_inputs(const char* caller, const torch::Tensor& input, const torch::Tensor& weight,
+                             const torch::Tensor& bias, const Fp8OperandScales* delayed) {
   if (const auto reason = fp8_unavailable_reason(input.device()); !reason.empty()) {
-    throw std::invalid_argument("colo::nn::fp8_linear: " + reason);
+    throw std::invalid_argument(fmt::format("{}: {}", caller, reason));
   }
   if (input.scalar_type() != torch::kBFloat16 || weight.scalar_type() != torch::kBFloat16 ||
       (bias.defined() && bias.scalar_type() != torch::kBFloat16)) {
-    throw std::invalid_argument(fmt::format("colo::nn::fp8_linear: input, weight and bias must be bf16 (got {}, {}, {})",
+    throw std::invalid_argument(fmt::format("{}: input, weight and bias must be bf16 (got {}, {}, {})", caller,
                                             c10::toString(input.scalar_type()), c10::toString(weight.scalar_type()),
                                             bias.defined() ? c10::toString(bias.scalar_type()) : "no bias"));
   }
   if (weight.dim() != 2 || input.dim() < 1 || input.size(-1) != weight.size(1) ||
       !fp8_linear_fits(weight.size(1), weight.size(0))) {
-    throw std::invalid_argument(fmt::format(
-        "colo::nn::fp8_linear: input {} and weight {} must be [..., in] and [out, in] with in and out multiples of 16",
-        fmt::join(input.sizes(), "x"), fmt::join(weight.sizes(), "x")));
+    throw std::invalid_argument(
+        fmt::format("{}: input {} and weight {} must be [..., in] and [out, in] with in and out multiples of 16",
+                    caller, fmt::join(input.sizes(), "x"), fmt::join(weight.sizes(), "x")));
   }
-#ifdef COLO_WITH_FP8
-  const bool grad_mode = torch::GradMode::is_enabled();
   if (delayed != nullptr && delayed->input_scale.device() != input.device()) {
-    throw std::invalid_argument(fmt::format("colo::nn::fp8_linear: the delayed scales are on {}, the input on {}",
+    throw std::invalid_argument(fmt::format("{}: the delayed scales are on {}, the input on {}", caller,
                                             delayed->input_scale.device().str(), input.device().str()));
   }
+}
+
+}  // namespace
+
+torch::Tensor fp8_gelu_linear(const torch::Tensor& pre, const torch::Tensor& weight, const torch::Tensor& bias,
+                              const Fp8OperandScales* delayed) {
+  check_fp8_linear_inputs("colo::nn::fp8_gelu_linear", pre, weight, bias, delayed);
+#ifdef COLO_WITH_FP8
+  // Bias-free layers take the unfused pair (no ViT's fc2 is one).
+  if (!bias.defined()) return fp8_linear(colo::nn::gelu(pre), weight, bias, delayed);
+  return Fp8GeluLinearFunction::apply(pre, weight, bias, torch::GradMode::is_enabled(), delayed);
+#else
+  return {};  // unreachable: fp8_unavailable_reason is never empty here
+#endif
+}
+
+torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+                         const Fp8OperandScales* delayed) {
+  check_fp8_linear_inputs("colo::nn::fp8_linear", input, weight, bias, delayed);
+#ifdef COLO_WITH_FP8
+  const bool grad_mode = torch::GradMode::is_enabled();
   return bias.defined() ? Fp8LinearFunction::apply(input, weight, bias, grad_mode, delayed)
                         : Fp8BiasFreeLinearFunction::apply(input, weight, grad_mode, delayed);
 #else

@@ -1,5 +1,6 @@
 #include <colo/nn/mlp.h>
 
+#include <colo/nn/fp8_linear.h>
 #include <colo/nn/gelu.h>
 #include <colo/nn/init.h>
 #include <colo/nn/linear.h>
@@ -36,9 +37,22 @@ torch::Tensor Mlp::forward(const torch::Tensor& x) {
   // Exact (erf) GELU, as timm's nn.GELU(); with a plain colo Linear as fc1 (not fp8, not a
   // tensor-parallel shard) in one step whose backward hands fc1 its bias gradient.
   const auto* plain = fc1_.ptr()->as<LinearImpl>();
-  auto h = plain && !plain->fp8() && linear_gelu_fuses(x, plain->weight, plain->bias)
-               ? linear_gelu(x, plain->weight, plain->bias)
-               : colo::nn::gelu(fc1_.forward(x));
+  torch::Tensor h;
+  if (plain && !plain->fp8() && linear_gelu_fuses(x, plain->weight, plain->bias)) {
+    h = linear_gelu(x, plain->weight, plain->bias);
+  } else {
+    h = fc1_.forward(x);
+    // Under fp8, fc2's float8 input straight from fc1's output (the GELU in the cast), where no
+    // dropout sits between them.
+    auto* fc2 = fc2_.ptr()->as<LinearImpl>();
+    if (fp8_gelu_fusion_ && fc2 && fc2->fp8() && h.scalar_type() == torch::kBFloat16 &&
+        (drop_ == 0.0 || !is_training())) {
+      h = fp8_gelu_linear(h, fc2->weight, fc2->bias, fc2->fp8_scales());
+      RegionRng::Scope tokens(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
+      return torch::dropout(h, drop_, is_training());
+    }
+    h = colo::nn::gelu(h);
+  }
   {
     RegionRng::Scope hidden(sharded_rng_.get());
     h = torch::dropout(h, drop_, is_training());
@@ -46,6 +60,17 @@ torch::Tensor Mlp::forward(const torch::Tensor& x) {
   h = fc2_.forward(h);
   RegionRng::Scope tokens(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
   return torch::dropout(h, drop_, is_training());
+}
+
+int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on) {
+  int64_t count = 0;
+  for (const auto& module : model.modules()) {
+    if (auto* mlp = module->as<Mlp>()) {
+      mlp->set_fp8_gelu_fusion(on);
+      ++count;
+    }
+  }
+  return count;
 }
 
 }  // namespace colo::nn

@@ -31,6 +31,15 @@ namespace colo::nn {
 torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
                          const Fp8OperandScales* delayed = nullptr);
 
+// fp8_linear(gelu(pre), weight, bias) with the exact GELU computed inside the float8 cast of the
+// product's input (issue 39's producers): fc1's output `pre` is read once and the bf16 activation
+// is never written, where the pair reads it, writes gelu(pre) and reads that again. The same
+// float8 bytes, amaxes and results as the pair (the GELU rounded to bf16 before it is scaled); in
+// backward the GELU's gradient is ATen's, as colo::nn::gelu's. Same requirements and refusals as
+// fp8_linear; a bias-free layer takes the unfused pair.
+torch::Tensor fp8_gelu_linear(const torch::Tensor& pre, const torch::Tensor& weight, const torch::Tensor& bias,
+                              const Fp8OperandScales* delayed = nullptr);
+
 // Why float8 products cannot run on `device` with this build of colo; empty when they can. They
 // need a CUDA build of colo against LibTorch 2.1 or newer and an NVIDIA GPU of compute capability
 // 8.9 or newer (Ada, Hopper, Blackwell).

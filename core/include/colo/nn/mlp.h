@@ -27,6 +27,11 @@ class Mlp : public torch::nn::Module, public UsesRegionRng {
   // `outputs_too`, the output dropout (this rank's tokens, under sequence parallelism).
   void set_sharded_rng(std::shared_ptr<RegionRng> rng, bool outputs_too);
   RegionRng* region_rng() const override { return sharded_rng_.get(); }
+  // Under precision=fp8, whether the GELU runs inside the float8 cast of fc2's input
+  // (colo::nn::fp8_gelu_linear) where it can: fc2 a colo::nn::Linear in float8, no hidden dropout
+  // in effect. On by default; off gives the unfused pair (an A/B, or a check of the fusion).
+  void set_fp8_gelu_fusion(bool on) { fp8_gelu_fusion_ = on; }
+  bool fp8_gelu_fusion() const { return fp8_gelu_fusion_; }
 
  private:
   double drop_;
@@ -34,6 +39,10 @@ class Mlp : public torch::nn::Module, public UsesRegionRng {
   torch::nn::AnyModule fc2_;
   std::shared_ptr<RegionRng> sharded_rng_;
   bool rng_for_outputs_ = false;
+  bool fp8_gelu_fusion_ = true;
 };
+
+// Mlp::set_fp8_gelu_fusion(on) on every Mlp of `model`; returns how many there are.
+int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on);
 
 }  // namespace colo::nn
