@@ -25,7 +25,10 @@ fp32 runs allow TF32 for matrix products (torch.set_float32_matmul_precision("hi
 
 --float8 tensorwise: torchao's float8 training (convert_to_float8_training, the "tensorwise" recipe:
 dynamic per-tensor scales, e4m3 forward, e5m2 gradients) on every nn.Linear whose in and out
-features are multiples of 16, the peer of colo's precision=fp8; torchao comes from PyPI (a wheel
+features are multiples of 16, the peer of colo's precision=fp8 (current scaling); --float8 rowwise:
+torchao's "rowwise" recipe (a scale per row of each operand, e4m3 throughout, the more accurate
+one torchao recommends for larger models), and rowwise_with_gw_hp (rowwise, the weight gradient in
+bf16); torchao comes from PyPI (a wheel
 carried to the GPU machine: tests/gpu/device_session.sh, stage fp8-peers).
 
   python3 benchmarks/peers/timm_train_bench.py --mode eager --model base --batch-size 128 --json eager.json
@@ -98,7 +101,7 @@ def parse_args(argv=None):
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=64, help="images per step per GPU")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16")
-    p.add_argument("--float8", choices=["off", "tensorwise"], default="off",
+    p.add_argument("--float8", choices=["off", "tensorwise", "rowwise", "rowwise_with_gw_hp"], default="off",
                    help="torchao float8 training on the linears that fit (see above)")
     p.add_argument("--param-dtype", choices=["fp32", "bf16"], default="fp32",
                    help="fp32: autocast (or FSDP2 mixed precision); bf16: pure-bf16 parameters and optimizer state")

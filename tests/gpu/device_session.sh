@@ -463,16 +463,25 @@ PY
       for model in ${COLO_FP8_PEER_MODELS:-large}; do
         batch=256
         [ "$model" = large ] && batch=128
-        for p in bf16 fp8; do
+        # COLO_FP8_PEER_COLO_KINDS: as the fp8 stage's kinds (bf16, fp8, fp8_delayed).
+        for p in ${COLO_FP8_PEER_COLO_KINDS:-bf16 fp8}; do
+          extra=()
+          [[ $p == fp8_delayed* ]] && extra+=(--plugin-opt fp8_scaling=delayed)
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
-            --model "$model" --batch-size "$batch" --precision "$p" --warmup-steps 10 --steps 30 --peak-tflops 1 \
+            --model "$model" --batch-size "$batch" --precision "${p%%_*}" "${extra[@]}" --warmup-steps 10 \
+            --steps "${COLO_FP8_PEER_STEPS:-30}" --peak-tflops 1 \
             --json "$LOGS/fp8p_${model}_colo_$p.json" >"$LOGS/fp8p_${model}_colo_$p.log" 2>&1
           note "colo $model $p rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8p_${model}_colo_$p.json" 2>/dev/null | head -1)"
         done
-        for f8 in off tensorwise; do
+        # COLO_FP8_PEER_RECIPES: torchao recipes (off = timm's own bf16), each with a _pure suffix for
+        # pure-bf16 parameters (--param-dtype bf16, no fp32 master copy; torchao's usual setting).
+        for f8 in ${COLO_FP8_PEER_RECIPES:-off tensorwise}; do
+          dtype=fp32
+          case $f8 in *_pure) dtype=bf16 ;; esac
           PYTHONPATH=/tmp/torchao TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1 timeout 240 python3 benchmarks/peers/timm_train_bench.py \
-            --mode compile --model "$model" --batch-size "$batch" --precision bf16 --warmup-steps 10 --steps 30 \
-            --peak-tflops 1 --float8 "$f8" --commit "${COLO_COMMIT:-}" --json "$LOGS/fp8p_${model}_timm_$f8.json" \
+            --mode compile --model "$model" --batch-size "$batch" --precision bf16 --param-dtype "$dtype" \
+            --warmup-steps 10 --steps "${COLO_FP8_PEER_STEPS:-30}" \
+            --peak-tflops 1 --float8 "${f8%_pure}" --commit "${COLO_COMMIT:-}" --json "$LOGS/fp8p_${model}_timm_$f8.json" \
             >"$LOGS/fp8p_${model}_timm_$f8.log" 2>&1
           note "timm compile float8=$f8 $model rc=$?: $(grep -ho '"images_per_s": *[0-9.]*' "$LOGS/fp8p_${model}_timm_$f8.json" 2>/dev/null | head -1) $(grep -ho '"peak_mem_gib": *[0-9.]*' "$LOGS/fp8p_${model}_timm_$f8.json" 2>/dev/null | head -1)"
           grep -E "Error|error" "$LOGS/fp8p_${model}_timm_$f8.log" | tail -3 >>"$LOGS/summary.txt"
