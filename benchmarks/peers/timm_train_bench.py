@@ -274,6 +274,10 @@ def main(argv=None):
     model = model.to(device)
 
     recipe = "fp32" if args.precision == "fp32" else ("pure-bf16" if pure else "autocast")
+    # Decided here, before the recipe's name grows a "+float8-..." suffix: torchao's float8 linears run
+    # under autocast like every other op (until b7eb2b1 the suffix switched autocast off, so the float8
+    # peer ran its attention, norms and GELU in fp32). FSDP2's mixed precision replaces autocast below.
+    autocast_on = recipe == "autocast"
     if args.float8 != "off":
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
@@ -298,6 +302,7 @@ def main(argv=None):
         if args.precision != "fp32" and not pure:
             mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
             recipe = "fsdp2-mixed-precision"
+            autocast_on = False
         reshard = args.fsdp_reshard_after_forward == "true"
         for i, block in enumerate(model.blocks):
             if args.compile:
@@ -311,7 +316,6 @@ def main(argv=None):
         impl = "fused" if use_cuda and not offload else "foreach"
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                                   **{impl: True})
-    autocast_on = recipe == "autocast"
     scaler = torch.amp.GradScaler(device.type) if autocast_on and args.precision == "fp16" else None
 
     # One batch, made once on the device; the same on every rank (see colo_vit_bench).
@@ -441,7 +445,7 @@ def main(argv=None):
             "torch_version": torch.__version__,
             "plugin": plugin,
             "options": {"mode": args.mode, "compile": args.mode == "compile" or args.compile,
-                        "compile_mode": args.compile_mode, "precision_recipe": recipe,
+                        "compile_mode": args.compile_mode, "precision_recipe": recipe, "autocast": autocast_on,
                         "param_dtype": args.param_dtype, "optimizer": f"AdamW({impl})",
                         "grad_accum": args.grad_accum, "grad_checkpointing": args.grad_checkpointing,
                         "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20),

@@ -8,7 +8,7 @@
 # git metadata, and the benchmark records name the commit they measured.
 # Stages (any order): build test bench1 bench2 ctas zero2 scaling-base scaling-large profile profile2 per-gpu dp-overhead
 # peer-scaling profile-peers overlap-probe exit-loop pipeline-overhead shardformer-tp1 build-gemini
-# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 fp8-peers profile1 fusion-probe
+# gemini-large gemini-6b peer-6b build-imagefolder image-folder build-fp8 fp8 main-fp8 build-vit-bench fp8-peers profile1 fusion-probe
 # build-fused fused-tests fused-ab fused-peers build-multi two-gpu-pp two-gpu-tp two-gpu-faults small-micro-profile build-graphs graphs graphs-profile
 # build-graphs-pp graphs-pp two-gpu-pp-graphs four-gpu pp-debug build-onegpu one-gpu-ranks one-gpu-layouts (several ranks on one GPU over Gloo: tests/gpu/README.md)
 # elastic-gpu (colo-run --elastic on every GPU, issue 36) elastic-nodes (--elastic across two one-GPU nodes) save-stall-6b (the 6.45B ViT's save stall under gemini, issue 36) profile-stability (colo-plan profile's run-to-run spread)
@@ -403,6 +403,15 @@ for stage in "$@"; do
         grep -v '^\s' "$LOGS/$tag.log" | grep -iv 'warn' | tail -4 >>"$LOGS/summary.txt"
       done
       ;;
+    build-vit-bench)
+      # Only what the fp8-peers stage runs of colo (one benchmark, one plugin): ~half build-fp8's time.
+      {
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp
+      } >"$LOGS/build.log" 2>&1
+      note "build-vit-bench rc=$? ($((SECONDS - start)) s)"
+      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      ;;
     build-fp8)
       # Only what the fp8, main-fp8 and image-folder stages run (issues 24 and 23).
       {
@@ -453,9 +462,10 @@ for model in ("large", "base"):
 PY
       ;;
     fp8-peers)
-      # Issue 24: colo's precision=fp8 beside torchao's float8 training of timm (the "tensorwise" recipe,
-      # torch.compile, autocast bf16), each with its bf16 run, in one call: ViT-L/16 batch 128 and/or
-      # ViT-B/16 batch 256 (COLO_FP8_PEER_MODELS, default large). torchao's wheel is carried in .gpu-deps.
+      # Issue 24: colo's precision=fp8 beside torchao's float8 training of timm (torch.compile, autocast
+      # bf16 or pure bf16), each with its bf16 run, in one call: ViT-L/16 batch 128 and/or ViT-B/16 batch
+      # 256 (COLO_FP8_PEER_MODELS, default large). torchao's wheel is carried in .gpu-deps. An empty
+      # COLO_FP8_PEER_COLO_KINDS runs the peers alone (no colo build needed).
       if [ ! -d /tmp/torchao ]; then
         python3 -m pip install --quiet --no-deps --target /tmp/torchao .gpu-deps/torchao-*.whl >"$LOGS/torchao.log" 2>&1
         note "torchao installed rc=$?: $(ls -d /tmp/torchao/torchao-*.dist-info 2>/dev/null | xargs -n1 basename)"
@@ -464,7 +474,7 @@ PY
         batch=256
         [ "$model" = large ] && batch=128
         # COLO_FP8_PEER_COLO_KINDS: as the fp8 stage's kinds (bf16, fp8, fp8_delayed).
-        for p in ${COLO_FP8_PEER_COLO_KINDS:-bf16 fp8}; do
+        for p in ${COLO_FP8_PEER_COLO_KINDS-bf16 fp8}; do
           extra=()
           [[ $p == fp8_delayed* ]] && extra+=(--plugin-opt fp8_scaling=delayed)
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
