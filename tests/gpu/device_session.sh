@@ -36,6 +36,19 @@ ngpu=$(nvidia-smi -L | wc -l)
 # Also straight into $OUT, so that a run cut off by the time limit still reports what it did.
 note() { echo "$*" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"; }
 
+# build_release_targets STAGE TARGET...: a Release build of build-gpu/ with tests and benchmarks
+# configured, only TARGETs built; the log in build.log, errors in the summary.
+build_release_targets() {
+  local stage=$1
+  shift
+  {
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
+      cmake --build build-gpu -j "$(nproc)" --target "$@"
+  } >"$LOGS/build.log" 2>&1
+  note "$stage rc=$? ($((SECONDS - start)) s)"
+  grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+}
+
 # ViT-B/16 bf16, batch 256 per GPU, torch_ddp, without the peak-matmul measurement: the per-GPU and
 # data-parallel-overhead stages (add --warmup-steps/--steps and --json).
 vitb_ddp=(build-gpu/bin/colo_vit_bench --plugin torch_ddp --model base --batch-size 256 --precision bf16 --peak-tflops 1)
@@ -405,22 +418,12 @@ for stage in "$@"; do
       ;;
     build-vit-bench)
       # Only what the fp8-peers stage runs of colo (one benchmark, one plugin): ~half build-fp8's time.
-      {
-        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
-          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_plugin_torch_ddp
-      } >"$LOGS/build.log" 2>&1
-      note "build-vit-bench rc=$? ($((SECONDS - start)) s)"
-      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      build_release_targets build-vit-bench colo-run colo_vit_bench colo_plugin_torch_ddp
       ;;
     build-fp8)
       # Only what the fp8, main-fp8 and image-folder stages run (issues 24 and 23).
-      {
-        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_TESTS=ON -DCOLO_BUILD_BENCHMARKS=ON &&
-          cmake --build build-gpu -j "$(nproc)" --target colo-run colo_vit_bench colo_loader_bench train_vit \
-            colo_gpu_kernel_tests colo_plugin_torch_ddp
-      } >"$LOGS/build.log" 2>&1
-      note "build-fp8 rc=$? ($((SECONDS - start)) s)"
-      grep -E "error|FAILED|Could NOT" "$LOGS/build.log" | head -20 | tee -a "$LOGS/summary.txt"
+      build_release_targets build-fp8 colo-run colo_vit_bench colo_loader_bench train_vit colo_gpu_kernel_tests \
+        colo_plugin_torch_ddp
       ;;
     fp8)
       # Issue 24's precision=fp8 on one GPU: the float8 kernel tests, then colo torch_ddp with precision bf16
