@@ -239,19 +239,38 @@ TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& 
     progress.data.images_per_batch = json.value("data_images_per_batch", int64_t{0});
     const int saved_world = json.at("world_size").get<int>();
 
-    load_model(*boosted.model, dir);
-    load_optimizer(*boosted.optimizer, dir);
-    if (boosted.lr_scheduler) load_lr_scheduler(*boosted.lr_scheduler, dir);
-    if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
+    // Every part is checked before any is loaded, so that a state this run refuses (another
+    // model, a loader of another batch size, a scheduler of other groups, a missing RNG file)
+    // leaves the boosted objects as they were. The optimizer's load checks everything itself
+    // before it changes anything, so it goes first; the model's, checked from its files'
+    // headers, then cannot fail on the state's shape. (Both hold the fp32 masters, equal at a
+    // save, so the order does not change what is loaded.)
+    auto& io = plugin_->checkpoint_io();
+    io.check_model(*boosted.model, dir);
+    if (boosted.lr_scheduler) io.check_lr_scheduler(*boosted.lr_scheduler, dir);
+    if (boosted.dataloader) boosted.dataloader->check_state(progress.data);
     // Random states resume exactly only on the same number of ranks; elsewhere the run goes on
     // with fresh streams (weights, optimizer and data position still carry over).
-    if (saved_world != world_size(*plugin_)) {
+    const bool same_world = saved_world == world_size(*plugin_);
+    checkpoint::SafetensorsFile rng;
+    if (same_world) {
+      const auto path = rng_file(dir, world_rank(*plugin_));
+      rng = checkpoint::read_safetensors(path);
+      if (!rng.contains("cpu")) throw checkpoint::CheckpointError(fmt::format("{}: no 'cpu' random state", path));
+      // A throwaway generator takes it first: a malformed state is refused before anything loads.
+      at::detail::createCPUGenerator().set_state(rng.at("cpu"));
+    }
+
+    load_optimizer(*boosted.optimizer, dir);
+    load_model(*boosted.model, dir);
+    if (boosted.lr_scheduler) load_lr_scheduler(*boosted.lr_scheduler, dir);
+    if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
+    if (!same_world) {
       dist::Logger(world_rank(*plugin_), world_size(*plugin_))
           .warn("{}: saved by {} ranks, loaded by {}: the random streams (dropout, augmentation) start afresh, "
                 "so training goes on but is not an exact continuation",
                 dir, saved_world, world_size(*plugin_));
     } else {
-      auto rng = checkpoint::read_safetensors(rng_file(dir, world_rank(*plugin_)));
       auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
       cpu_generator.set_state(rng.at("cpu"));
       if (plugin_->context().device.is_cuda() && rng.contains("cuda")) {

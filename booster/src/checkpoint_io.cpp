@@ -109,6 +109,10 @@ void CheckpointIO::load_model(ModelWrapper& model, const std::string& dir) {
   model.load_full_state(checkpoint::load_safetensors_set(dir, "model"));
 }
 
+void CheckpointIO::check_model(const ModelWrapper& model, const std::string& dir) {
+  model.check_full_state(checkpoint::meta_tensors(checkpoint::list_safetensors_set(dir, "model")));
+}
+
 void CheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options) {
   auto state = optimizer.checkpoint_state();
   if (is_writer()) {
@@ -140,6 +144,10 @@ void CheckpointIO::save_lr_scheduler(optim::LRScheduler& scheduler, const std::s
 
 void CheckpointIO::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir) {
   scheduler.load_state_dict(read_number_map(files::join(dir, "lr_scheduler.json")));
+}
+
+void CheckpointIO::check_lr_scheduler(const optim::LRScheduler& scheduler, const std::string& dir) {
+  scheduler.check_state_dict(read_number_map(files::join(dir, "lr_scheduler.json")));
 }
 
 }  // namespace colo

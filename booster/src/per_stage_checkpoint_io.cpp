@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -166,6 +167,14 @@ void PerStageCheckpointIO::load_model(ModelWrapper& model, const std::string& di
   model.load_full_state(sliced(
       checkpoint::load_safetensors_set(dir, "model", [this](const std::string& name) { return part_.names.count(name) > 0; }),
       param_of_model_entry));
+}
+
+void PerStageCheckpointIO::check_model(const ModelWrapper& model, const std::string& dir) {
+  auto entries = checkpoint::list_safetensors_set(dir, "model");
+  entries.erase(std::remove_if(entries.begin(), entries.end(),
+                               [this](const checkpoint::TensorInfo& e) { return part_.names.count(e.name) == 0; }),
+                entries.end());
+  model.check_full_state(sliced(checkpoint::meta_tensors(entries), param_of_model_entry));
 }
 
 void PerStageCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& dir,

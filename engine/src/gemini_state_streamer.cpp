@@ -41,13 +41,7 @@ CheckpointSetReader CheckpointSetReader::over(const checkpoint::NamedTensors& te
   return reader;
 }
 
-checkpoint::NamedTensors CheckpointSetReader::shapes() const {
-  checkpoint::NamedTensors out;
-  for (const auto& e : entries) {
-    out.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(torch::kMeta)));
-  }
-  return out;
-}
+checkpoint::NamedTensors CheckpointSetReader::shapes() const { return checkpoint::meta_tensors(entries); }
 
 std::vector<torch::Tensor> GeminiStateStreamer::gather_chunk(std::size_t c, ChunkState which) const {
   const auto& adam = chunks_.chunk_state(c);

@@ -112,4 +112,8 @@ void PipelineModel::load_full_state(const std::vector<std::pair<std::string, tor
   parts_.data_parallel->model()->load_full_state(state);
 }
 
+void PipelineModel::check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const {
+  parts_.data_parallel->model()->check_full_state(state);
+}
+
 }  // namespace colo

@@ -32,10 +32,14 @@
 #include <colo/optim/cosine_annealing_warmup_lr.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
 #include <limits>
 #include <string>
 #include <vector>
@@ -277,12 +281,12 @@ struct ResumableRun {
   std::unique_ptr<Booster> booster;
   Boosted b;
 
-  ResumableRun(const std::shared_ptr<const data::Dataset>& dataset, uint64_t seed)
+  ResumableRun(const std::shared_ptr<const data::Dataset>& dataset, uint64_t seed, int64_t batch_size = kPerRankBatch)
       : plugin(ddp_plugin({})), booster(std::make_unique<Booster>(plugin)) {
     torch::manual_seed(seed);
     auto model = nn::make_vision_transformer(tiny_vit().drop_rate(0.1).drop_path_rate(0.2));
     auto loader = std::make_shared<data::DataLoader>(
-        dataset, data::DataLoaderOptions(kPerRankBatch).shuffle(true).augment(true).augmentation(data::Augmentation{2, true}).seed(5).prefetch(0).device(device()));
+        dataset, data::DataLoaderOptions(batch_size).shuffle(true).augment(true).augmentation(data::Augmentation{2, true}).seed(5).prefetch(0).device(device()));
     b = booster->boost(model, plain_adamw(*model), cross_entropy, loader);
     b.lr_scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(b.optimizer->optimizer(), 8, 2);
   }
@@ -380,6 +384,103 @@ TEST(TorchDdp, AnInterruptedSaveLeavesNoTrainingStateToResumeFrom) {
     ADD_FAILURE() << "resumed from an incomplete training state";
   } catch (const checkpoint::CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("not a complete training state"), std::string::npos) << e.what();
+  }
+  remove_shared_directory(dir);
+}
+
+// Sets `key` in the JSON object of numbers at `path`.
+void add_json_number(const std::string& path, const std::string& key, double value) {
+  std::ifstream in(path);
+  auto json = nlohmann::json::parse(in);
+  in.close();
+  json[key] = value;
+  std::ofstream(path) << json.dump();
+}
+
+// Everything a boosted run holds that load_state may change, copied.
+struct HeldState {
+  std::map<std::string, torch::Tensor> model, optimizer;
+  std::map<std::string, double> scalars;
+  std::vector<double> lr;
+  data::DataLoaderState data;
+  torch::Tensor rng;
+
+  explicit HeldState(const ResumableRun& run)
+      : model(copies(run.b.model->full_state())),
+        optimizer(copies(run.b.optimizer->full_state().tensors)),
+        scalars(run.b.optimizer->full_state().scalars),
+        lr(run.b.lr_scheduler->last_lr()),
+        data(run.b.dataloader->state()),
+        rng(at::detail::getDefaultCPUGenerator().get_state()) {}
+
+  static std::map<std::string, torch::Tensor> copies(const NamedTensors& state) {
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& [name, tensor] : state) out.emplace(name, tensor.clone());
+    return out;
+  }
+
+  void expect_equal(const HeldState& other, const std::string& what) const {
+    auto same = [&](const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b,
+                    const char* part) {
+      ASSERT_EQ(a.size(), b.size()) << what << ": " << part;
+      for (const auto& [name, tensor] : a) {
+        EXPECT_TRUE(torch::equal(tensor, b.at(name))) << what << ": " << part << " " << name << " was changed";
+      }
+    };
+    same(model, other.model, "model");
+    same(optimizer, other.optimizer, "optimizer");
+    EXPECT_EQ(scalars, other.scalars) << what;
+    EXPECT_EQ(lr, other.lr) << what << ": the learning rates were changed";
+    EXPECT_EQ(data, other.data) << what << ": the loader's position was changed";
+    EXPECT_TRUE(torch::equal(rng, other.rng)) << what << ": the random state was changed";
+  }
+};
+
+// A training state this run refuses, whichever part refuses it, leaves the run as it was: every
+// part is checked before any is loaded (the model went first, then the optimizer, scheduler and
+// loader, each of which could refuse after the ones before had been replaced).
+TEST(TorchDdp, ARefusedTrainingStateChangesNothing) {
+  const auto dataset = resume_dataset();
+  const auto dir = shared_directory("torch_ddp_refused_dir");
+  {
+    ResumableRun saved(dataset, /*seed=*/7);
+    saved.train(3);
+    saved.booster->save_state(saved.b, saved.progress(3), dir);
+  }
+  // Each case spoils one part of a copy of the state (rank 0 edits the shared files).
+  struct Case {
+    std::string name;
+    int64_t batch_size;
+    std::function<void(const std::string&)> spoil;
+  };
+  const std::vector<Case> cases{
+      // 3 batches of 4 images per rank are no whole number of batches of 5.
+      {"a loader of another batch size", 5, nullptr},
+      {"an optimizer state of more parameter groups", kPerRankBatch,
+       [](const std::string& d) { add_json_number(files::join(d, "optimizer.json"), "lr.1", 0.5); }},
+      {"a scheduler of more parameter groups", kPerRankBatch,
+       [](const std::string& d) { add_json_number(files::join(d, "lr_scheduler.json"), "base_lr.1", 0.5); }},
+      {"a missing random state", kPerRankBatch,
+       [](const std::string& d) {
+         for (int r = 0; r < world()->size(); ++r) files::remove(files::join(d, fmt::format("rng_rank{}.safetensors", r)));
+       }},
+  };
+  for (const auto& c : cases) {
+    const auto spoiled = shared_directory("torch_ddp_refused_copy");
+    if (world()->rank() == 0) {
+      for (const auto& name : files::list_directory(dir)) {
+        std::ifstream in(files::join(dir, name), std::ios::binary);
+        std::ofstream(files::join(spoiled, name), std::ios::binary) << in.rdbuf();
+      }
+      if (c.spoil) c.spoil(spoiled);
+    }
+    world()->barrier().wait();
+    ResumableRun run(dataset, /*seed=*/99, c.batch_size);
+    run.train(1);  // a state of its own: moved weights, optimizer moments, scheduler and loader steps
+    const HeldState before(run);
+    EXPECT_ANY_THROW(run.booster->load_state(run.b, spoiled)) << c.name;
+    HeldState(run).expect_equal(before, c.name);
+    remove_shared_directory(spoiled);
   }
   remove_shared_directory(dir);
 }

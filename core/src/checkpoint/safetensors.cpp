@@ -260,6 +260,15 @@ ParsedHeader parse_header(const std::string& path) {
 
 }  // namespace
 
+NamedTensors meta_tensors(const std::vector<TensorInfo>& entries) {
+  NamedTensors out;
+  out.reserve(entries.size());
+  for (const auto& e : entries) {
+    out.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype).device(torch::kMeta)));
+  }
+  return out;
+}
+
 std::vector<TensorInfo> read_safetensors_header(const std::string& path) {
   const auto parsed = parse_header(path);
   std::vector<TensorInfo> infos;

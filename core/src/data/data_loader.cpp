@@ -403,7 +403,15 @@ void DataLoader::reshard(int64_t num_replicas, int64_t rank) {
   restart(0);
 }
 
+void DataLoader::check_state(const DataLoaderState& state) const { (void)resolved_next_batch(state); }
+
 void DataLoader::load_state(const DataLoaderState& state) {
+  const int64_t next_batch = resolved_next_batch(state);
+  sampler_.set_epoch(state.epoch);
+  restart(next_batch);
+}
+
+int64_t DataLoader::resolved_next_batch(const DataLoaderState& state) const {
   int64_t next_batch = state.next_batch;
   const int64_t own_unit = options_.batch_size() * sampler_.num_replicas();
   if (state.images_per_batch < 0) {
@@ -429,8 +437,7 @@ void DataLoader::load_state(const DataLoaderState& state) {
         "state saved with another data set, batch size or number of data-parallel replicas?",
         next_batch, state.epoch, num_batches()));
   }
-  sampler_.set_epoch(state.epoch);
-  restart(next_batch);
+  return next_batch;
 }
 
 int64_t DataLoader::num_batches() const { return producer_->num_batches(); }

@@ -60,6 +60,15 @@ std::map<std::string, double> LRScheduler::state_dict() const {
 }
 
 void LRScheduler::load_state_dict(const std::map<std::string, double>& state) {
+  auto [step_count, base_lrs] = parse_state_dict(state);
+  step_count_ = step_count;
+  base_lrs_ = std::move(base_lrs);
+  apply();
+}
+
+void LRScheduler::check_state_dict(const std::map<std::string, double>& state) const { (void)parse_state_dict(state); }
+
+std::pair<int64_t, std::vector<double>> LRScheduler::parse_state_dict(const std::map<std::string, double>& state) const {
   auto it = state.find("step_count");
   if (it == state.end() || !(it->second >= 0.0) || it->second != std::floor(it->second)) {
     throw std::invalid_argument(
@@ -82,9 +91,7 @@ void LRScheduler::load_state_dict(const std::map<std::string, double>& state) {
     throw std::invalid_argument(
         fmt::format("LR scheduler state was saved for more than {} parameter groups", base_lrs_.size()));
   }
-  step_count_ = step_count;
-  base_lrs_ = std::move(base_lrs);
-  apply();
+  return {step_count, std::move(base_lrs)};
 }
 
 void LRScheduler::rebind(torch::optim::Optimizer& optimizer) {

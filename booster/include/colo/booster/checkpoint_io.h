@@ -55,6 +55,12 @@ class CheckpointIO {
   virtual void load_optimizer(OptimizerWrapper& optimizer, const std::string& dir);
   virtual void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir);
   virtual void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& dir);
+  // What Booster::load_state runs before it changes anything, so that a refused training state
+  // leaves the boosted objects as they were: each throws as the load would (a model's missing,
+  // unexpected or mis-shaped names; a scheduler of other groups), reading no tensor values
+  // (the model's files' headers only).
+  virtual void check_model(const ModelWrapper& model, const std::string& dir);
+  void check_lr_scheduler(const optim::LRScheduler& scheduler, const std::string& dir);
 
   // Booster::save_state's asynchronous saves: while set (non-null), the save_* calls still do
   // their collective part (gathers over the ranks) at once, take host copies of what they would

@@ -43,6 +43,8 @@ class PerStageCheckpointIO : public CheckpointIO {
 
   void save_model(ModelWrapper& model, const std::string& dir, const SaveOptions& options = {}) override;
   void load_model(ModelWrapper& model, const std::string& dir) override;
+  // This part's entries, sliced as load_model slices them (on tensors without storage).
+  void check_model(const ModelWrapper& model, const std::string& dir) override;
   void save_optimizer(OptimizerWrapper& optimizer, const std::string& dir, const SaveOptions& options = {}) override;
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& dir) override;
 

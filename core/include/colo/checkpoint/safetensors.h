@@ -71,6 +71,10 @@ struct TensorInfo {
 // does but without reading any values (a checkpoint loaded piece by piece is checked first).
 std::vector<TensorInfo> read_safetensors_header(const std::string& path);
 
+// The entries as tensors without storage (meta device), named and in order: what a check of
+// names, shapes and dtypes needs (ModelWrapper::check_full_state) before anything is read.
+NamedTensors meta_tensors(const std::vector<TensorInfo>& entries);
+
 // The safetensors name of a dtype ("F32", "BF16", ...); throws CheckpointError for dtypes the
 // format (as colo supports it) cannot hold.
 std::string safetensors_dtype_name(torch::ScalarType dtype);

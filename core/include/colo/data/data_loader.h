@@ -143,6 +143,9 @@ class DataLoader {
   // state in another unit (images_per_batch) whose position is not a whole number of this
   // loader's batches.
   void load_state(const DataLoaderState& state);
+  // load_state's checks alone: throws as it would, changes nothing (Booster::load_state checks
+  // every part of a training state before it loads any).
+  void check_state(const DataLoaderState& state) const;
 
   int64_t epoch() const { return sampler_.epoch(); }
   // Batches per epoch on this replica (the same on every replica).
@@ -182,6 +185,8 @@ class DataLoader {
 
  private:
   void restart(int64_t next_batch);
+  // The batch of this loader that `state` points at (load_state's checks; throws as it does).
+  int64_t resolved_next_batch(const DataLoaderState& state) const;
 
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;

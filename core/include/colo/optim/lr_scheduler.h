@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch::optim {
@@ -38,6 +39,8 @@ class LRScheduler {
   // it throws std::invalid_argument on a missing key or a different number of groups.
   std::map<std::string, double> state_dict() const;
   void load_state_dict(const std::map<std::string, double>& state);
+  // load_state_dict's checks alone: throws as it would, changes nothing.
+  void check_state_dict(const std::map<std::string, double>& state) const;
 
   // Drives `optimizer` from now on (e.g. a plugin's wrapper around the user's optimizer), which
   // must have as many groups; its learning rates are set for the current step at once.
@@ -51,6 +54,9 @@ class LRScheduler {
   void apply();
 
  private:
+  // A state dict's step count and base rates, checked against this scheduler's groups.
+  std::pair<int64_t, std::vector<double>> parse_state_dict(const std::map<std::string, double>& state) const;
+
   torch::optim::Optimizer* optimizer_;
   std::vector<double> base_lrs_;
   std::vector<double> last_lr_;

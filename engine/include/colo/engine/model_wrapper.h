@@ -46,10 +46,12 @@ class ModelWrapper {
   // Loads full state (canonical names, full shapes); each rank keeps what it holds. Throws with
   // every missing, unexpected or mis-shaped name listed.
   virtual void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state);
+  // load_full_state's checks alone: throws as it does, changes nothing. Names, shapes and dtypes
+  // only, so tensors without storage (meta) will do: Booster::load_state checks a checkpoint's
+  // headers this way before it loads anything.
+  virtual void check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const;
 
  protected:
-  // load_full_state's checks alone: throws as it does, changes nothing.
-  void check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const;
 
   std::shared_ptr<nn::LayerStack> module_;
 };

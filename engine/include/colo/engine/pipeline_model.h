@@ -80,6 +80,7 @@ class PipelineModel : public ModelWrapper {
 
   std::vector<std::pair<std::string, torch::Tensor>> full_state() const override;
   void load_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) override;
+  void check_full_state(const std::vector<std::pair<std::string, torch::Tensor>>& state) const override;
 
   // The runner for `microbatches` per step (made on first use).
   pipeline::ScheduleRunner& runner(int microbatches);
