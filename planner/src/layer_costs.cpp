@@ -222,6 +222,14 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
                                 : 2 * collective_seconds(cluster, Collective::kAllReduce, activation, group);
   double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
   double block_forward = block_comm, block_backward = block_comm;
+  if (layout_.sequence_parallel && tp > 1) {
+    // Under sequence parallelism a block's replicated parameters (the two LayerNorms' weights
+    // and biases, the row-parallel proj and fc2 biases) see only this rank's tokens, so each
+    // gradient is summed over tp as backward produces it (shardformer's sum_partial_gradients):
+    // six small all-reduces a block, latency-bound.
+    const double width_bytes = element_ * static_cast<double>(c.embed_dim());
+    block_backward += kSequenceParallelPartialGradients * collective_seconds(cluster, Collective::kAllReduce, width_bytes, group);
+  }
   if (layout_.tp_mode != "1d" && tp > 1) {
     const auto grid = layout_.tp_mode == "3d"     ? grid_3d_comm(samples)
                       : layout_.tp_mode == "2.5d" ? grid_25d_comm(samples)

@@ -6,6 +6,11 @@
 
 namespace colo::planner::detail {
 
+// Gradients a block sums over tp under 1D sequence parallelism, each of the embedding width:
+// norm1 and norm2's weight and bias, attn.proj's and mlp.fc2's bias (checked against the code by
+// tests/dist/tp_traffic_test.cpp).
+inline constexpr int kSequenceParallelPartialGradients = 6;
+
 // One pass (forward and backward of one micro-batch) over some layers.
 struct PassCosts {
   double forward = 0;      // compute of the forward (checkpointed: without keeping the graph)

@@ -80,6 +80,28 @@ TEST(TpTraffic, OneBlockIn1dMovesWhatTheCostNoteSays) {
   EXPECT_EQ(got.sent_p2p_bytes + got.received_p2p_bytes, 0);
 }
 
+// 1D with sequence parallelism over p ranks, T' = p·ceil(s/p)·b padded tokens: an all-gather
+// before qkv and fc1 and a reduce-scatter after proj and fc2 forward, their conjugates backward,
+// (p−1)/p·T'·h each; and backward, the all-reduce of each replicated parameter's gradient
+// (norm1, norm2 weight and bias; proj and fc2 bias: each sees only this rank's tokens),
+// 2(p−1)/p·h each: the planner's kSequenceParallelPartialGradients.
+TEST(TpTraffic, OneBlockIn1dWithSequenceParallelismMovesWhatTheCostNoteSays) {
+  const auto tp = consecutive_group(world()->size() % 4 == 0 ? 4 : 2, "tptraffic_1d_sp");
+  auto model = tptraffic_vit();
+  ShardFormer(tp, ShardFormerOptions().sequence_parallel(true)).shard(*model);
+  const int64_t p = tp->size();
+  const int64_t padded = (kTokens + p - 1) / p * p;
+  tp->reset_traffic();
+  tptraffic_step(tptraffic_block(*model), {kBatch, padded / p, kWidth});
+  const double share = static_cast<double>(p - 1) / static_cast<double>(p);
+  const double activation = static_cast<double>(kBatch * padded * kWidth) * kElement;
+  const auto got = tp->traffic();
+  constexpr int kPartialGradients = 6;  // planner::detail::kSequenceParallelPartialGradients
+  EXPECT_EQ(got.collectives, 8 + kPartialGradients);
+  EXPECT_DOUBLE_EQ(got.received_bytes, 8 * share * activation + kPartialGradients * 2 * share * kWidth * kElement);
+  EXPECT_EQ(got.sent_p2p_bytes + got.received_p2p_bytes, 0);
+}
+
 // 2D on a q = 2 grid, per group. Each Linear2D(in, out): q broadcasts of the input block
 // T·in/q² along the row forward and q again backward, plus the reduce-scatter of the stacked dX
 // terms (q·T/q·in/q elements) over the row; q + q broadcasts of the weight block out·in/q² down

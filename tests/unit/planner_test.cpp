@@ -93,11 +93,14 @@ TEST(PlannerStepModel, TensorParallelCollectivesStayOnTheCriticalPath) {
   EXPECT_NEAR(plain.breakdown.optimizer, 98922 * 1e-8, kEps);
   // Sequence parallelism: 18 tokens (17 padded to a multiple of 2), per block and direction two
   // all-gathers and two reduce-scatters of 36864 bytes (100 us + 18432 B / 1 GB/s each), and the
-  // patch embedding's and head's gathers.
+  // patch embedding's and head's gathers; and backward, per block, the six replicated parameters'
+  // gradients (two LayerNorms' weight and bias, proj's and fc2's bias: 64 x 4 = 256 bytes each)
+  // all-reduced over tp (100 us + 256 B / 1 GB/s each).
   const auto sp = model.predict(layout("hybrid_parallel tp2 sp", 2));
   const double piece = 1e-4 + 18432e-9;
+  const double partial_gradient = 1e-4 + 256e-9;
   EXPECT_NEAR(sp.breakdown.compute, 0.006 + 5 * 0.030 + 0.006, kEps);
-  EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece, kEps);
+  EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece + 5 * 6 * partial_gradient, kEps);
 }
 
 // 2d on a 2 x 2 grid (tp 4), 8 samples: T = 136 tokens, 4 bytes an element (docs/tensor_parallel_modes.md,
