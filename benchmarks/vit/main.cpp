@@ -101,6 +101,7 @@ struct Options {
   std::string decoder = "cpu";  // where the folder's JPEGs are decoded (colo::data::ImageDecoder)
   bool activation_checkpointing = false;
   bool fp8_unfused_gelu = false;  // diagnostic: precision=fp8 without the GELU inside fc2's cast
+  bool fp8_unfused_gelu_backward = false;  // diagnostic: without fc1's float8 gradient from the GELU's backward
   // Saves during the timed steps (Booster::save_state into save_dir every save_every steps; 0:
   // none): the stall each costs the loop, synchronous or asynchronous (SaveOptions::async).
   int64_t save_every = 0;
@@ -176,6 +177,9 @@ std::optional<Options> parse_command_line(int argc, char** argv) {
       ("fp8-unfused-gelu", po::bool_switch(&o.fp8_unfused_gelu),
        "diagnostic, precision=fp8: the MLP's GELU as its own kernel before fc2's float8 cast (Mlp::set_fp8_gelu_fusion "
        "off), for an A/B of the fused producer")
+      ("fp8-unfused-gelu-backward", po::bool_switch(&o.fp8_unfused_gelu_backward),
+       "diagnostic, precision=fp8: fc1's output gradient cast after the GELU's backward instead of inside it "
+       "(Mlp::set_fp8_gelu_backward_fusion off), for an A/B of the fused producer")
       ("sync-every-microbatch", po::bool_switch(&o.sync_every_microbatch),
        "with --grad-accum: communicate every micro-batch's gradients instead of accumulating them under "
        "booster.no_sync (less memory under ZeRO, as FSDP2 does by default; more communication)")
@@ -387,6 +391,7 @@ int run(const Options& o) {
   auto model = nn::make_vision_transformer(config);
   if (o.activation_checkpointing) model->set_activation_checkpointing(true);
   if (o.fp8_unfused_gelu) nn::set_fp8_gelu_fusion(*model, false);
+  if (o.fp8_unfused_gelu_backward) nn::set_fp8_gelu_backward_fusion(*model, false);
   model->to(device);
   int64_t num_params = 0;
   for (const auto& p : model->parameters()) num_params += p.numel();
@@ -632,6 +637,7 @@ int run(const Options& o) {
         {"peak_host_rss_gib", peak_rss},
         {"activation_checkpointing", o.activation_checkpointing},
         {"fp8_unfused_gelu", o.fp8_unfused_gelu},
+        {"fp8_unfused_gelu_backward", o.fp8_unfused_gelu_backward},
         {"planned",
          {{"device_gib", static_cast<double>(plan.ranks.front().device_bytes()) / kGiB},
           {"host_gib", static_cast<double>(plan.ranks.front().host_bytes()) / kGiB},

@@ -437,12 +437,15 @@ for stage in "$@"; do
         [ "$model" = large ] && batch=128
         for ((i = 0; i < ${COLO_FP8_REPEATS:-2}; i++)); do
           # COLO_FP8_KINDS: bf16, fp8 (current scaling), fp8_delayed (fp8_scaling=delayed, issue 39); a
-          # _unfused suffix runs the fp8 kind with the MLP's GELU outside fc2's cast (--fp8-unfused-gelu).
+          # _unfused suffix runs the fp8 kind with the MLP's GELU outside fc2's cast (--fp8-unfused-gelu); a
+          # _fwdonly suffix keeps that fusion but casts fc1's output gradient after the GELU's backward
+          # (--fp8-unfused-gelu-backward).
           for p in ${COLO_FP8_KINDS:-bf16 fp8}; do
             extra=()
             precision=${p%%_*}
             [[ $p == fp8_delayed* ]] && extra+=(--plugin-opt fp8_scaling=delayed)
             [[ $p == *_unfused ]] && extra+=(--fp8-unfused-gelu)
+            [[ $p == *_fwdonly ]] && extra+=(--fp8-unfused-gelu-backward)
             timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
               --model "$model" --batch-size "$batch" --precision "$precision" "${extra[@]}" --warmup-steps 10 --steps "${COLO_FP8_STEPS:-30}" \
               --peak-tflops 1 --json "$LOGS/fp8_${model}_${p}_$i.json" >"$LOGS/fp8_${model}_${p}_$i.log" 2>&1
@@ -454,7 +457,7 @@ for stage in "$@"; do
 import glob, json, sys
 for model in ("large", "base"):
     mean = {}
-    kinds = ("bf16", "fp8", "fp8_unfused", "fp8_delayed", "fp8_delayed_unfused")
+    kinds = ("bf16", "fp8", "fp8_unfused", "fp8_delayed", "fp8_delayed_unfused", "fp8_delayed_fwdonly")
     for p in kinds:
         runs = [json.load(open(f))["images_per_s"] for f in sorted(glob.glob(f"{sys.argv[1]}/fp8_{model}_{p}_[0-9]*.json"))]
         if runs:

@@ -29,30 +29,63 @@ __device__ __forceinline__ float2 prologue(const __nv_bfloat162& pair) {
   return v;
 }
 
-// Eight bf16 values scaled and cast; `bits` becomes the largest |value| seen so far as the bit
+// What a cast kernel reads and computes before it scales: the input, its GELU, or (the GELU's
+// backward) dy * gelu'(h) from the input dy and a second tensor h, rounded to bf16 as ATen's
+// gelu_backward stores it.
+enum class Source { kPlain, kGelu, kGeluGrad };
+
+// Eight values from 16 bytes at `at` of `in` (and of `h` for kGeluGrad), as fp32.
+template <Source kSource>
+__device__ __forceinline__ void load8(const __nv_bfloat16* in, const __nv_bfloat16* h, int64_t at, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(in + at);
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  if constexpr (kSource == Source::kGeluGrad) {
+    const uint4 h_raw = *reinterpret_cast<const uint4*>(h + at);
+    const auto* h_pairs = reinterpret_cast<const __nv_bfloat162*>(&h_raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 dy = __bfloat1622float2(pairs[i]);
+      const float2 x = __bfloat1622float2(h_pairs[i]);
+      v[2 * i] = __bfloat162float(__float2bfloat16_rn(detail::exact_gelu_grad(dy.x, x.x)));
+      v[2 * i + 1] = __bfloat162float(__float2bfloat16_rn(detail::exact_gelu_grad(dy.y, x.y)));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = prologue<kSource == Source::kGelu>(pairs[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Eight values scaled and cast; `bits` becomes the largest |value| seen so far as the bit
 // pattern of a non-negative float, whose integer order is the float order with +inf above every
 // finite value and NaN (sign cleared) above +inf: so the maximum keeps an overflow visible.
-template <__nv_fp8_interpretation_t kFormat, bool kGelu>
-__device__ uint2 convert8(const uint4& raw, float scale, int& bits) {
-  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+template <__nv_fp8_interpretation_t kFormat>
+__device__ uint2 convert8(const float (&v)[8], float scale, int& bits) {
   uint2 out;
   auto* bytes = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 v = prologue<kGelu>(pairs[i]);
-    bits = max(bits, max(__float_as_int(fabsf(v.x)), __float_as_int(fabsf(v.y))));
-    v.x *= scale;
-    v.y *= scale;
-    bytes[i] = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, kFormat);
+    float2 p = make_float2(v[2 * i], v[2 * i + 1]);
+    bits = max(bits, max(__float_as_int(fabsf(p.x)), __float_as_int(fabsf(p.y))));
+    p.x *= scale;
+    p.y *= scale;
+    bytes[i] = __nv_cvt_float2_to_fp8x2(p, __NV_SATFINITE, kFormat);
   }
   return out;
 }
 
-template <__nv_fp8_interpretation_t kFormat, bool kGelu>
+// column_partials (kGeluGrad): fp32 [gridDim.x, cols], row b the column sums of tile row b's
+// values (as rounded to bf16: what fc1's bias gradient sums), added in a fixed order.
+template <__nv_fp8_interpretation_t kFormat, Source kSource>
 __global__ void __launch_bounds__(kThreads)
-    fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols, const float* amax,
-                           const float* given_scale, float format_max, float* inverse_scale, float* amax_out,
-                           uint8_t* __restrict__ row_major, uint8_t* __restrict__ transposed, int64_t transposed_ld) {
+    fp8_scaled_cast_kernel(const __nv_bfloat16* __restrict__ in, const __nv_bfloat16* __restrict__ second, int64_t rows,
+                           int64_t cols, const float* amax, const float* given_scale, float format_max,
+                           float* inverse_scale, float* amax_out, uint8_t* __restrict__ row_major,
+                           uint8_t* __restrict__ transposed, int64_t transposed_ld,
+                           float* __restrict__ column_partials) {
   __shared__ __align__(16) uint8_t tile[kTileRows][kSharedStride];
   __shared__ int warp_bits[kThreads / 32];
   float scale;
@@ -76,10 +109,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = row0 + r;
   const int64_t col = col0 + c;
   uint2 converted = make_uint2(0, 0);  // zeros past the last row (the transposed copy's padding)
+  float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   int bits = 0;
   if (row < rows && col < cols) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(in + row * cols + col);
-    converted = convert8<kFormat, kGelu>(raw, scale, bits);
+    load8<kSource>(in, second, row * cols + col, v);
+    converted = convert8<kFormat>(v, scale, bits);
     if (row_major != nullptr) *reinterpret_cast<uint2*>(row_major + row * cols + col) = converted;
   }
   // The block's amax, one atomic per block (amax_out is the same for every thread of the block).
@@ -90,6 +124,27 @@ __global__ void __launch_bounds__(kThreads)
     if (t == 0) {
       for (int w = 1; w < kThreads / 32; ++w) bits = max(bits, warp_bits[w]);
       atomicMax(reinterpret_cast<int*>(amax_out), bits);
+    }
+  }
+  if constexpr (kSource == Source::kGeluGrad) {
+    // A warp holds four rows of the tile (lanes l, l ^ 8, l ^ 16, l ^ 24 share columns): summed
+    // by shuffles, then the eight warps' sums in warp order.
+    __shared__ float warp_columns[kThreads / 32][kTileCols];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] += __shfl_xor_sync(0xffffffffu, v[i], 8);
+      v[i] += __shfl_xor_sync(0xffffffffu, v[i], 16);
+    }
+    if (t % 32 < 8) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) warp_columns[t / 32][c + i] = v[i];
+    }
+    __syncthreads();
+    if (t < kTileCols && col0 + t < cols) {
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < kThreads / 32; ++w) total += warp_columns[w][t];
+      column_partials[static_cast<int64_t>(blockIdx.x) * cols + col0 + t] = total;
     }
   }
   if (transposed == nullptr) return;
@@ -168,26 +223,55 @@ cudaError_t bf16_abs_max(const void* in, int64_t n, float* amax, cudaStream_t st
 
 float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
 
-cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
-                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream) {
-  if (cols % 8 != 0 || (transposed != nullptr && (transposed_ld % 8 != 0 || transposed_ld < rows)) ||
-      (scaling.amax == nullptr && scaling.scale == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
+namespace {
+
+template <Source kSource>
+cudaError_t launch_cast(Fp8Format format, const void* in, const void* second, int64_t rows, int64_t cols,
+                        const Fp8CastScaling& scaling, void* row_major, void* transposed, int64_t transposed_ld,
+                        float* column_partials, cudaStream_t stream) {
   const int64_t covered_rows = transposed != nullptr ? transposed_ld : rows;
   if (covered_rows == 0 || cols == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((covered_rows + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>((cols + kTileCols - 1) / kTileCols));
-  const auto* src = static_cast<const __nv_bfloat16*>(in);
-  auto* rm = static_cast<uint8_t*>(row_major);
-  auto* tr = static_cast<uint8_t*>(transposed);
-  const bool gelu = scaling.prologue == Fp8Prologue::kGelu;
-  const auto kernel = format == Fp8Format::kE4M3
-                          ? (gelu ? fp8_scaled_cast_kernel<__NV_E4M3, true> : fp8_scaled_cast_kernel<__NV_E4M3, false>)
-                          : (gelu ? fp8_scaled_cast_kernel<__NV_E5M2, true> : fp8_scaled_cast_kernel<__NV_E5M2, false>);
-  kernel<<<grid, kThreads, 0, stream>>>(src, rows, cols, scaling.amax, scaling.scale, fp8_max(format),
-                                        scaling.inverse_scale, scaling.amax_out, rm, tr, transposed_ld);
+  const auto kernel = format == Fp8Format::kE4M3 ? fp8_scaled_cast_kernel<__NV_E4M3, kSource>
+                                                 : fp8_scaled_cast_kernel<__NV_E5M2, kSource>;
+  kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in),
+                                        static_cast<const __nv_bfloat16*>(second), rows, cols, scaling.amax,
+                                        scaling.scale, fp8_max(format), scaling.inverse_scale, scaling.amax_out,
+                                        static_cast<uint8_t*>(row_major), static_cast<uint8_t*>(transposed),
+                                        transposed_ld, column_partials);
   return cudaGetLastError();
+}
+
+bool layout_fits(int64_t rows, int64_t cols, const void* transposed, int64_t transposed_ld) {
+  return cols % 8 == 0 && (transposed == nullptr || (transposed_ld % 8 == 0 && transposed_ld >= rows));
+}
+
+}  // namespace
+
+cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
+                            void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream) {
+  if (!layout_fits(rows, cols, transposed, transposed_ld) || (scaling.amax == nullptr && scaling.scale == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const auto launch = scaling.prologue == Fp8Prologue::kGelu ? launch_cast<Source::kGelu> : launch_cast<Source::kPlain>;
+  return launch(format, in, nullptr, rows, cols, scaling, row_major, transposed, transposed_ld, nullptr, stream);
+}
+
+int64_t fp8_cast_row_tiles(int64_t rows, int64_t transposed_ld, bool transposed) {
+  const int64_t covered_rows = transposed ? transposed_ld : rows;
+  return (covered_rows + kTileRows - 1) / kTileRows;
+}
+
+cudaError_t fp8_gelu_backward_cast(Fp8Format format, const void* dy, const void* h, int64_t rows, int64_t cols,
+                                   const Fp8CastScaling& scaling, void* row_major, void* transposed,
+                                   int64_t transposed_ld, float* column_partials, cudaStream_t stream) {
+  if (!layout_fits(rows, cols, transposed, transposed_ld) || scaling.scale == nullptr || dy == nullptr ||
+      h == nullptr || column_partials == nullptr || scaling.prologue != Fp8Prologue::kNone) {
+    return cudaErrorInvalidValue;
+  }
+  return launch_cast<Source::kGeluGrad>(format, dy, h, rows, cols, scaling, row_major, transposed, transposed_ld,
+                                        column_partials, stream);
 }
 
 }  // namespace colo::kernels

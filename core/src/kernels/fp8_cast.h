@@ -62,6 +62,22 @@ struct Fp8CastScaling {
 cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const Fp8CastScaling& scaling,
                             void* row_major, void* transposed, int64_t transposed_ld, cudaStream_t stream);
 
+// fc1's float8 output gradient made inside the GELU's backward (issue 39's producers): what
+// at::gelu_backward(dy, h) writes (dy * gelu'(h), exact erf form, rounded to bf16) cast as
+// fp8_scaled_cast casts it (both layouts, 1 / scale written, max|value| recorded into amax_out),
+// plus its column sums for fc1's bias gradient, so that the bf16 gradient is never written or read
+// back. column_partials: fp32 [fp8_cast_row_tiles(rows, transposed_ld, transposed != null), cols],
+// row b the sums of the values of rows 32b .. 32b+31 (zeros past the last row), for
+// column_sum_add_chunks (column_sum.h). dy and h: bf16 [rows, cols], 16-byte aligned. The scale
+// must be given (delayed scaling: dx's amax is not known before this pass) and scaling.prologue
+// kNone; anything else is cudaErrorInvalidValue.
+cudaError_t fp8_gelu_backward_cast(Fp8Format format, const void* dy, const void* h, int64_t rows, int64_t cols,
+                                   const Fp8CastScaling& scaling, void* row_major, void* transposed,
+                                   int64_t transposed_ld, float* column_partials, cudaStream_t stream);
+
+// The first dimension of fp8_gelu_backward_cast's column_partials.
+int64_t fp8_cast_row_tiles(int64_t rows, int64_t transposed_ld, bool transposed);
+
 // The current-scaling form of the above (amax given, inverse scale written, no amax recorded).
 inline cudaError_t fp8_scaled_cast(Fp8Format format, const void* in, int64_t rows, int64_t cols, const float* amax,
                                    float* inverse_scale, void* row_major, void* transposed, int64_t transposed_ld,

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "float_convert.cuh"
+#include "gelu_math.cuh"
 
 namespace colo::kernels {
 namespace {
@@ -12,18 +13,12 @@ constexpr int kLoadBytes = 16;
 constexpr int kWarps = 8;     // warps per block, each on its own rows of the chunk
 constexpr int kInFlight = 2;  // rows (of dy and h each) each thread loads before it computes any
 constexpr int kMaxVector = kLoadBytes / 2;
-constexpr float kAlpha = 0.70710678118654752440f;                          // 1 / sqrt(2)
-constexpr float kBeta = 1.12837916709551257390f * 0.70710678118654752440f * 0.5f;  // 2/sqrt(pi) / sqrt(2) / 2
 
 using detail::from_float;
 using detail::to_float;
 
 // ATen's GeluBackwardCUDAKernelImpl (kNone), term for term.
-__device__ __forceinline__ float gelu_grad(float dy, float x) {
-  const float cdf = 0.5f * (1.f + erff(x * kAlpha));
-  const float pdf = expf(-0.5f * x * x) * kBeta;
-  return dy * (cdf + x * pdf);
-}
+using detail::exact_gelu_grad;
 
 // dx for one 16-byte vector of dy and h; its rounded values added to sums.
 template <typename T>
@@ -35,7 +30,7 @@ __device__ __forceinline__ uint4 backward_vector(const uint4& dy_bits, const uin
   T* dx = reinterpret_cast<T*>(&out);
 #pragma unroll
   for (int i = 0; i < kVector; ++i) {
-    dx[i] = from_float<T>(gelu_grad(to_float(dy[i]), to_float(h[i])));
+    dx[i] = from_float<T>(exact_gelu_grad(to_float(dy[i]), to_float(h[i])));
     sums[i] += to_float(dx[i]);
   }
   return out;

@@ -16,6 +16,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "../kernels/column_sum.h"
 #include "../kernels/fp8_cast.h"
 #include "bias_gradient.h"
 #endif
@@ -101,6 +102,40 @@ torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const Fp
                         std::nullopt, torch::kBFloat16, fast_accumulation);
 }
 
+// Where one layer's operands take their scales from (current scaling: `delayed` null).
+std::pair<OperandScaling, OperandScaling> operand_scalings(const Fp8OperandScales* delayed, bool grad_mode) {
+  OperandScaling input_scaling, weight_scaling;
+  if (delayed != nullptr) {
+    input_scaling = {&delayed->input_scale, &delayed->input_amax, *delayed->primed, grad_mode};
+    weight_scaling = {&delayed->weight_scale, &delayed->weight_amax, *delayed->primed, grad_mode};
+  }
+  return {input_scaling, weight_scaling};
+}
+
+// One forward product of x ([rows, in] bf16, or fc1's output under the GELU prologue) with its
+// float8 operands: the transposed copies only where a gradient will need them (the input's for
+// the weight gradient, the weight's for the input gradient), none under no_grad (evaluation).
+// Amaxes are recorded in training only: evaluation's activations are not the next step's.
+struct ProductForward {
+  torch::Tensor y;  // [rows, out] bf16
+  Fp8Operand input, weight;
+};
+
+ProductForward product_forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                               bool grad_mode, bool input_needs_grad, const Fp8OperandScales* delayed,
+                               kernels::Fp8Prologue prologue = kernels::Fp8Prologue::kNone) {
+  const int64_t out = weight.size(0), padded = round_up(x.size(0), 16);
+  const auto [input_scaling, weight_scaling] = operand_scalings(delayed, grad_mode);
+  ProductForward p;
+  p.input = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded,
+                        input_scaling, prologue);
+  p.weight = cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input_needs_grad, out, weight_scaling);
+  // Forward products take the fast (less often re-normalised) accumulation, as the float8
+  // recipes of cuBLAS and torchao do; gradients the exact one.
+  p.y = scaled_mm(p.input.row_major, p.weight.row_major.t(), p.input, p.weight.inverse_scale, bias, true);
+  return p;
+}
+
 // Saved: the input's transposed e4m3 copy (for the weight gradient), the weight's transposed e4m3
 // copy (for the input gradient), their scales, and the weight and bias themselves (the targets of
 // a deferred weight gradient). `bias` may be undefined (the bias-free function below). With
@@ -111,21 +146,11 @@ torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Te
                           const Fp8OperandScales* delayed, bool gelu_input = false) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const auto x = input.reshape({-1, in});
-  const int64_t rows = x.size(0), padded = round_up(rows, 16);
-  // The transposed copies serve backward only: none under no_grad (evaluation).
-  // Amaxes are recorded in training only: evaluation's activations are not the next step's.
-  OperandScaling input_scaling, weight_scaling;
-  if (delayed != nullptr) {
-    input_scaling = {&delayed->input_scale, &delayed->input_amax, *delayed->primed, grad_mode};
-    weight_scaling = {&delayed->weight_scale, &delayed->weight_amax, *delayed->primed, grad_mode};
-  }
-  const auto xo = cast_to_fp8(x, kernels::Fp8Format::kE4M3, true, grad_mode && weight.requires_grad(), padded,
-                              input_scaling, gelu_input ? kernels::Fp8Prologue::kGelu : kernels::Fp8Prologue::kNone);
-  const auto wo =
-      cast_to_fp8(weight, kernels::Fp8Format::kE4M3, true, grad_mode && input.requires_grad(), out, weight_scaling);
-  // Forward products take the fast (less often re-normalised) accumulation, as the float8
-  // recipes of cuBLAS and torchao do; gradients the exact one.
-  auto y = scaled_mm(xo.row_major, wo.row_major.t(), xo, wo.inverse_scale, bias, true);
+  const int64_t rows = x.size(0);
+  const auto p = product_forward(x, weight, bias, grad_mode, input.requires_grad(), delayed,
+                                 gelu_input ? kernels::Fp8Prologue::kGelu : kernels::Fp8Prologue::kNone);
+  const auto& xo = p.input;
+  const auto& wo = p.weight;
   if (gelu_input) {
     ctx->save_for_backward({xo.transposed, wo.transposed, xo.inverse_scale, wo.inverse_scale, weight, input});
   } else {
@@ -140,7 +165,7 @@ torch::Tensor fp8_forward(torch::autograd::AutogradContext* ctx, const torch::Te
   }
   auto sizes = input.sizes().vec();
   sizes.back() = out;
-  return y.view(sizes);
+  return p.y.view(sizes);
 }
 
 // Input, weight and bias gradients (the bias's undefined for a bias-free layer).
@@ -236,6 +261,119 @@ struct Fp8BiasFreeLinearFunction : torch::autograd::Function<Fp8BiasFreeLinearFu
   }
 };
 
+// The MLP's fc1 → GELU → fc2 as one function (fp8_mlp): forward as fp8_linear then
+// fp8_gelu_linear; backward with fc1's float8 output gradient and its bias gradient's column sums
+// made inside the GELU's backward (kernels::fp8_gelu_backward_cast), which needs fc1's gradient
+// scale before the pass: primed delayed scaling (the caller checks). Inputs: x, w1, b1, w2, b2.
+struct Fp8MlpFunction : torch::autograd::Function<Fp8MlpFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& w1, const torch::Tensor& b1, const torch::Tensor& w2,
+                               const torch::Tensor& b2, const Fp8OperandScales* fc1, const Fp8OperandScales* fc2) {
+    const int64_t in = w1.size(1), out = w2.size(0);
+    const auto x = input.reshape({-1, in});
+    const int64_t rows = x.size(0);
+    // Training only (the caller checks grad mode): fc2's input gradient is needed whenever
+    // anything before it is.
+    const auto first = product_forward(x, w1, b1, true, input.requires_grad(), fc1);
+    const auto second = product_forward(first.y, w2, b2, true, true, fc2, kernels::Fp8Prologue::kGelu);
+    ctx->save_for_backward({first.input.transposed, first.weight.transposed, first.input.inverse_scale,
+                            first.weight.inverse_scale, w1, second.input.transposed, second.weight.transposed,
+                            second.input.inverse_scale, second.weight.inverse_scale, w2, first.y});
+    ctx->saved_data["b1"] = b1;
+    ctx->saved_data["b2"] = b2;
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["grad_scale1"] = fc1->grad_scale;
+    ctx->saved_data["grad_amax1"] = fc1->grad_amax;
+    ctx->saved_data["grad_scale2"] = fc2->grad_scale;
+    ctx->saved_data["grad_amax2"] = fc2->grad_amax;
+    ctx->saved_data["primed2"] = *fc2->primed;
+    auto sizes = input.sizes().vec();
+    sizes.back() = out;
+    return second.y.view(sizes);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x_t = saved[0], &w1_t = saved[1], &x_scale = saved[2], &w1_scale = saved[3], &w1 = saved[4];
+    const auto &h_t = saved[5], &w2_t = saved[6], &h_scale = saved[7], &w2_scale = saved[8], &w2 = saved[9];
+    const auto& pre = saved[10];
+    const auto b1 = ctx->saved_data["b1"].toTensor(), b2 = ctx->saved_data["b2"].toTensor();
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    const int64_t in = w1.size(1), hidden = w1.size(0), out = w2.size(0);
+    const bool need_x = ctx->needs_input_grad(0), need_w1 = ctx->needs_input_grad(1), need_b1 = ctx->needs_input_grad(2);
+    const bool need_w2 = ctx->needs_input_grad(3), need_b2 = ctx->needs_input_grad(4);
+    const bool need_hidden = need_x || need_w1 || need_b1;
+    const auto g = grads[0].reshape({-1, out});
+    auto grad_scale1 = ctx->saved_data["grad_scale1"].toTensor(), grad_amax1 = ctx->saved_data["grad_amax1"].toTensor();
+    auto grad_scale2 = ctx->saved_data["grad_scale2"].toTensor(), grad_amax2 = ctx->saved_data["grad_amax2"].toTensor();
+    const OperandScaling how2{&grad_scale2, &grad_amax2, ctx->saved_data["primed2"].toBool(), true};
+    const auto go2 = cast_to_fp8(g, kernels::Fp8Format::kE5M2, need_hidden, need_w2,
+                                 need_w2 ? h_t.size(1) : rows, how2);
+
+    // fc1's output gradient in e5m2 straight from the GELU's backward, with its bias's column sums.
+    Fp8Operand go1;
+    torch::Tensor partials, grad_input;
+    if (need_hidden) {
+      const auto dh = scaled_mm(go2.row_major, w2_t.t(), go2, w2_scale, torch::Tensor(), false).contiguous();
+      const auto pre2 = pre.reshape({-1, hidden}).contiguous();
+      const int64_t ld = x_t.defined() ? x_t.size(1) : round_up(rows, 16);
+      const auto e5m2 = dh.options().dtype(torch::kFloat8_e5m2);
+      if (need_x) go1.row_major = torch::empty({rows, hidden}, e5m2);
+      if (need_w1) go1.transposed = torch::empty({hidden, ld}, e5m2);
+      go1.inverse_scale = torch::empty({}, dh.options().dtype(torch::kFloat));
+      partials = torch::empty({kernels::fp8_cast_row_tiles(rows, ld, need_w1), hidden},
+                              dh.options().dtype(torch::kFloat));
+      kernels::Fp8CastScaling scaling;
+      scaling.scale = grad_scale1.data_ptr<float>();
+      scaling.inverse_scale = go1.inverse_scale.data_ptr<float>();
+      scaling.amax_out = grad_amax1.data_ptr<float>();
+      const auto status = kernels::fp8_gelu_backward_cast(
+          kernels::Fp8Format::kE5M2, dh.data_ptr(), pre2.data_ptr(), rows, hidden, scaling,
+          need_x ? go1.row_major.data_ptr() : nullptr, need_w1 ? go1.transposed.data_ptr() : nullptr, ld,
+          partials.data_ptr<float>(), c10::cuda::getCurrentCUDAStream(dh.device().index()));
+      if (status != cudaSuccess) throw_launch_error(dh, status);
+      if (need_x) {
+        auto sizes = grads[0].sizes().vec();
+        sizes.back() = in;
+        grad_input = scaled_mm(go1.row_major, w1_t.t(), go1, w1_scale, torch::Tensor(), false).view(sizes);
+      }
+    }
+    auto w1_grad = [go1, x_t, x_scale] {
+      return scaled_mm(go1.transposed, x_t.t(), go1, x_scale, torch::Tensor(), false);
+    };
+    auto b1_grad = [partials, hidden] {
+      auto sum = torch::empty({hidden}, partials.options().dtype(torch::kBFloat16));
+      const auto status = kernels::column_sum_add_chunks(kernels::ElementType::kBFloat16, partials.data_ptr<float>(),
+                                                         partials.size(0), hidden, sum.data_ptr(),
+                                                         c10::cuda::getCurrentCUDAStream(partials.device().index()));
+      if (status != cudaSuccess) throw_launch_error(partials, status);
+      return sum;
+    };
+    auto w2_grad = [go2, h_t, h_scale] {
+      return scaled_mm(go2.transposed, h_t.t(), go2, h_scale, torch::Tensor(), false);
+    };
+    auto b2_grad = [g] { return detail::bias_gradient(g); };
+    if (auto* deferred = WeightGradDeferral::active(); deferred && (need_w1 || need_b1 || need_w2 || need_b2)) {
+      deferred->add([=] {
+        if (need_w1) accumulate_grad(w1, w1_grad());
+        if (need_b1) accumulate_grad(b1, b1_grad());
+        if (need_w2) accumulate_grad(w2, w2_grad());
+        if (need_b2) accumulate_grad(b2, b2_grad());
+      });
+      return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+              torch::Tensor()};
+    }
+    return {grad_input,
+            need_w1 ? w1_grad() : torch::Tensor(),
+            need_b1 ? b1_grad() : torch::Tensor(),
+            need_w2 ? w2_grad() : torch::Tensor(),
+            need_b2 ? b2_grad() : torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 #endif  // COLO_WITH_FP8
 
 }  // namespace
@@ -306,6 +444,31 @@ torch::Tensor fp8_gelu_linear(const torch::Tensor& pre, const torch::Tensor& wei
   if (!bias.defined()) return fp8_linear(colo::nn::gelu(pre), weight, bias, delayed);
   return Fp8GeluLinearFunction::apply(pre, weight, bias, torch::GradMode::is_enabled(), delayed);
 #else
+  return {};  // unreachable: fp8_unavailable_reason is never empty here
+#endif
+}
+
+bool fp8_mlp_fuses_backward(const torch::Tensor& b1, const torch::Tensor& b2, const Fp8OperandScales* fc1,
+                            const Fp8OperandScales* fc2) {
+  return torch::GradMode::is_enabled() && b1.defined() && b2.defined() && fc1 != nullptr && fc2 != nullptr &&
+         *fc1->primed;
+}
+
+torch::Tensor fp8_mlp(const torch::Tensor& input, const torch::Tensor& w1, const torch::Tensor& b1,
+                      const torch::Tensor& w2, const torch::Tensor& b2, const Fp8OperandScales* fc1,
+                      const Fp8OperandScales* fc2) {
+  check_fp8_linear_inputs("colo::nn::fp8_mlp (fc1)", input, w1, b1, fc1);
+  if (w2.dim() != 2 || w2.size(1) != w1.size(0)) {
+    throw std::invalid_argument(fmt::format("colo::nn::fp8_mlp: fc1's weight {} and fc2's {} do not chain",
+                                            fmt::join(w1.sizes(), "x"), fmt::join(w2.sizes(), "x")));
+  }
+#ifdef COLO_WITH_FP8
+  if (!fp8_mlp_fuses_backward(b1, b2, fc1, fc2)) return fp8_gelu_linear(fp8_linear(input, w1, b1, fc1), w2, b2, fc2);
+  check_fp8_linear_inputs("colo::nn::fp8_mlp (fc2)", input.new_empty({1, w2.size(1)}), w2, b2, fc2);
+  return Fp8MlpFunction::apply(input, w1, b1, w2, b2, fc1, fc2);
+#else
+  (void)b2;
+  (void)fc2;
   return {};  // unreachable: fp8_unavailable_reason is never empty here
 #endif
 }

@@ -41,12 +41,20 @@ torch::Tensor Mlp::forward(const torch::Tensor& x) {
   if (plain && !plain->fp8() && linear_gelu_fuses(x, plain->weight, plain->bias)) {
     h = linear_gelu(x, plain->weight, plain->bias);
   } else {
+    auto* fc2 = fc2_.ptr()->as<LinearImpl>();
+    const bool no_hidden_dropout = drop_ == 0.0 || !is_training();
+    // Under fp8 with both layers plain colo Linears in float8: fc1, GELU and fc2 as one function,
+    // fc1's float8 output gradient made inside the GELU's backward (fp8_mlp).
+    if (fp8_gelu_fusion_ && fp8_gelu_backward_fusion_ && plain && plain->fp8() && fc2 && fc2->fp8() && x.scalar_type() == torch::kBFloat16 &&
+        no_hidden_dropout && fp8_mlp_fuses_backward(plain->bias, fc2->bias, plain->fp8_scales(), fc2->fp8_scales())) {
+      h = fp8_mlp(x, plain->weight, plain->bias, fc2->weight, fc2->bias, plain->fp8_scales(), fc2->fp8_scales());
+      RegionRng::Scope tokens(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
+      return torch::dropout(h, drop_, is_training());
+    }
     h = fc1_.forward(x);
     // Under fp8, fc2's float8 input straight from fc1's output (the GELU in the cast), where no
     // dropout sits between them.
-    auto* fc2 = fc2_.ptr()->as<LinearImpl>();
-    if (fp8_gelu_fusion_ && fc2 && fc2->fp8() && h.scalar_type() == torch::kBFloat16 &&
-        (drop_ == 0.0 || !is_training())) {
+    if (fp8_gelu_fusion_ && fc2 && fc2->fp8() && h.scalar_type() == torch::kBFloat16 && no_hidden_dropout) {
       h = fp8_gelu_linear(h, fc2->weight, fc2->bias, fc2->fp8_scales());
       RegionRng::Scope tokens(rng_for_outputs_ ? sharded_rng_.get() : nullptr);
       return torch::dropout(h, drop_, is_training());
@@ -67,6 +75,17 @@ int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on) {
   for (const auto& module : model.modules()) {
     if (auto* mlp = module->as<Mlp>()) {
       mlp->set_fp8_gelu_fusion(on);
+      ++count;
+    }
+  }
+  return count;
+}
+
+int64_t set_fp8_gelu_backward_fusion(torch::nn::Module& model, bool on) {
+  int64_t count = 0;
+  for (const auto& module : model.modules()) {
+    if (auto* mlp = module->as<Mlp>()) {
+      mlp->set_fp8_gelu_backward_fusion(on);
       ++count;
     }
   }

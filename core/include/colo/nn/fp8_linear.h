@@ -40,6 +40,23 @@ torch::Tensor fp8_linear(const torch::Tensor& input, const torch::Tensor& weight
 torch::Tensor fp8_gelu_linear(const torch::Tensor& pre, const torch::Tensor& weight, const torch::Tensor& bias,
                               const Fp8OperandScales* delayed = nullptr);
 
+// The MLP's fc1 → exact GELU → fc2 in float8: fp8_gelu_linear(fp8_linear(input, w1, b1, fc1), w2,
+// b2, fc2), and in training with both biases and primed delayed scaling for fc1
+// (fp8_mlp_fuses_backward) as one function whose backward makes fc1's float8 output gradient
+// inside the GELU's backward, with fc1's bias gradient from the same pass (issue 39's producers):
+// the bf16 gradient between them is never written or read back. Everything it computes is the
+// unfused functions' bit for bit (the same float8 bytes, scales and amaxes) except fc1's bias
+// gradient, equal up to the order of its fp32 sums. Same requirements and refusals as fp8_linear,
+// and fc2's weight must take fc1's output.
+torch::Tensor fp8_mlp(const torch::Tensor& input, const torch::Tensor& w1, const torch::Tensor& b1,
+                      const torch::Tensor& w2, const torch::Tensor& b2, const Fp8OperandScales* fc1,
+                      const Fp8OperandScales* fc2);
+
+// Whether fp8_mlp takes its fused backward now (grad mode on, both biases, both layers delayed,
+// fc1's state primed); otherwise it runs the unfused pair.
+bool fp8_mlp_fuses_backward(const torch::Tensor& b1, const torch::Tensor& b2, const Fp8OperandScales* fc1,
+                            const Fp8OperandScales* fc2);
+
 // Why float8 products cannot run on `device` with this build of colo; empty when they can. They
 // need a CUDA build of colo against LibTorch 2.1 or newer and an NVIDIA GPU of compute capability
 // 8.9 or newer (Ada, Hopper, Blackwell).

@@ -32,6 +32,11 @@ class Mlp : public torch::nn::Module, public UsesRegionRng {
   // in effect. On by default; off gives the unfused pair (an A/B, or a check of the fusion).
   void set_fp8_gelu_fusion(bool on) { fp8_gelu_fusion_ = on; }
   bool fp8_gelu_fusion() const { return fp8_gelu_fusion_; }
+  // With the GELU fusion on and fc1 a colo::nn::Linear in float8 too, whether fc1, GELU and fc2 run
+  // as colo::nn::fp8_mlp, whose backward makes fc1's float8 output gradient (and its bias
+  // gradient) inside the GELU's backward. On by default; off for an A/B.
+  void set_fp8_gelu_backward_fusion(bool on) { fp8_gelu_backward_fusion_ = on; }
+  bool fp8_gelu_backward_fusion() const { return fp8_gelu_backward_fusion_; }
 
  private:
   double drop_;
@@ -40,9 +45,13 @@ class Mlp : public torch::nn::Module, public UsesRegionRng {
   std::shared_ptr<RegionRng> sharded_rng_;
   bool rng_for_outputs_ = false;
   bool fp8_gelu_fusion_ = true;
+  bool fp8_gelu_backward_fusion_ = true;
 };
 
 // Mlp::set_fp8_gelu_fusion(on) on every Mlp of `model`; returns how many there are.
 int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on);
+
+// Mlp::set_fp8_gelu_backward_fusion(on) on every Mlp of `model`; returns how many there are.
+int64_t set_fp8_gelu_backward_fusion(torch::nn::Module& model, bool on);
 
 }  // namespace colo::nn
