@@ -479,10 +479,12 @@ PY
       for model in ${COLO_FP8_PEER_MODELS:-large}; do
         batch=256
         [ "$model" = large ] && batch=128
-        # COLO_FP8_PEER_COLO_KINDS: as the fp8 stage's kinds (bf16, fp8, fp8_delayed).
+        # COLO_FP8_PEER_COLO_KINDS: as the fp8 stage's kinds (bf16, fp8, fp8_delayed); a _nomaster
+        # suffix keeps no fp32 master weights (master_weights=false: pure-bf16 timm's like for like).
         for p in ${COLO_FP8_PEER_COLO_KINDS-bf16 fp8}; do
           extra=()
           [[ $p == fp8_delayed* ]] && extra+=(--plugin-opt fp8_scaling=delayed)
+          [[ $p == *_nomaster ]] && extra+=(--plugin-opt master_weights=false)
           timeout 150 build-gpu/bin/colo-run --nproc-per-node 1 build-gpu/bin/colo_vit_bench --plugin torch_ddp \
             --model "$model" --batch-size "$batch" --precision "${p%%_*}" "${extra[@]}" --warmup-steps 10 \
             --steps "${COLO_FP8_PEER_STEPS:-30}" --peak-tflops 1 \
