@@ -13,11 +13,14 @@
 
 #include <colo/files/files.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <exception>
 #include <fstream>
 #include <stdexcept>
+#include <vector>
 
 #include "async_save_plan.h"
 #include "background_writer.h"
@@ -220,39 +223,63 @@ bool Booster::save_finished() const { return writer_->finished(); }
 bool Booster::save_failed() const { return writer_->failed(); }
 void Booster::abandon_save() { writer_->abandon(); }
 
+namespace {
+
+// The global ranks (of `world`) that set their flag: every rank passes whether it failed.
+std::vector<int> ranks_that_failed(dist::ProcessGroup* world, bool failed) {
+  if (world == nullptr || world->size() < 2) return failed ? std::vector<int>{0} : std::vector<int>{};
+  auto flags = torch::zeros({world->size()}, torch::kInt);
+  flags[world->rank()] = failed ? 1 : 0;
+  world->all_reduce_and_wait(flags);
+  std::vector<int> ranks;
+  for (int r = 0; r < world->size(); ++r) {
+    if (flags[r].item<int>() != 0) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+}  // namespace
+
 TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& dir) {
   const auto state_path = files::join(dir, kTrainingStateFile);
-  if (!files::exists(state_path)) {
-    throw checkpoint::CheckpointError(fmt::format(
-        "{}: no training_state.json, so this is not a complete training state (was saving interrupted?)", dir));
-  }
-  nlohmann::json json;
+  TrainingProgress progress;
+  bool same_world = true;
+  int saved_world = 0;
+  checkpoint::SafetensorsFile rng;
+  // Every part is checked before any is loaded, so that a state this run refuses (another model,
+  // a loader of another batch size, a scheduler of other groups, a missing RNG file) leaves the
+  // boosted objects as they were, on every rank: the ranks agree on the checks' outcome before
+  // any loads (each rank checks its own part: a pipeline stage, its RNG file), so that a rank
+  // whose part is refused does not leave the others loading, and they name it.
+  std::exception_ptr refused;
   try {
-    std::ifstream in(state_path);
-    json = nlohmann::json::parse(in);
-    TrainingProgress progress;
-    progress.epoch = json.at("epoch").get<int64_t>();
-    progress.global_step = json.at("global_step").get<int64_t>();
-    progress.data.epoch = json.at("data_epoch").get<int64_t>();
-    progress.data.next_batch = json.at("data_next_batch").get<int64_t>();
-    // Absent from states saved before it was recorded: the loader's own unit is assumed.
-    progress.data.images_per_batch = json.value("data_images_per_batch", int64_t{0});
-    const int saved_world = json.at("world_size").get<int>();
-
-    // Every part is checked before any is loaded, so that a state this run refuses (another
-    // model, a loader of another batch size, a scheduler of other groups, a missing RNG file)
-    // leaves the boosted objects as they were. The optimizer's load checks everything itself
-    // before it changes anything, so it goes first; the model's, checked from its files'
-    // headers, then cannot fail on the state's shape. (Both hold the fp32 masters, equal at a
-    // save, so the order does not change what is loaded.)
+    if (!files::exists(state_path)) {
+      throw checkpoint::CheckpointError(fmt::format(
+          "{}: no training_state.json, so this is not a complete training state (was saving interrupted?)", dir));
+    }
+    try {
+      std::ifstream in(state_path);
+      const auto json = nlohmann::json::parse(in);
+      progress.epoch = json.at("epoch").get<int64_t>();
+      progress.global_step = json.at("global_step").get<int64_t>();
+      progress.data.epoch = json.at("data_epoch").get<int64_t>();
+      progress.data.next_batch = json.at("data_next_batch").get<int64_t>();
+      // Absent from states saved before it was recorded: the loader's own unit is assumed.
+      progress.data.images_per_batch = json.value("data_images_per_batch", int64_t{0});
+      saved_world = json.at("world_size").get<int>();
+    } catch (const nlohmann::json::exception& e) {
+      throw checkpoint::CheckpointError(fmt::format("{}: malformed training state ({})", state_path, e.what()));
+    }
+    // The optimizer's load checks everything itself before it changes anything, so it goes
+    // first; the model's, checked from its files' headers, then cannot fail on the state's shape.
+    // (Both hold the fp32 masters, equal at a save, so the order does not change what is loaded.)
     auto& io = plugin_->checkpoint_io();
     io.check_model(*boosted.model, dir);
     if (boosted.lr_scheduler) io.check_lr_scheduler(*boosted.lr_scheduler, dir);
     if (boosted.dataloader) boosted.dataloader->check_state(progress.data);
     // Random states resume exactly only on the same number of ranks; elsewhere the run goes on
     // with fresh streams (weights, optimizer and data position still carry over).
-    const bool same_world = saved_world == world_size(*plugin_);
-    checkpoint::SafetensorsFile rng;
+    same_world = saved_world == world_size(*plugin_);
     if (same_world) {
       const auto path = rng_file(dir, world_rank(*plugin_));
       rng = checkpoint::read_safetensors(path);
@@ -260,27 +287,34 @@ TrainingProgress Booster::load_state(const Boosted& boosted, const std::string& 
       // A throwaway generator takes it first: a malformed state is refused before anything loads.
       at::detail::createCPUGenerator().set_state(rng.at("cpu"));
     }
-
-    load_optimizer(*boosted.optimizer, dir);
-    load_model(*boosted.model, dir);
-    if (boosted.lr_scheduler) load_lr_scheduler(*boosted.lr_scheduler, dir);
-    if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
-    if (!same_world) {
-      dist::Logger(world_rank(*plugin_), world_size(*plugin_))
-          .warn("{}: saved by {} ranks, loaded by {}: the random streams (dropout, augmentation) start afresh, "
-                "so training goes on but is not an exact continuation",
-                dir, saved_world, world_size(*plugin_));
-    } else {
-      auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
-      cpu_generator.set_state(rng.at("cpu"));
-      if (plugin_->context().device.is_cuda() && rng.contains("cuda")) {
-        compat::set_cuda_rng_state(plugin_->context().device, rng.at("cuda"));
-      }
-    }
-    return progress;
-  } catch (const nlohmann::json::exception& e) {
-    throw checkpoint::CheckpointError(fmt::format("{}: malformed training state ({})", state_path, e.what()));
+  } catch (...) {
+    refused = std::current_exception();
   }
+  const auto failed = ranks_that_failed(plugin_->context().world.get(), refused != nullptr);
+  if (refused) std::rethrow_exception(refused);
+  if (!failed.empty()) {
+    throw checkpoint::CheckpointError(fmt::format(
+        "{}: rank{} {} refused this training state (the reason is in {} error); nothing was loaded on any rank",
+        dir, failed.size() == 1 ? "" : "s", fmt::join(failed, ", "), failed.size() == 1 ? "its" : "their"));
+  }
+
+  load_optimizer(*boosted.optimizer, dir);
+  load_model(*boosted.model, dir);
+  if (boosted.lr_scheduler) load_lr_scheduler(*boosted.lr_scheduler, dir);
+  if (boosted.dataloader) boosted.dataloader->load_state(progress.data);
+  if (!same_world) {
+    dist::Logger(world_rank(*plugin_), world_size(*plugin_))
+        .warn("{}: saved by {} ranks, loaded by {}: the random streams (dropout, augmentation) start afresh, "
+              "so training goes on but is not an exact continuation",
+              dir, saved_world, world_size(*plugin_));
+  } else {
+    auto cpu_generator = at::detail::getDefaultCPUGenerator();  // a handle; copies share state
+    cpu_generator.set_state(rng.at("cpu"));
+    if (plugin_->context().device.is_cuda() && rng.contains("cuda")) {
+      compat::set_cuda_rng_state(plugin_->context().device, rng.at("cuda"));
+    }
+  }
+  return progress;
 }
 
 }  // namespace colo

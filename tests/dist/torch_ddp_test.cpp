@@ -438,7 +438,9 @@ struct HeldState {
 
 // A training state this run refuses, whichever part refuses it, leaves the run as it was: every
 // part is checked before any is loaded (the model went first, then the optimizer, scheduler and
-// loader, each of which could refuse after the ones before had been replaced).
+// loader, each of which could refuse after the ones before had been replaced), and the ranks
+// agree on the checks before any loads (a part only one rank holds, refused there, stops all;
+// the others name that rank).
 TEST(TorchDdp, ARefusedTrainingStateChangesNothing) {
   const auto dataset = resume_dataset();
   const auto dir = shared_directory("torch_ddp_refused_dir");
@@ -464,6 +466,11 @@ TEST(TorchDdp, ARefusedTrainingStateChangesNothing) {
        [](const std::string& d) {
          for (int r = 0; r < world()->size(); ++r) files::remove(files::join(d, fmt::format("rng_rank{}.safetensors", r)));
        }},
+      // Only the last rank's part is refused: the others must refuse too, and name it.
+      {"the last rank's random state missing", kPerRankBatch,
+       [](const std::string& d) {
+         files::remove(files::join(d, fmt::format("rng_rank{}.safetensors", world()->size() - 1)));
+       }},
   };
   for (const auto& c : cases) {
     const auto spoiled = shared_directory("torch_ddp_refused_copy");
@@ -478,7 +485,17 @@ TEST(TorchDdp, ARefusedTrainingStateChangesNothing) {
     ResumableRun run(dataset, /*seed=*/99, c.batch_size);
     run.train(1);  // a state of its own: moved weights, optimizer moments, scheduler and loader steps
     const HeldState before(run);
-    EXPECT_ANY_THROW(run.booster->load_state(run.b, spoiled)) << c.name;
+    std::string error;
+    try {
+      run.booster->load_state(run.b, spoiled);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    EXPECT_FALSE(error.empty()) << c.name << ": loaded on rank " << world()->rank();
+    const int last = world()->size() - 1;
+    if (c.name.rfind("the last rank's", 0) == 0 && world()->rank() != last) {
+      EXPECT_NE(error.find(fmt::format("rank {} refused this training state", last)), std::string::npos) << error;
+    }
     HeldState(run).expect_equal(before, c.name);
     remove_shared_directory(spoiled);
   }
