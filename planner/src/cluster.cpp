@@ -127,6 +127,7 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source) {
     c.nics_per_node = c.gpus_per_node;
   }
   c.overlap_efficiency = in.fraction("overlap_efficiency", 0.9);
+  c.synchronous_extra_latency_s = in.number("synchronous_extra_latency_us", 0.0, true) * 1e-6;
   for (auto& d : in.objects("small_messages")) {
     ClusterSpec::Derating derating;
     derating.below_bytes = d.integer("below_bytes");
@@ -213,6 +214,7 @@ std::string to_json(const ClusterSpec& c) {
         {"cores_per_node", c.device.cores_per_node}}},
       {"intra_node", level_json(c.intra_node)},
       {"overlap_efficiency", c.overlap_efficiency},
+      {"synchronous_extra_latency_us", c.synchronous_extra_latency_s * 1e6},
   };
   auto inter = level_json(c.inter_node);
   inter["nics_per_node"] = c.nics_per_node;

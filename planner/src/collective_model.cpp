@@ -56,6 +56,11 @@ double collective_seconds(const ClusterSpec& cluster, Collective collective, dou
   return latency + moved / bandwidth;
 }
 
+double synchronous_seconds(const ClusterSpec& cluster, Collective collective, double bytes, const GroupPlacement& group) {
+  if (group.size <= 1 || bytes <= 0) return 0.0;
+  return collective_seconds(cluster, collective, bytes, group) + cluster.synchronous_extra_latency_s;
+}
+
 double bucketed_seconds(const ClusterSpec& cluster, Collective collective, double bytes, double bucket_bytes,
                         const GroupPlacement& group) {
   if (group.size <= 1 || bytes <= 0) return 0.0;

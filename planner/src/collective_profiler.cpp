@@ -146,6 +146,49 @@ double overlap_efficiency(dist::ProcessGroup& world, const c10::Device& device, 
   return std::clamp(hidden / std::min(compute, comm_seconds), 0.0, 1.0);
 }
 
+// What an all-reduce costs beyond the fitted line when a rank waits on it right after computing:
+// per size, `calls` rounds of (`between` matmuls, all-reduce) against the matmuls alone, timed
+// whole, every rank's slowest; the mean over the sizes of the extra per call
+// (detail::synchronous_extra_seconds). A call timed alone, as time_collective does, starts after
+// the computation; what the computation's idle spell costs the collective's threads (waking
+// Gloo's, between CPU ranks) or the collective costs the computation after it shows only here.
+double synchronous_extra(dist::ProcessGroup& world, const c10::Device& device, const Matmuls& work, int between,
+                         int calls, int64_t largest_bytes, const LinkConstants& line,
+                         const std::function<void(const std::string&)>& progress) {
+  const int n = world.size();
+  std::vector<double> extras;
+  for (int64_t bytes = 16 << 10; bytes <= std::min<int64_t>(largest_bytes, 1 << 20); bytes *= 4) {
+    auto buffer = torch::ones({std::max<int64_t>(bytes / 4, 1)}, torch::TensorOptions().device(device));
+    world.all_reduce(buffer).wait();  // untimed: the buffer's first use
+    auto chain = [&](bool with_collectives) {
+      world.barrier().wait();
+      const double start = seconds_now();
+      for (int r = 0; r < calls; ++r) {
+        work.run(between);
+        if (with_collectives) {
+          world.all_reduce(buffer).wait();
+          synchronize(device);
+        }
+      }
+      return max_over(world, seconds_now() - start);
+    };
+    const double alone = chain(false);
+    const double with = chain(true);
+    const double priced = line.latency_s + moved_bytes(Collective::kAllReduce, static_cast<double>(bytes), n) /
+                                               line.bus_bandwidth_Bps;
+    const double extra = detail::synchronous_extra_seconds(with, alone, calls, priced);
+    extras.push_back(extra);
+    if (progress) {
+      progress(fmt::format("all_reduce {} bytes waited on after {:.1f} ms of matmuls: {:.3f} ms a call, the line "
+                           "{:.3f} ms, extra {:.3f} ms",
+                           bytes, work.one * between * 1e3, (with - alone) / calls * 1e3, priced * 1e3, extra * 1e3));
+    }
+  }
+  double sum = 0;
+  for (double e : extras) sum += e;
+  return extras.empty() ? 0.0 : sum / static_cast<double>(extras.size());
+}
+
 }  // namespace
 
 ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& device,
@@ -160,10 +203,11 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
   cluster.gpus_per_node = n;
   cluster.nics_per_node = n;
   cluster.device.is_gpu = device.is_cuda();
-  if (o.repeats() < 1 || o.between_seconds() < 0) {
-    throw std::invalid_argument(fmt::format("--calls {}, --between-ms {}: give 1 or more calls per size and 0 or "
-                                            "more milliseconds before each",
-                                            o.repeats(), o.between_seconds() * 1e3));
+  if (o.repeats() < 1 || o.between_seconds() < 0 || o.synchronous_between_seconds() < 0) {
+    throw std::invalid_argument(fmt::format("--calls {}, --between-ms {}, --synchronous-between-ms {}: give 1 or "
+                                            "more calls per size and 0 or more milliseconds before each",
+                                            o.repeats(), o.between_seconds() * 1e3,
+                                            o.synchronous_between_seconds() * 1e3));
   }
   const Matmuls work(device, device.is_cuda() ? 4096 : 256);
   const int between = work.count_for(world, o.between_seconds());
@@ -190,6 +234,14 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
   while (largest * 4 <= o.largest_bytes()) largest *= 4;
   cluster.overlap_efficiency = overlap_efficiency(world, device, work, largest, comm_largest);
   if (progress) progress(fmt::format("overlap efficiency: {:.2f}", cluster.overlap_efficiency));
+  if (o.synchronous_between_seconds() > 0) {
+    cluster.synchronous_extra_latency_s =
+        synchronous_extra(world, device, work, work.count_for(world, o.synchronous_between_seconds()), o.repeats(),
+                          o.largest_bytes(), cluster.intra_node.of(Collective::kAllReduce), progress);
+    if (progress) {
+      progress(fmt::format("synchronous extra latency: {:.3f} ms a call", cluster.synchronous_extra_latency_s * 1e3));
+    }
+  }
   if (o.memory_gib() > 0) {
     cluster.device.memory_gib = o.memory_gib();
   } else if (!device.is_cuda()) {

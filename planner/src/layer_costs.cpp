@@ -105,7 +105,7 @@ LayerCosts::GridComm LayerCosts::grid_2d_comm(int64_t samples, int side) const {
   const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
   const double h = static_cast<double>(c.embed_dim());
   const double m = static_cast<double>(c.mlp_hidden_dim());
-  auto seconds = [&](Collective what, double bytes) { return collective_seconds(cluster, what, bytes, line); };
+  auto seconds = [&](Collective what, double bytes) { return synchronous_seconds(cluster, what, bytes, line); };
   GridComm g;
   const std::pair<double, double> linears[] = {{h, 3 * h}, {h, h}, {h, m}, {m, h}};
   for (const auto& [in, out] : linears) {
@@ -142,11 +142,11 @@ LayerCosts::GridComm LayerCosts::grid_25d_comm(int64_t samples) const {
   const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
   const double h = static_cast<double>(c.embed_dim());
   const double m = static_cast<double>(c.mlp_hidden_dim());
-  auto sum = [&](double elements) { return collective_seconds(cluster, Collective::kAllReduce, elements * e, depth); };
+  auto sum = [&](double elements) { return synchronous_seconds(cluster, Collective::kAllReduce, elements * e, depth); };
   const std::pair<double, double> linears[] = {{h, 3 * h}, {h, h}, {h, m}, {m, h}};
   for (const auto& [in, out] : linears) g.block_backward += sum(out * in / (q * q)) + sum(out / q);
   g.block_backward += 2 * 2 * sum(h / q);
-  g.edge += collective_seconds(cluster, Collective::kAllGather, T * h * e, depth);
+  g.edge += synchronous_seconds(cluster, Collective::kAllGather, T * h * e, depth);
   return g;
 }
 
@@ -169,9 +169,9 @@ LayerCosts::GridComm LayerCosts::grid_3d_comm(int64_t samples) const {
   const double T = static_cast<double>(samples) * static_cast<double>(c.num_tokens());
   const double h = static_cast<double>(c.embed_dim());
   const double m = static_cast<double>(c.mlp_hidden_dim());
-  auto on_line = [&](Collective what, double elements) { return collective_seconds(cluster, what, elements * e, line); };
+  auto on_line = [&](Collective what, double elements) { return synchronous_seconds(cluster, what, elements * e, line); };
   auto on_plane = [&](Collective what, double elements) {
-    return collective_seconds(cluster, what, elements * e, plane);
+    return synchronous_seconds(cluster, what, elements * e, plane);
   };
   GridComm g;
   struct Linear {
@@ -203,6 +203,9 @@ LayerCosts::GridComm LayerCosts::grid_3d_comm(int64_t samples) const {
   return g;
 }
 
+// Every collective of tensor parallelism is waited on as soon as it is issued (the next layer
+// needs its result), so each is priced with synchronous_seconds: its line plus what a call right
+// after computation costs beyond it.
 PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
   PassCosts pass;
   const bool checkpointing = layout_.activation_checkpointing;
@@ -217,10 +220,10 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
   const double activation = element_ * static_cast<double>(samples) * tokens * static_cast<double>(c.embed_dim());
   // Per block and pass direction: two all-reduces, or two all-gathers and two reduce-scatters.
   const double block_comm = layout_.sequence_parallel
-                                ? 2 * (collective_seconds(cluster, Collective::kAllGather, activation, group) +
-                                       collective_seconds(cluster, Collective::kReduceScatter, activation, group))
-                                : 2 * collective_seconds(cluster, Collective::kAllReduce, activation, group);
-  double edge_comm = collective_seconds(cluster, Collective::kAllGather, activation, group);
+                                ? 2 * (synchronous_seconds(cluster, Collective::kAllGather, activation, group) +
+                                       synchronous_seconds(cluster, Collective::kReduceScatter, activation, group))
+                                : 2 * synchronous_seconds(cluster, Collective::kAllReduce, activation, group);
+  double edge_comm = synchronous_seconds(cluster, Collective::kAllGather, activation, group);
   double block_forward = block_comm, block_backward = block_comm;
   if (layout_.sequence_parallel && tp > 1) {
     // Under sequence parallelism a block's replicated parameters (the two LayerNorms' weights
@@ -228,7 +231,7 @@ PassCosts LayerCosts::range(int begin, int end, int64_t samples) const {
     // gradient is summed over tp as backward produces it (shardformer's sum_partial_gradients):
     // six small all-reduces a block, latency-bound.
     const double width_bytes = element_ * static_cast<double>(c.embed_dim());
-    block_backward += kSequenceParallelPartialGradients * collective_seconds(cluster, Collective::kAllReduce, width_bytes, group);
+    block_backward += kSequenceParallelPartialGradients * synchronous_seconds(cluster, Collective::kAllReduce, width_bytes, group);
   }
   if (layout_.tp_mode != "1d" && tp > 1) {
     const auto grid = layout_.tp_mode == "3d"     ? grid_3d_comm(samples)

@@ -52,6 +52,15 @@ inline double marginal_seconds(double per_call_of_k, double one_call, int k) {
   return std::max(c, 0.5 * per_call_of_k);
 }
 
+// What a collective costs beyond its fitted line when waited on right after computation: `calls`
+// rounds of (computation, collective) took `with_seconds`, the same computation alone
+// `without_seconds`, and the line prices one call at `line_seconds`. The difference per call less
+// the line, kept at or above 0 (noise, or a device that overlaps the two); 0 for no calls.
+inline double synchronous_extra_seconds(double with_seconds, double without_seconds, int calls, double line_seconds) {
+  if (calls < 1) return 0.0;
+  return std::max(0.0, (with_seconds - without_seconds) / calls - line_seconds);
+}
+
 // Least squares y = a + b·x; a clamped at >= 0 (a fixed cost), b at > 0 (refitted through the
 // origin when the intercept went negative).
 inline std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& points) {

@@ -87,6 +87,36 @@ TEST(PlannerInput, AMissingOrMisspeltOrOutOfRangeClusterFieldIsNamed) {
   EXPECT_NE(what.find(":6: field 'small_messages[1].below_bytes'"), std::string::npos) << what;
 }
 
+// The synchronous extra of a cluster file: absent reads as 0 (files written before it existed),
+// 0 itself is allowed, a negative one is refused naming its line, and to_json writes it back.
+TEST(PlannerInput, TheSynchronousExtraLatencyIsReadCheckedAndWrittenBack) {
+  const std::string head = "{\n  \"gpus_per_node\": 2,\n  \"device\": {\"kind\": \"cpu\", \"memory_gib\": 4, "
+                           "\"peak_tflops\": {\"fp32\": 1}},\n"
+                           "  \"intra_node\": {\"latency_us\": 100, \"bus_bandwidth_GBps\": 1}";
+  EXPECT_EQ(colo::planner::parse_cluster(head + "\n}\n", "old.json").synchronous_extra_latency_s, 0.0);
+  EXPECT_EQ(colo::planner::parse_cluster(head + ",\n  \"synchronous_extra_latency_us\": 0\n}\n", "zero.json")
+                .synchronous_extra_latency_s,
+            0.0);
+  const auto read = colo::planner::parse_cluster(head + ",\n  \"synchronous_extra_latency_us\": 2500\n}\n", "c.json");
+  EXPECT_NEAR(read.synchronous_extra_latency_s, 2.5e-3, 1e-15);
+  EXPECT_NEAR(colo::planner::parse_cluster(colo::planner::to_json(read), "again.json").synchronous_extra_latency_s,
+              2.5e-3, 1e-15);
+  const auto what = error_of_cluster(head + ",\n  \"synchronous_extra_latency_us\": -1\n}\n");
+  EXPECT_NE(what.find(":5: field 'synchronous_extra_latency_us'"), std::string::npos) << what;
+}
+
+// The measurement's arithmetic: the rounds' difference per call less the line, never below 0.
+TEST(PlannerInput, TheSynchronousExtraIsTheDifferencePerCallBeyondTheLine) {
+  using colo::planner::detail::synchronous_extra_seconds;
+  // 32 rounds: 0.4 s with the all-reduces, 0.256 s without: 4.5 ms a call, the line 1 ms.
+  EXPECT_NEAR(synchronous_extra_seconds(0.4, 0.256, 32, 1e-3), 3.5e-3, 1e-12);
+  // At the boundary: a call costs exactly its line (0), and a little less than it (kept at 0).
+  EXPECT_NEAR(synchronous_extra_seconds(0.288, 0.256, 32, 1e-3), 0.0, 1e-12);
+  EXPECT_EQ(synchronous_extra_seconds(0.287, 0.256, 32, 1e-3), 0.0);
+  EXPECT_GT(synchronous_extra_seconds(0.289, 0.256, 32, 1e-3), 0.0);
+  EXPECT_EQ(synchronous_extra_seconds(1.0, 0.0, 0, 1e-3), 0.0);  // no rounds
+}
+
 TEST(PlannerInput, AProfileFieldIsNamedWithItsLine) {
   std::ifstream in(fixture_path("profile.json"));
   std::stringstream buffer;

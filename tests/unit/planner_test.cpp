@@ -103,6 +103,32 @@ TEST(PlannerStepModel, TensorParallelCollectivesStayOnTheCriticalPath) {
   EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece + 5 * 6 * partial_gradient, kEps);
 }
 
+// A collective waited on right after computation pays the cluster's synchronous extra on top of
+// its line: every tensor-parallel collective does (the numbers of the test above, each + 1 ms),
+// data parallelism's buckets and a pipeline's sends do not (what they cost is unchanged).
+TEST(PlannerStepModel, TensorParallelCollectivesPayTheSynchronousExtraAndNothingElseDoes) {
+  auto request = fixture_request(2, 8);
+  const StepModel before(request);
+  request.cluster.synchronous_extra_latency_s = 1e-3;
+  const StepModel model(request);
+  const double extra = 1e-3;
+  const auto plain = model.predict(layout("hybrid_parallel tp2", 2));
+  EXPECT_NEAR(plain.breakdown.tp_comm, 5 * 4 * (1e-4 + 34816e-9 + extra), kEps);
+  EXPECT_NEAR(plain.step_seconds - before.predict(layout("hybrid_parallel tp2", 2)).step_seconds, 5 * 4 * extra, kEps);
+  const auto sp = model.predict(layout("hybrid_parallel tp2 sp", 2));
+  const double piece = 1e-4 + 18432e-9 + extra;
+  const double partial_gradient = 1e-4 + 256e-9 + extra;
+  EXPECT_NEAR(sp.breakdown.tp_comm, 5 * 8 * piece + 2 * piece + 5 * 6 * partial_gradient, kEps);
+  for (const char* text : {"torch_ddp", "low_level_zero zero2", "gemini static", "hybrid_parallel pp2 1f1b mb2",
+                           "hybrid_parallel 1f1b mb2"}) {
+    const auto now = model.predict(layout(text, 2));
+    const auto then = before.predict(layout(text, 2));
+    EXPECT_NEAR(now.step_seconds, then.step_seconds, kEps) << text;
+    EXPECT_NEAR(now.breakdown.dp_comm, then.breakdown.dp_comm, kEps) << text;
+    EXPECT_NEAR(now.breakdown.pp_comm, then.breakdown.pp_comm, kEps) << text;
+  }
+}
+
 // 2d on a 2 x 2 grid (tp 4), 8 samples: T = 136 tokens, 4 bytes an element (docs/tensor_parallel_modes.md,
 // whose counts tests/dist/tp_traffic_test.cpp checks against the code). Per Linear2D(in, out):
 // forward two broadcasts of the input block (T·in/4 elements) and two of the weight block

@@ -48,7 +48,7 @@ void write(const std::string& path, const std::string& text) {
 int run_profile(const std::vector<std::string>& args) {
   std::string model_name, precision, microbatches, tp, device_name, out_path, optimizer_sizes;
   int64_t image = 0, patch = 0, hidden = 0, depth = 0, heads = 0, classes = 0, largest = 16 << 20;
-  double mlp = 0, memory = 0, between_ms = 2;
+  double mlp = 0, memory = 0, between_ms = 2, synchronous_between_ms = 8;
   int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0, calls = 32;
   po::options_description desc(
       "colo-plan profile: measures what the planner's prediction uses, on this machine.\n"
@@ -85,6 +85,9 @@ int run_profile(const std::vector<std::string>& args) {
        "--collectives: calls timed back to back per collective and size (their trimmed mean counts)")
       ("between-ms", po::value(&between_ms)->default_value(2.0),
        "--collectives: milliseconds of matmuls before each call, as a step's layers (0: none)")
+      ("synchronous-between-ms", po::value(&synchronous_between_ms)->default_value(8.0),
+       "--collectives: milliseconds of matmuls before each all-reduce of the synchronous-extra measurement, about "
+       "a layer's time between tensor parallelism's collectives (0: not measured, recorded as 0)")
       ("out", po::value(&out_path), "the file to write (required)");
   po::variables_map vm;
   try {
@@ -115,7 +118,7 @@ int run_profile(const std::vector<std::string>& args) {
       cluster = colo::planner::measure_collectives(
           *context.world, context.device,
           colo::planner::CollectiveProfileOptions().largest_bytes(largest).memory_gib(memory).repeats(calls).between_seconds(
-              between_ms * 1e-3),
+              between_ms * 1e-3).synchronous_between_seconds(synchronous_between_ms * 1e-3),
           speaks ? std::function<void(const std::string&)>(progress) : nullptr);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());

@@ -75,6 +75,14 @@ struct ClusterSpec {
   // where Gloo's threads take turns with the computation). Measured by colo-plan profile
   // --collectives.
   double overlap_efficiency = 0.9;
+  // What a collective costs beyond its line (latency + bytes / bandwidth) when a rank waits on it
+  // right after computing its input, as tensor parallelism's collectives are waited on: between
+  // CPU ranks, Gloo's threads wake from the computation's idle spell (~2 ms a call on the
+  // development machine) where calls back to back find them awake. colo-plan profile
+  // --collectives measures it as a chain of (matmuls, all-reduce) against the matmuls alone
+  // (detail::synchronous_extra_seconds); 0 in the shipped GPU file (NCCL's kernels queue on the
+  // stream behind the computation; nothing measured there says otherwise).
+  double synchronous_extra_latency_s = 0;
   // Below `below_bytes` a collective reaches only `factor` of its bandwidth (NCCL's protocols
   // before they saturate the links); the first entry whose threshold a message is under applies.
   struct Derating {

@@ -33,6 +33,11 @@ GroupPlacement dp_group(int dp, int pp, int tp, int gpus_per_node);
 // file says. 0 for a group of one.
 double collective_seconds(const ClusterSpec& cluster, Collective collective, double bytes, const GroupPlacement& group);
 
+// A collective the rank waits on as soon as it is issued, right after computing its input (tensor
+// parallelism's): collective_seconds plus the cluster's synchronous_extra_latency_s (0 for a group
+// of one or nothing to move).
+double synchronous_seconds(const ClusterSpec& cluster, Collective collective, double bytes, const GroupPlacement& group);
+
 // The same for `bytes` issued in buckets of at most `bucket_bytes` (every bucket pays the latency).
 double bucketed_seconds(const ClusterSpec& cluster, Collective collective, double bytes, double bucket_bytes,
                         const GroupPlacement& group);

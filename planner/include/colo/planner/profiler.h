@@ -70,11 +70,17 @@ double measure_matmul_tflops(const c10::Device& device, c10::ScalarType dtype);
 // about `between_seconds` before each and no barrier, and a call costs the trimmed mean of their
 // times (detail::call_seconds), not the median of calls after a barrier each: between CPU ranks a
 // Gloo collective takes either ~0.5 ms or ~4 ms at any size up to 1 MiB, a step pays the mean,
-// and a median lands on either mode (docs/planning.md, "How collectives are measured").
+// and a median lands on either mode (docs/planning.md, "How collectives are measured"). Then what a
+// collective costs beyond its line when waited on right after computation (see
+// synchronous_between_seconds).
 struct CollectiveProfileOptions {
   TORCH_ARG(int64_t, largest_bytes) = 16 << 20;
   TORCH_ARG(int, repeats) = 32;  // calls timed per collective and size
   TORCH_ARG(double, between_seconds) = 2e-3;  // computation before each call (0: none)
+  // The synchronous extra (ClusterSpec::synchronous_extra_latency_s): rounds of this much
+  // computation, then an all-reduce waited on at once, against the computation alone, at 16 KiB
+  // to 1 MiB; about a layer's time between tensor parallelism's collectives (0: not measured).
+  TORCH_ARG(double, synchronous_between_seconds) = 8e-3;
   TORCH_ARG(double, memory_gib) = 0;  // 0: this machine's memory / ranks (CPU), the GPU's otherwise
 };
 ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& device,
