@@ -70,26 +70,28 @@ torch::Tensor Mlp::forward(const torch::Tensor& x) {
   return torch::dropout(h, drop_, is_training());
 }
 
-int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on) {
+namespace {
+
+// Calls `set` on every Mlp of `model`; how many there were.
+int64_t for_every_mlp(torch::nn::Module& model, void (Mlp::*set)(bool), bool on) {
   int64_t count = 0;
   for (const auto& module : model.modules()) {
     if (auto* mlp = module->as<Mlp>()) {
-      mlp->set_fp8_gelu_fusion(on);
+      (mlp->*set)(on);
       ++count;
     }
   }
   return count;
 }
 
+}  // namespace
+
+int64_t set_fp8_gelu_fusion(torch::nn::Module& model, bool on) {
+  return for_every_mlp(model, &Mlp::set_fp8_gelu_fusion, on);
+}
+
 int64_t set_fp8_gelu_backward_fusion(torch::nn::Module& model, bool on) {
-  int64_t count = 0;
-  for (const auto& module : model.modules()) {
-    if (auto* mlp = module->as<Mlp>()) {
-      mlp->set_fp8_gelu_backward_fusion(on);
-      ++count;
-    }
-  }
-  return count;
+  return for_every_mlp(model, &Mlp::set_fp8_gelu_backward_fusion, on);
 }
 
 }  // namespace colo::nn
