@@ -77,6 +77,12 @@ CPU_LAYOUTS = {
 GPU_MODELS = {
     "base": {"preset": "base"},
     "large": {"preset": "large"},
+    # The seed's 6.45B ViT (hidden 4096, depth 32, 64 heads, MLP ratio 4, 224², patch 16): colo-plan
+    # knows it by name, colo_vit_bench as ViT-L's preset widened (device_session.sh's gemini-6b).
+    "6.45b": {"plan": ["--model", "6.45b"],
+              "bench": ["--model", "large", "--embed-dim", "4096", "--depth", "32", "--num-heads", "64",
+                        "--mlp-ratio", "4"],
+              "profile_microbatches": "8,16,32", "warmup": 1, "steps": 3},
 }
 # (model, layout, global batch) on one GPU.
 GPU_LAYOUTS = [
@@ -94,6 +100,9 @@ GPU_LAYOUTS = [
     ("large", "low_level_zero dp1 zero2", 128),
     ("large", "gemini dp1 auto", 128),
     ("large", "torch_ddp dp1 ckpt", 128),
+    # As gemini-6b runs it: auto placement (the optimizer state offloaded), 16 x 16 accumulated,
+    # checkpointed (~8 s a step on an H100: 1 + 3 steps).
+    ("6.45b", "gemini dp1 auto accum16 ckpt", 256),
 ]
 
 # Two GPUs: the planner's own top layouts per model (what a user would be told to run: the
@@ -131,6 +140,8 @@ def run(command, env=None, log=None):
 
 
 def model_flags_plan(model):
+    if "plan" in model:
+        return model["plan"]
     if "preset" in model:
         return ["--model", model["preset"]]
     return ["--model", "tiny", "--image-size", str(model["image_size"]), "--patch-size", str(model["patch_size"]),
@@ -139,6 +150,8 @@ def model_flags_plan(model):
 
 
 def model_flags_bench(model):
+    if "bench" in model:
+        return model["bench"]
     if "preset" in model:
         return ["--model", model["preset"]]
     return ["--model", "tiny", "--image-size", str(model["image_size"]), "--patch-size", str(model["patch_size"]),
@@ -154,7 +167,8 @@ def bench_command(args, prediction, model, batch, world, precision, json_path):
     dp = world // (tp * pp)
     command = [os.path.join(args.build, "bin", "colo_vit_bench"), "--plugin", prediction["plugin"],
                "--batch-size", str(batch // dp), "--precision", precision,
-               "--warmup-steps", str(args.warmup), "--steps", str(args.steps), "--json", json_path,
+               "--warmup-steps", str(model.get("warmup", args.warmup)), "--steps", str(model.get("steps", args.steps)),
+               "--json", json_path,
                "--peak-tflops", "1"] + model_flags_bench(model)
     for key, value in options.items():
         if key != "precision":
@@ -174,7 +188,10 @@ def main():
     parser.add_argument("--out-dir", default="planner_error")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
-    parser.add_argument("--repeats", type=int, default=3, help="profile: timed repetitions")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="profile: timed repetitions, their median counts (default: 3 on CPU ranks, 7 on GPUs, "
+                             "where a block below 64 images is the host's time and the median of 3 moved by up to "
+                             "45 %%: benchmarks/RESULTS.md 2026-12-07)")
     parser.add_argument("--cluster", help="gpu1: cluster file (default: the shipped H100 file, 1 GPU per node)")
     parser.add_argument("--gpu-memory-gib", type=float, help="gpu1: the GPU's memory (default: the cluster file's)")
     parser.add_argument("--only", help="run only layouts whose name contains this")
@@ -190,6 +207,7 @@ def main():
     multi_gpu = args.preset in ("gpu2", "gpu4")  # the planner's own top layouts join the fixed ones
     args.steps = args.steps or (6 if cpu else 20)
     args.warmup = args.warmup or (2 if cpu else 5)
+    args.repeats = args.repeats or (3 if cpu else 7)
     precision = "fp32" if cpu else "bf16"
     env = dict(os.environ, OMP_NUM_THREADS="1") if cpu else dict(os.environ)
     env.setdefault("COLO_TIMEOUT_MS", "120000")
@@ -222,7 +240,7 @@ def main():
         profiles[name] = path
         if args.reuse and os.path.exists(path):
             continue
-        sizes = "1,2,4,8,16,32" if cpu else "8,16,32,64,128,256"
+        sizes = "1,2,4,8,16,32" if cpu else model.get("profile_microbatches", "8,16,32,64,128,256")
         tp_sizes = "1,2,4" if cpu else ("1,2" if multi_gpu else "1")
         command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
                          "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
