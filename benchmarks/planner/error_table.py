@@ -192,6 +192,9 @@ def main():
                         help="profile: timed repetitions, their median counts (default: 3 on CPU ranks, 7 on GPUs, "
                              "where a block below 64 images is the host's time and the median of 3 moved by up to "
                              "45 %%: benchmarks/RESULTS.md 2026-12-07)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="measured runs per layout, in rounds over the layouts; the median counts (one run of a "
+                             "host-bound layout moved by up to 65 %% between runs: benchmarks/RESULTS.md 2026-12-07)")
     parser.add_argument("--cluster", help="gpu1: cluster file (default: the shipped H100 file, 1 GPU per node)")
     parser.add_argument("--gpu-memory-gib", type=float, help="gpu1: the GPU's memory (default: the cluster file's)")
     parser.add_argument("--only", help="run only layouts whose name contains this")
@@ -208,6 +211,8 @@ def main():
     args.steps = args.steps or (6 if cpu else 20)
     args.warmup = args.warmup or (2 if cpu else 5)
     args.repeats = args.repeats or (3 if cpu else 7)
+    if args.runs < 1:
+        raise SystemExit(f"--runs {args.runs}: give 1 or more measured runs per layout")
     precision = "fp32" if cpu else "bf16"
     env = dict(os.environ, OMP_NUM_THREADS="1") if cpu else dict(os.environ)
     env.setdefault("COLO_TIMEOUT_MS", "120000")
@@ -283,39 +288,53 @@ def main():
         if args.only:
             layouts = [l for l in layouts if args.only in l[2]]
 
-    # 2. Predict, 3. measure.
-    rows = []
-    for world, name, layout, batch in layouts:
-        model = models[name]
-        pred_path = os.path.join(args.out_dir, f"pred_{len(rows)}.json")
-        run([plan, *model_flags_plan(model), "--world-size", str(world), "--global-batch", str(batch),
+    # 2. Predict every layout, 3. measure each --runs times, in rounds (every layout once, then
+    # again), so a drift of the machine spreads over all of them; the median run counts.
+    predictions = []
+    for index, (world, name, layout, batch) in enumerate(layouts):
+        pred_path = os.path.join(args.out_dir, f"pred_{index}.json")
+        run([plan, *model_flags_plan(models[name]), "--world-size", str(world), "--global-batch", str(batch),
              "--precision", precision, "--profile", profiles[name], *cluster_flags[world], "--explain", layout,
              "--json", pred_path], env=env, log=log)
         with open(pred_path) as f:
-            prediction = json.load(f)["explained"][0]
-        bench_json = os.path.join(args.out_dir, f"bench_{len(rows)}.json")
-        command = bench_command(args, prediction, model, batch, world, precision, bench_json)
-        if world > 1:
-            command = [colo_run, "--nproc-per-node", str(world), *pin] + command
-        start = time.time()
-        run(command, env=env, log=log)
-        with open(bench_json) as f:
-            measured = json.load(f)
+            predictions.append(json.load(f)["explained"][0])
+    runs = [[] for _ in layouts]
+    for round_index in range(args.runs):
+        for index, (world, name, layout, batch) in enumerate(layouts):
+            bench_json = os.path.join(args.out_dir, f"bench_{index}_run{round_index}.json")
+            command = bench_command(args, predictions[index], models[name], batch, world, precision, bench_json)
+            if world > 1:
+                command = [colo_run, "--nproc-per-node", str(world), *pin] + command
+            start = time.time()
+            run(command, env=env, log=log)
+            with open(bench_json) as f:
+                measured = json.load(f)
+            runs[index].append({"images_per_s": measured["images_per_s"],
+                                "step_ms": measured["step_time_ms"]["mean"], "seconds": time.time() - start})
+            print(f"  run {round_index + 1}/{args.runs}: {world} ranks, {name} {layout} (batch {batch}): predicted "
+                  f"{predictions[index]['images_per_s']:.2f}, measured {measured['images_per_s']:.2f} images/s",
+                  flush=True)
+    rows = []
+    for index, (world, name, layout, batch) in enumerate(layouts):
+        prediction = predictions[index]
+        actual = statistics.median(m["images_per_s"] for m in runs[index])
+        step_ms = statistics.median(m["step_ms"] for m in runs[index])
         predicted = prediction["images_per_s"]
-        actual = measured["images_per_s"]
         error = (predicted - actual) / actual
         rows.append({"world_size": world, "model": name, "layout": layout, "global_batch": batch,
                      "predicted_images_per_s": predicted, "measured_images_per_s": actual,
+                     "measured_runs_images_per_s": [m["images_per_s"] for m in runs[index]],
                      "predicted_step_ms": 1e3 * prediction["step_s"],
-                     "measured_step_ms": measured["step_time_ms"]["mean"], "error": error,
+                     "measured_step_ms": step_ms, "error": error,
                      "bound": prediction["bound"], "predicted_breakdown_s": prediction["breakdown_s"],
-                     "seconds": time.time() - start})
+                     "seconds": sum(m["seconds"] for m in runs[index])})
+        spread = ", ".join(f"{m['images_per_s']:.2f}" for m in runs[index])
         print(f"  {world} ranks, {name} {layout} (batch {batch}): predicted {predicted:.2f}, measured {actual:.2f} "
-              f"images/s, error {100 * error:+.1f} %", flush=True)
+              f"images/s (median of {spread}), error {100 * error:+.1f} %", flush=True)
 
     # 4. The table, and the summary per world size.
     lines = ["| ranks | model | layout | global batch | predicted step ms | measured step ms | predicted images/s | "
-             "measured images/s | error |", "|---|---|---|---|---|---|---|---|---|"]
+             f"measured images/s (median of {args.runs}) | error |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['world_size']} | {r['model']} | `{r['layout']}` | {r['global_batch']} | "
                      f"{r['predicted_step_ms']:.1f} | {r['measured_step_ms']:.1f} | "

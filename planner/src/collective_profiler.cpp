@@ -1,5 +1,6 @@
 // measure_collectives: latency and bus bandwidth of each collective over the ranks this job runs
 // on, and how much of an all-reduce the computation beside it hides.
+#include <colo/planner/collective_model.h>
 #include <colo/planner/profiler.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -148,12 +149,12 @@ double overlap_efficiency(dist::ProcessGroup& world, const c10::Device& device, 
 
 // What an all-reduce costs beyond the fitted line when a rank waits on it right after computing:
 // per size, `calls` rounds of (`between` matmuls, all-reduce) against the matmuls alone, timed
-// whole, every rank's slowest; the mean over the sizes of the extra per call
+// whole (two chains of each, alternated), every rank's slowest; the mean over the sizes of the extra per call
 // (detail::synchronous_extra_seconds). A call timed alone, as time_collective does, starts after
 // the computation; what the computation's idle spell costs the collective's threads (waking
 // Gloo's, between CPU ranks) or the collective costs the computation after it shows only here.
 double synchronous_extra(dist::ProcessGroup& world, const c10::Device& device, const Matmuls& work, int between,
-                         int calls, int64_t largest_bytes, const LinkConstants& line,
+                         int calls, int64_t largest_bytes, const ClusterSpec& fitted,
                          const std::function<void(const std::string&)>& progress) {
   const int n = world.size();
   std::vector<double> extras;
@@ -172,10 +173,13 @@ double synchronous_extra(dist::ProcessGroup& world, const c10::Device& device, c
       }
       return max_over(world, seconds_now() - start);
     };
-    const double alone = chain(false);
-    const double with = chain(true);
-    const double priced = line.latency_s + moved_bytes(Collective::kAllReduce, static_cast<double>(bytes), n) /
-                                               line.bus_bandwidth_Bps;
+    // Two of each, alternated (alone, with, with, alone), so a drift of the machine during the
+    // measurement falls on both sides of the difference alike.
+    const double alone_first = chain(false);
+    const double with = (chain(true) + chain(true)) / 2;
+    const double alone = (alone_first + chain(false)) / 2;
+    // The line as the step model prices it, so the two cannot drift apart.
+    const double priced = collective_seconds(fitted, Collective::kAllReduce, static_cast<double>(bytes), {n, n});
     const double extra = detail::synchronous_extra_seconds(with, alone, calls, priced);
     extras.push_back(extra);
     if (progress) {
@@ -237,7 +241,7 @@ ClusterSpec measure_collectives(dist::ProcessGroup& world, const c10::Device& de
   if (o.synchronous_between_seconds() > 0) {
     cluster.synchronous_extra_latency_s =
         synchronous_extra(world, device, work, work.count_for(world, o.synchronous_between_seconds()), o.repeats(),
-                          o.largest_bytes(), cluster.intra_node.of(Collective::kAllReduce), progress);
+                          o.largest_bytes(), cluster, progress);
     if (progress) {
       progress(fmt::format("synchronous extra latency: {:.3f} ms a call", cluster.synchronous_extra_latency_s * 1e3));
     }

@@ -1454,12 +1454,14 @@ PY
       # for each preset in COLO_PLANNER_PRESETS ("gpu2 gpu1 cpu"): gpu1 on GPU 0, gpu2 over both GPUs,
       # cpu on this machine's CPU cores with the GPUs hidden (Gloo ranks one core each; needs build-onegpu's
       # Gloo). COLO_PLANNER_ONLY limits the layouts (error_table.py --only); COLO_GPU_MEMORY_GIB the memory;
-      # COLO_PLANNER_MARGINAL=1 profiles with colo-plan profile --marginal.
+      # COLO_PLANNER_MARGINAL=1 profiles with colo-plan profile --marginal; COLO_PLANNER_RUNS measured runs per
+      # layout (default 3, the median counts).
       mem=${COLO_GPU_MEMORY_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')}
       for preset in ${COLO_PLANNER_PRESETS:-gpu2 gpu1}; do
         only=()
         [ -n "${COLO_PLANNER_ONLY:-}" ] && only=(--only "$COLO_PLANNER_ONLY")
         [ "${COLO_PLANNER_MARGINAL:-0}" = 1 ] && only+=(--marginal)
+        only+=(--runs "${COLO_PLANNER_RUNS:-3}")
         extra=(--gpu-memory-gib "$mem")
         hide=()
         case $preset in cpu*) extra=(--world-sizes "${COLO_PLANNER_CPU_WORLDS:-2,4,8}"); hide=(env CUDA_VISIBLE_DEVICES=) ;; esac
@@ -1467,7 +1469,7 @@ PY
         timeout "${COLO_PLANNER_TIMEOUT:-500}" "${hide[@]}" python3 benchmarks/planner/error_table.py --preset "$preset" \
           --build build-gpu --out-dir "$LOGS/planner_$preset" "${extra[@]}" "${only[@]}" >"$LOGS/planner_$preset.log" 2>&1
         note "planner-error $preset rc=$? ($((SECONDS - start)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
-        grep -E "ranks, |median|target missed|failed" "$LOGS/planner_$preset.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
+        grep -E "ranks, .*error|median|target missed|failed" "$LOGS/planner_$preset.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
         cp "$LOGS/planner_$preset/table.md" "$OUT/planner_${preset}_table.md" 2>/dev/null
         cp "$LOGS/planner_$preset/results.json" "$OUT/planner_${preset}_results.json" 2>/dev/null
       done

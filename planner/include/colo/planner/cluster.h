@@ -77,8 +77,8 @@ struct ClusterSpec {
   double overlap_efficiency = 0.9;
   // What a collective costs beyond its line (latency + bytes / bandwidth) when a rank waits on it
   // right after computing its input, as tensor parallelism's collectives are waited on: between
-  // CPU ranks, Gloo's threads wake from the computation's idle spell (~2 ms a call on the
-  // development machine) where calls back to back find them awake. colo-plan profile
+  // CPU ranks, Gloo's threads wake from the computation's idle spell (0.25-1.12 ms a call in
+  // eleven runs on the development machine) where calls back to back find them awake. colo-plan profile
   // --collectives measures it as a chain of (matmuls, all-reduce) against the matmuls alone
   // (detail::synchronous_extra_seconds); 0 in the shipped GPU file (NCCL's kernels queue on the
   // stream behind the computation; nothing measured there says otherwise).
