@@ -198,6 +198,7 @@ def main():
     parser.add_argument("--cluster", help="gpu1: cluster file (default: the shipped H100 file, 1 GPU per node)")
     parser.add_argument("--gpu-memory-gib", type=float, help="gpu1: the GPU's memory (default: the cluster file's)")
     parser.add_argument("--only", help="run only layouts whose name contains this")
+    parser.add_argument("--except", dest="skip", help="leave out layouts whose name contains this")
     parser.add_argument("--reuse", action="store_true", help="keep a profile/cluster already in --out-dir")
     parser.add_argument("--marginal", action="store_true",
                         help="profile with colo-plan profile --marginal (GPU: one call's cost beyond one call alone)")
@@ -233,6 +234,8 @@ def main():
         layouts = [(multi, m, name, batch) for m, name, batch in MULTI_GPU[multi]["fixed"]]  # + the planner's top
     if args.only:
         layouts = [l for l in layouts if args.only in l[2]]
+    if args.skip:
+        layouts = [l for l in layouts if args.skip not in l[2]]
 
     # 1. What the prediction uses, measured here: the per-layer profile (one core, one thread),
     # and per world size the collectives over that many ranks (which share the cores as the
