@@ -379,6 +379,7 @@ CostProfile measure_profile(const ProfileOptions& o, const std::function<void(co
   }
   profile.matmul_tflops = matmul_rate(o.device(), fp8 ? torch::kBFloat16 : dtype);
   if (progress) progress(fmt::format("matmul: {:.3f} TFLOP/s", profile.matmul_tflops));
+  if (o.plugin_overheads()) profile.plugin_overheads = measure_plugin_overheads(o, progress);
   return profile;
 }
 

@@ -134,6 +134,13 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
                 exposed(cluster, Collective::kAllGather, bytes, kBucketBytes, dp, forward, eta);
     elements = std::ceil(params / l.dp);
   }
+  if (r.profile && (l.plugin == "gemini" || l.plugin == "low_level_zero")) {
+    // Measured on one rank against torch_ddp (measure_plugin_overheads); the rank's chunks and
+    // flat buffers cover every parameter it holds whole, once a step (accumulation's passes share it).
+    if (const auto* po = r.profile->overhead(plugin_overhead_key(l.plugin, l.zero_stage))) {
+      b.plugin_work = po->per_element_s * params;
+    }
+  }
   const double host = l.cpu_offload ? elements : host_state_elements(plan, r.optimizer_states);
   const auto opt = optimizer_terms(r, elements, host, costs.element_bytes());
   b.optimizer = opt.optimizer;

@@ -81,6 +81,13 @@ LayerTimes CostProfile::at(const std::string& layer, int tp, bool sequence_paral
   return t;
 }
 
+const PluginOverhead* CostProfile::overhead(const std::string& key) const {
+  for (const auto& po : plugin_overheads) {
+    if (po.key == key) return &po;
+  }
+  return nullptr;
+}
+
 CostProfile parse_profile(const std::string& text, const std::string& source) {
   const auto doc = detail::JsonDocument::parse(text, source);
   ObjectReader in(doc, {});
@@ -141,6 +148,21 @@ CostProfile parse_profile(const std::string& text, const std::string& source) {
   p.host_to_device_GBps = in.number("host_to_device_GBps", 0.0, true);
   p.device_to_host_GBps = in.number("device_to_host_GBps", 0.0, true);
   p.matmul_tflops = in.number("matmul_tflops", 0.0, true);
+  for (auto& o : in.objects("plugin_overheads")) {
+    PluginOverhead po;
+    po.key = o.text("key");
+    if (po.key != "gemini" && po.key != "low_level_zero zero1" && po.key != "low_level_zero zero2") {
+      o.fail("key", fmt::format("expected gemini, low_level_zero zero1 or low_level_zero zero2, got \"{}\"", po.key));
+    }
+    po.depth = o.integer("depth");
+    po.samples = o.integer("samples");
+    po.elements = o.integer("elements");
+    po.step_s = o.number("step_s");
+    po.baseline_step_s = o.number("baseline_step_s");
+    po.per_element_s = o.number("per_element_s", std::nullopt, true);
+    o.finish();
+    p.plugin_overheads.push_back(po);
+  }
   in.finish();
   return p;
 }
@@ -184,6 +206,19 @@ std::string to_json(const CostProfile& p) {
                       {"device_to_host_GBps", p.device_to_host_GBps},
                       {"matmul_tflops", p.matmul_tflops}};
   if (p.host_optimizer) j["host_optimizer"] = optimizer_json(*p.host_optimizer);
+  if (!p.plugin_overheads.empty()) {
+    nlohmann::json overheads = nlohmann::json::array();
+    for (const auto& po : p.plugin_overheads) {
+      overheads.push_back({{"key", po.key},
+                           {"depth", po.depth},
+                           {"samples", po.samples},
+                           {"elements", po.elements},
+                           {"step_s", po.step_s},
+                           {"baseline_step_s", po.baseline_step_s},
+                           {"per_element_s", po.per_element_s}});
+    }
+    j["plugin_overheads"] = overheads;
+  }
   return j.dump(2) + "\n";
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,14 @@ inline double marginal_seconds(double per_call_of_k, double one_call, int k) {
 inline double synchronous_extra_seconds(double with_seconds, double without_seconds, int calls, double line_seconds) {
   if (calls < 1) return 0.0;
   return std::max(0.0, (with_seconds - without_seconds) / calls - line_seconds);
+}
+
+// What a plugin's step costs per parameter beyond the baseline's (torch_ddp's) on one rank:
+// (plugin - baseline) / elements, kept at or above 0 (a plugin measured faster than the plain
+// step is noise, not a saving the layers could not see); 0 without elements.
+inline double overhead_per_element(double plugin_seconds, double baseline_seconds, int64_t elements) {
+  if (elements < 1) return 0.0;
+  return std::max(0.0, (plugin_seconds - baseline_seconds) / static_cast<double>(elements));
 }
 
 // Least squares y = a + b·x; a clamped at >= 0 (a fixed cost), b at > 0 (refitted through the

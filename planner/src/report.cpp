@@ -42,6 +42,7 @@ std::string explain(const Prediction& p, const PlanRequest& r) {
   out += fmt::format("  data-parallel comm. (exp.) {}\n", share(b.dp_comm));
   out += fmt::format("  optimizer step             {}\n", share(b.optimizer));
   out += fmt::format("  host<->device copies       {}\n", share(b.offload));
+  if (b.plugin_work > 0) out += fmt::format("  the plugin's own work      {}\n", share(b.plugin_work));
   out += fmt::format("bound by: {}\n", p.bound);
   for (const auto& note : p.notes) out += "note: " + note + "\n";
   return out;

@@ -147,7 +147,8 @@ Prediction StepModel::predict_time(const Layout& l, const MemoryPlan* plan) cons
                                                   {"data-parallel communication", b.dp_comm},
                                                   {"pipeline bubble", b.bubble},
                                                   {"optimizer step", b.optimizer},
-                                                  {"host<->device copies", b.offload}};
+                                                  {"host<->device copies", b.offload},
+                                                  {"the plugin's own work", b.plugin_work}};
   double largest = -1;
   for (const auto& [what, seconds] : terms) {
     if (seconds > largest) {

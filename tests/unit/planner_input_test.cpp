@@ -1,6 +1,7 @@
 // The planner's bad input (an unknown model, malformed cluster and profile files, a world no
 // layout fits) and its command line, colo-plan, whose config train_vit accepts.
 #include <colo/files/files.h>
+#include <colo/nn/vision_transformer.h>
 #include <colo/planner/file_error.h>
 #include <colo/planner/planner.h>
 #include <colo/planner/profiler.h>
@@ -115,6 +116,94 @@ TEST(PlannerInput, TheSynchronousExtraIsTheDifferencePerCallBeyondTheLine) {
   EXPECT_EQ(synchronous_extra_seconds(0.287, 0.256, 32, 1e-3), 0.0);
   EXPECT_GT(synchronous_extra_seconds(0.289, 0.256, 32, 1e-3), 0.0);
   EXPECT_EQ(synchronous_extra_seconds(1.0, 0.0, 0, 1e-3), 0.0);  // no rounds
+}
+
+// A profile's plugin_overheads: absent in older files (none), read and written back, an unknown
+// key or a negative cost refused with its field and line.
+TEST(PlannerInput, PluginOverheadsAreReadCheckedAndWrittenBack) {
+  std::ifstream in(fixture_path("profile.json"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  EXPECT_TRUE(colo::planner::parse_profile(text, "old.json").plugin_overheads.empty());
+  const auto end = text.rfind("\n}");
+  ASSERT_NE(end, std::string::npos);
+  const auto with = [&](const std::string& key, const std::string& per_element) {
+    return text.substr(0, end) + ",\n \"plugin_overheads\": [\n  {\"key\": \"" + key +
+           "\", \"depth\": 6, \"samples\": 16, \"elements\": 1000,\n   \"step_s\": 0.13, \"baseline_step_s\": 0.12, "
+           "\"per_element_s\": " + per_element + "}\n ]\n}\n";
+  };
+  const auto read = colo::planner::parse_profile(with("gemini", "1e-08"), "p.json");
+  ASSERT_EQ(read.plugin_overheads.size(), 1u);
+  EXPECT_EQ(read.plugin_overheads[0].key, "gemini");
+  EXPECT_EQ(read.plugin_overheads[0].depth, 6);
+  EXPECT_EQ(read.plugin_overheads[0].elements, 1000);
+  EXPECT_DOUBLE_EQ(read.plugin_overheads[0].per_element_s, 1e-8);
+  ASSERT_NE(read.overhead("gemini"), nullptr);
+  EXPECT_EQ(read.overhead("low_level_zero zero2"), nullptr);
+  const auto again = colo::planner::parse_profile(colo::planner::to_json(read), "again.json");
+  ASSERT_EQ(again.plugin_overheads.size(), 1u);
+  EXPECT_DOUBLE_EQ(again.plugin_overheads[0].per_element_s, 1e-8);
+  EXPECT_DOUBLE_EQ(again.plugin_overheads[0].baseline_step_s, 0.12);
+  EXPECT_EQ(colo::planner::parse_profile(with("low_level_zero zero1", "0"), "zero.json").plugin_overheads[0].per_element_s,
+            0.0);
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(end), '\n') + 2;
+  for (const auto& [bad, field] : {std::pair<std::string, std::string>{with("torch_ddp", "1e-08"), "key"},
+                                   {with("gemini", "-1e-08"), "per_element_s"}}) {
+    try {
+      colo::planner::parse_profile(bad, "bad.json");
+      ADD_FAILURE() << field << " accepted";
+    } catch (const PlannerFileError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(fmt::format("bad.json:{}: field 'plugin_overheads[0].{}'", line + (field == "key" ? 0 : 1),
+                                      field)),
+                std::string::npos)
+          << what;
+    }
+  }
+}
+
+// The measurement's arithmetic: the plugin's step less torch_ddp's, per parameter, never below 0.
+TEST(PlannerInput, ThePluginOverheadIsTheDifferencePerParameterNeverBelowZero) {
+  using colo::planner::detail::overhead_per_element;
+  EXPECT_NEAR(overhead_per_element(0.138, 0.126, 1200000), 1e-8, 1e-18);
+  // At the boundary: the same step (0), a little faster (kept at 0), a little slower (above 0).
+  EXPECT_EQ(overhead_per_element(0.126, 0.126, 1000), 0.0);
+  EXPECT_EQ(overhead_per_element(0.125, 0.126, 1000), 0.0);
+  EXPECT_GT(overhead_per_element(0.127, 0.126, 1000), 0.0);
+  EXPECT_EQ(overhead_per_element(0.2, 0.1, 0), 0.0);  // no parameters
+}
+
+// measure_plugin_overheads on the CPU: the three plugins against torch_ddp on the model cut to
+// overhead_depth blocks (its parameters counted at that depth), the batch by default the largest
+// micro-batch, and a depth or step count of 0 or a negative batch refused.
+TEST(PlannerInput, PluginOverheadsAreMeasuredOnTheCutModel) {
+  auto config = colo::nn::ViTConfig().image_size(16).patch_size(8).num_classes(3).embed_dim(16).depth(5).num_heads(2);
+  auto options = colo::planner::ProfileOptions(config).precision("fp32").repeats(1).warmup(1).overhead_depth(2)
+                     .overhead_samples(2).overhead_steps(1);
+  const auto measured = colo::planner::measure_plugin_overheads(options);
+  int64_t elements = 0;
+  for (const auto& p : colo::nn::make_vision_transformer(config.depth(2))->parameters()) elements += p.numel();
+  ASSERT_EQ(measured.size(), 3u);
+  std::vector<std::string> keys;
+  for (const auto& po : measured) {
+    keys.push_back(po.key);
+    EXPECT_EQ(po.depth, 2);
+    EXPECT_EQ(po.samples, 2);
+    EXPECT_EQ(po.elements, elements);
+    EXPECT_GT(po.step_s, 0.0);
+    EXPECT_GT(po.baseline_step_s, 0.0);
+    EXPECT_GE(po.per_element_s, 0.0);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"gemini", "low_level_zero zero1", "low_level_zero zero2"}));
+  const auto by_default = colo::planner::measure_plugin_overheads(
+      colo::planner::ProfileOptions(options).overhead_samples(0).microbatches({1, 3, 2}));
+  EXPECT_EQ(by_default.front().samples, 3);
+  for (auto bad : {colo::planner::ProfileOptions(options).overhead_depth(0),
+                   colo::planner::ProfileOptions(options).overhead_samples(-1),
+                   colo::planner::ProfileOptions(options).overhead_steps(0)}) {
+    EXPECT_THROW(colo::planner::measure_plugin_overheads(bad), std::invalid_argument);
+  }
 }
 
 TEST(PlannerInput, AProfileFieldIsNamedWithItsLine) {

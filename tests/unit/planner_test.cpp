@@ -129,6 +129,43 @@ TEST(PlannerStepModel, TensorParallelCollectivesPayTheSynchronousExtraAndNothing
   }
 }
 
+// The plugins' own step costs (CostProfile::plugin_overheads): gemini and low_level_zero at each
+// stage pay their measured seconds per parameter × the parameters the rank holds whole (kParams,
+// at tp 1), once a step; torch_ddp and hybrid_parallel pay nothing, and a layout whose key was not
+// measured pays nothing either.
+TEST(PlannerStepModel, GeminiAndZeroPayTheirMeasuredOwnWorkAndNothingElseDoes) {
+  auto request = fixture_request(2, 16);
+  const StepModel before(request);
+  auto overhead = [](const std::string& key, double per_element) {
+    colo::planner::PluginOverhead po;
+    po.key = key;
+    po.per_element_s = per_element;
+    return po;
+  };
+  request.profile->plugin_overheads = {overhead("gemini", 5e-8), overhead("low_level_zero zero1", 2e-8),
+                                       overhead("low_level_zero zero2", 3e-8)};
+  const StepModel model(request);
+  for (const auto& [text, per_element] : {std::pair<const char*, double>{"gemini static", 5e-8},
+                                          {"gemini auto", 5e-8},
+                                          {"low_level_zero zero1", 2e-8},
+                                          {"low_level_zero zero2", 3e-8},
+                                          {"low_level_zero zero2 accum2", 3e-8}}) {
+    const auto now = model.predict(layout(text, 2));
+    const auto then = before.predict(layout(text, 2));
+    EXPECT_NEAR(now.breakdown.plugin_work, per_element * kParams, kEps) << text;
+    EXPECT_NEAR(now.step_seconds - then.step_seconds, per_element * kParams, kEps) << text;
+    EXPECT_NEAR(now.breakdown.compute, then.breakdown.compute, kEps) << text;
+  }
+  for (const char* text : {"torch_ddp", "torch_ddp accum2", "hybrid_parallel tp2", "hybrid_parallel pp2 1f1b mb2",
+                           "hybrid_parallel 1f1b mb2 zero1"}) {
+    const auto now = model.predict(layout(text, 2));
+    EXPECT_EQ(now.breakdown.plugin_work, 0.0) << text;
+    EXPECT_NEAR(now.step_seconds, before.predict(layout(text, 2)).step_seconds, kEps) << text;
+  }
+  request.profile->plugin_overheads = {overhead("gemini", 5e-8)};
+  EXPECT_EQ(StepModel(request).predict(layout("low_level_zero zero2", 2)).breakdown.plugin_work, 0.0);
+}
+
 // 2d on a 2 x 2 grid (tp 4), 8 samples: T = 136 tokens, 4 bytes an element (docs/tensor_parallel_modes.md,
 // whose counts tests/dist/tp_traffic_test.cpp checks against the code). Per Linear2D(in, out):
 // forward two broadcasts of the input block (T·in/4 elements) and two of the weight block

@@ -55,7 +55,8 @@ nlohmann::json to_json(const Prediction& p, const std::string& precision) {
             {"dp_comm", b.dp_comm},
             {"bubble", b.bubble},
             {"optimizer", b.optimizer},
-            {"offload", b.offload}}}};
+            {"offload", b.offload},
+            {"plugin_work", b.plugin_work}}}};
 }
 
 std::string table(const std::vector<Prediction>& ranked, std::size_t top, bool gpu) {

@@ -49,7 +49,8 @@ int run_profile(const std::vector<std::string>& args) {
   std::string model_name, precision, microbatches, tp, device_name, out_path, optimizer_sizes;
   int64_t image = 0, patch = 0, hidden = 0, depth = 0, heads = 0, classes = 0, largest = 16 << 20;
   double mlp = 0, memory = 0, between_ms = 2, synchronous_between_ms = 8;
-  int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0, calls = 32;
+  int repeats = 5, warmup = 2, back_to_back = 0, blocks_per_call = 0, calls = 32, overhead_steps = 6;
+  int64_t overhead_depth = 6, overhead_samples = 0;
   po::options_description desc(
       "colo-plan profile: measures what the planner's prediction uses, on this machine.\n"
       "  colo-plan profile --model small --precision fp32 --microbatches 1,2,4,8 --tp 1,2 --out profile.json\n"
@@ -79,6 +80,14 @@ int run_profile(const std::vector<std::string>& args) {
       ("marginal", "also time one call and keep what a call costs beyond it (needs --back-to-back 2 or more; "
                    "a GPU's default is 4)")
       ("optimizer-sizes", po::value(&optimizer_sizes), "elements of the Adam measurements (default: 1M,4M,16M)")
+      ("no-plugin-overheads", "leave out the plugins' own step costs (gemini, low_level_zero against torch_ddp on one "
+                              "rank: the plugins are loaded and the model trained a few steps each)")
+      ("overhead-depth", po::value(&overhead_depth)->default_value(6),
+       "the plugins' own step costs: on the model cut to this many blocks (its depth when smaller)")
+      ("overhead-samples", po::value(&overhead_samples)->default_value(0),
+       "the plugins' own step costs: the batch (0: the largest of --microbatches)")
+      ("overhead-steps", po::value(&overhead_steps)->default_value(6),
+       "the plugins' own step costs: timed steps per plugin and round (--repeats rounds; the median counts)")
       ("largest-bytes", po::value(&largest)->default_value(16 << 20), "--collectives: the largest message")
       ("gpu-memory-gib", po::value(&memory), "--collectives: memory per rank to record (default: measured)")
       ("calls", po::value(&calls)->default_value(32),
@@ -161,7 +170,11 @@ int run_profile(const std::vector<std::string>& args) {
                      .warmup(warmup)
                      .back_to_back(back_to_back)
                      .blocks_per_call(blocks_per_call)
-                     .marginal(vm.count("marginal") > 0);
+                     .marginal(vm.count("marginal") > 0)
+                     .plugin_overheads(vm.count("no-plugin-overheads") == 0)
+                     .overhead_depth(overhead_depth)
+                     .overhead_samples(overhead_samples)
+                     .overhead_steps(overhead_steps);
   if (!optimizer_sizes.empty()) options.optimizer_sizes(numbers<int64_t>("optimizer-sizes", optimizer_sizes));
   fmt::print("colo-plan profile: {} on {}, {}\n", model.name, options.device().str(), options.precision());
   std::fflush(stdout);

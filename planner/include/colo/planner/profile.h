@@ -42,6 +42,23 @@ struct OptimizerTimes {
   double seconds(double elements) const { return elements > 0 ? fixed_s + elements * per_element_s : 0.0; }
 };
 
+// What a plugin's step costs beyond torch_ddp's on one rank, per parameter (measure_plugin_overheads):
+// its own bookkeeping around the layers (gemini's chunks, ZeRO's flat buffers and fp32 masters),
+// which no layer's time holds. Measured on the model cut to `depth` blocks at `samples` images;
+// the step model prices a layout's rank with per_element_s × the parameters it holds whole.
+struct PluginOverhead {
+  std::string key;  // plugin_overhead_key: "gemini", "low_level_zero zero1", "low_level_zero zero2"
+  int64_t depth = 0;
+  int64_t samples = 0;
+  int64_t elements = 0;        // the measured model's parameters
+  double step_s = 0;           // the plugin's step, the median of the rounds
+  double baseline_step_s = 0;  // torch_ddp's
+  double per_element_s = 0;    // detail::overhead_per_element
+};
+
+// The key a layout's plugin overhead is found by: "low_level_zero zero<stage>", else the plugin.
+std::string plugin_overhead_key(const std::string& plugin, int zero_stage);
+
 // A profile file: per-layer costs of one model on one device in one precision. Portable: the
 // planner reads it on any machine.
 struct CostProfile {
@@ -57,6 +74,10 @@ struct CostProfile {
   double host_to_device_GBps = 0;                // CUDA: pinned copies
   double device_to_host_GBps = 0;
   double matmul_tflops = 0;  // an n×n×n product in the precision, this device
+  std::vector<PluginOverhead> plugin_overheads;  // empty: not measured (files before them, --no-plugin-overheads)
+
+  // The overhead measured for `key`, or null.
+  const PluginOverhead* overhead(const std::string& key) const;
 
   // Whether a layer kind was measured at this shard.
   bool has(const std::string& layer, int tp, bool sequence_parallel) const;

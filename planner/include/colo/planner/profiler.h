@@ -50,12 +50,29 @@ struct ProfileOptions {
   TORCH_ARG(int, blocks_per_call) = 0;
   // Elements of the Adam measurements (at least two sizes: a line is fitted through them).
   TORCH_ARG(std::vector<int64_t>, optimizer_sizes) = std::vector<int64_t>{1 << 20, 1 << 22, 1 << 24};
+  // The plugins' own step costs (measure_plugin_overheads): off in the library's default (it loads
+  // the plugins and trains the model), on in colo-plan profile. The model is cut to
+  // `overhead_depth` blocks (its own depth when smaller) so torch_ddp's whole copy fits where the
+  // full model would not; `overhead_steps` timed steps at `overhead_samples` images per round (0:
+  // the largest of `microbatches`).
+  TORCH_ARG(bool, plugin_overheads) = false;
+  TORCH_ARG(int64_t, overhead_depth) = 6;
+  TORCH_ARG(int64_t, overhead_samples) = 0;
+  TORCH_ARG(int, overhead_steps) = 6;
 };
 
 // Measures the profile. `progress` (may be empty) gets a line per measurement. Throws
 // std::invalid_argument for options that cannot be measured (a tp size that does not divide the
 // heads, fp8 where float8 products are missing).
 CostProfile measure_profile(const ProfileOptions& options, const std::function<void(const std::string&)>& progress = {});
+
+// What gemini (static), low_level_zero at ZeRO-1 and at ZeRO-2 cost a step beyond torch_ddp on
+// one rank of `options.device()` (no other ranks: the communication is the cluster model's), per
+// parameter: `repeats` rounds of a step of each on the ViT cut to overhead_depth blocks, the
+// medians' difference. measure_profile calls it when options.plugin_overheads() is on. Throws
+// std::invalid_argument for a depth, batch or step count below 1.
+std::vector<PluginOverhead> measure_plugin_overheads(const ProfileOptions& options,
+                                                     const std::function<void(const std::string&)>& progress = {});
 
 // An n×n×n matrix product's rate on `device` in `dtype` (n = 8192 on a GPU, 1024 on the CPU), in
 // TFLOP/s: what the measured cluster takes as its peak.

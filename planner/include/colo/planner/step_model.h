@@ -48,7 +48,10 @@ struct Breakdown {
   double bubble = 0;     // pipeline idle time
   double optimizer = 0;  // the optimizer step (device and host)
   double offload = 0;    // host <-> device copies not hidden
-  double total() const { return compute + tp_comm + pp_comm + dp_comm + bubble + optimizer + offload; }
+  // The plugin's own work around the layers (gemini's chunks, ZeRO's flat buffers): the profile's
+  // plugin_overheads per parameter × the parameters the rank holds whole; 0 where not measured.
+  double plugin_work = 0;
+  double total() const { return compute + tp_comm + pp_comm + dp_comm + bubble + optimizer + offload + plugin_work; }
 };
 
 struct Prediction {
