@@ -195,6 +195,10 @@ def main():
     parser.add_argument("--runs", type=int, default=3,
                         help="measured runs per layout, in rounds over the layouts; the median counts (one run of a "
                              "host-bound layout moved by up to 65 %% between runs: benchmarks/RESULTS.md 2026-12-07)")
+    parser.add_argument("--reprofile", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure the profile and collectives again before each round and predict from each; "
+                             "the median prediction counts (default: on for CPU ranks, where two profiles ten "
+                             "minutes apart priced the layers 7-10 %% apart: benchmarks/RESULTS.md 2026-12-07)")
     parser.add_argument("--cluster", help="gpu1: cluster file (default: the shipped H100 file, 1 GPU per node)")
     parser.add_argument("--gpu-memory-gib", type=float, help="gpu1: the GPU's memory (default: the cluster file's)")
     parser.add_argument("--only", help="run only layouts whose name contains this")
@@ -212,6 +216,8 @@ def main():
     args.steps = args.steps or (6 if cpu else 20)
     args.warmup = args.warmup or (2 if cpu else 5)
     args.repeats = args.repeats or (3 if cpu else 7)
+    if args.reprofile is None:
+        args.reprofile = cpu
     if args.runs < 1:
         raise SystemExit(f"--runs {args.runs}: give 1 or more measured runs per layout")
     precision = "fp32" if cpu else "bf16"
@@ -239,41 +245,47 @@ def main():
 
     # 1. What the prediction uses, measured here: the per-layer profile (one core, one thread),
     # and per world size the collectives over that many ranks (which share the cores as the
-    # benchmark's ranks will).
-    profiles = {}
-    for name, model in models.items():
-        if not multi_gpu and not any(l[1] == name for l in layouts):
-            continue
-        path = os.path.join(args.out_dir, f"profile_{name}.json")
-        profiles[name] = path
-        if args.reuse and os.path.exists(path):
-            continue
-        sizes = "1,2,4,8,16,32" if cpu else model.get("profile_microbatches", "8,16,32,64,128,256")
-        tp_sizes = "1,2,4" if cpu else ("1,2" if multi_gpu else "1")
-        command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
-                         "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
-                         "--out", path]
-        if cpu:
-            command += ["--optimizer-sizes", "65536,262144,1048576"]
-        if args.marginal:
-            command.append("--marginal")
-        run(command, env=env, log=log)
-    cluster_flags = {}
-    for world in worlds:
-        if cpu or world > 1:
-            cluster = os.path.join(args.out_dir, f"cluster_{world}.json")
-            if not (args.reuse and os.path.exists(cluster)):
-                collectives = [colo_run, "--nproc-per-node", str(world), *pin, plan, "profile", "--collectives",
-                               "--largest-bytes", str((4 if cpu else 256) << 20), "--out", cluster]
+    # benchmark's ranks will). With --reprofile, once per round (files with _r<k>), so a profile
+    # taken in a fast or slow spell of the machine is one of --runs, as each measured run is.
+    def measure_inputs(suffix):
+        profiles = {}
+        for name, model in models.items():
+            if not multi_gpu and not any(l[1] == name for l in layouts):
+                continue
+            path = os.path.join(args.out_dir, f"profile_{name}{suffix}.json")
+            profiles[name] = path
+            if args.reuse and os.path.exists(path):
+                continue
+            sizes = "1,2,4,8,16,32" if cpu else model.get("profile_microbatches", "8,16,32,64,128,256")
+            tp_sizes = "1,2,4" if cpu else ("1,2" if multi_gpu else "1")
+            command = pin + [plan, "profile", *model_flags_plan(model), "--precision", precision,
+                             "--microbatches", sizes, "--tp", tp_sizes, "--repeats", str(args.repeats),
+                             "--out", path]
+            if cpu:
+                command += ["--optimizer-sizes", "65536,262144,1048576"]
+            if args.marginal:
+                command.append("--marginal")
+            run(command, env=env, log=log)
+        cluster_flags = {}
+        for world in worlds:
+            if cpu or world > 1:
+                cluster = os.path.join(args.out_dir, f"cluster_{world}{suffix}.json")
+                if not (args.reuse and os.path.exists(cluster)):
+                    collectives = [colo_run, "--nproc-per-node", str(world), *pin, plan, "profile", "--collectives",
+                                   "--largest-bytes", str((4 if cpu else 256) << 20), "--out", cluster]
+                    if args.gpu_memory_gib:
+                        collectives += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
+                    run(collectives, env=env, log=log)
+                cluster_flags[world] = ["--cluster", cluster]
+            else:
+                flags = ["--gpus-per-node", "1"] + (["--cluster", args.cluster] if args.cluster else [])
                 if args.gpu_memory_gib:
-                    collectives += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
-                run(collectives, env=env, log=log)
-            cluster_flags[world] = ["--cluster", cluster]
-        else:
-            flags = ["--gpus-per-node", "1"] + (["--cluster", args.cluster] if args.cluster else [])
-            if args.gpu_memory_gib:
-                flags += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
-            cluster_flags[world] = flags
+                    flags += ["--gpu-memory-gib", str(args.gpu_memory_gib)]
+                cluster_flags[world] = flags
+        return profiles, cluster_flags
+
+    inputs = [measure_inputs("_r0" if args.reprofile else "")]
+    profiles, cluster_flags = inputs[0]
 
     # The planner's own top layouts (gpu2, gpu4): what it would tell a user of this machine to run.
     if multi_gpu:
@@ -292,17 +304,29 @@ def main():
             layouts = [l for l in layouts if args.only in l[2]]
 
     # 2. Predict every layout, 3. measure each --runs times, in rounds (every layout once, then
-    # again), so a drift of the machine spreads over all of them; the median run counts.
-    predictions = []
-    for index, (world, name, layout, batch) in enumerate(layouts):
-        pred_path = os.path.join(args.out_dir, f"pred_{index}.json")
-        run([plan, *model_flags_plan(models[name]), "--world-size", str(world), "--global-batch", str(batch),
-             "--precision", precision, "--profile", profiles[name], *cluster_flags[world], "--explain", layout,
-             "--json", pred_path], env=env, log=log)
-        with open(pred_path) as f:
-            predictions.append(json.load(f)["explained"][0])
+    # again), so a drift of the machine spreads over all of them; the median run counts. With
+    # --reprofile each round measures its own inputs first and predicts from them; the median
+    # prediction counts.
+    def predict(round_inputs, round_index):
+        round_profiles, round_clusters = round_inputs
+        out = []
+        for index, (world, name, layout, batch) in enumerate(layouts):
+            pred_path = os.path.join(args.out_dir, f"pred_{index}" + (f"_r{round_index}" if args.reprofile else "") +
+                                     ".json")
+            run([plan, *model_flags_plan(models[name]), "--world-size", str(world), "--global-batch", str(batch),
+                 "--precision", precision, "--profile", round_profiles[name], *round_clusters[world], "--explain",
+                 layout, "--json", pred_path], env=env, log=log)
+            with open(pred_path) as f:
+                out.append(json.load(f)["explained"][0])
+        return out
+
+    rounds_predicted = [predict(inputs[0], 0)]
+    predictions = rounds_predicted[0]
     runs = [[] for _ in layouts]
     for round_index in range(args.runs):
+        if args.reprofile and round_index > 0:
+            inputs.append(measure_inputs(f"_r{round_index}"))
+            rounds_predicted.append(predict(inputs[-1], round_index))
         for index, (world, name, layout, batch) in enumerate(layouts):
             bench_json = os.path.join(args.out_dir, f"bench_{index}_run{round_index}.json")
             command = bench_command(args, predictions[index], models[name], batch, world, precision, bench_json)
@@ -315,29 +339,36 @@ def main():
             runs[index].append({"images_per_s": measured["images_per_s"],
                                 "step_ms": measured["step_time_ms"]["mean"], "seconds": time.time() - start})
             print(f"  run {round_index + 1}/{args.runs}: {world} ranks, {name} {layout} (batch {batch}): predicted "
-                  f"{predictions[index]['images_per_s']:.2f}, measured {measured['images_per_s']:.2f} images/s",
-                  flush=True)
+                  f"{rounds_predicted[-1][index]['images_per_s']:.2f}, measured {measured['images_per_s']:.2f} "
+                  f"images/s", flush=True)
     rows = []
     for index, (world, name, layout, batch) in enumerate(layouts):
-        prediction = predictions[index]
+        predicted_runs = [r[index] for r in rounds_predicted]
+        # The breakdown of the median prediction (the lower middle one for an even count).
+        prediction = sorted(predicted_runs, key=lambda p: p["images_per_s"])[(len(predicted_runs) - 1) // 2]
         actual = statistics.median(m["images_per_s"] for m in runs[index])
         step_ms = statistics.median(m["step_ms"] for m in runs[index])
-        predicted = prediction["images_per_s"]
+        predicted = statistics.median(p["images_per_s"] for p in predicted_runs)
         error = (predicted - actual) / actual
         rows.append({"world_size": world, "model": name, "layout": layout, "global_batch": batch,
                      "predicted_images_per_s": predicted, "measured_images_per_s": actual,
+                     "predicted_runs_images_per_s": [p["images_per_s"] for p in predicted_runs],
                      "measured_runs_images_per_s": [m["images_per_s"] for m in runs[index]],
-                     "predicted_step_ms": 1e3 * prediction["step_s"],
+                     "predicted_step_ms": 1e3 * statistics.median(p["step_s"] for p in predicted_runs),
                      "measured_step_ms": step_ms, "error": error,
                      "bound": prediction["bound"], "predicted_breakdown_s": prediction["breakdown_s"],
                      "seconds": sum(m["seconds"] for m in runs[index])})
         spread = ", ".join(f"{m['images_per_s']:.2f}" for m in runs[index])
-        print(f"  {world} ranks, {name} {layout} (batch {batch}): predicted {predicted:.2f}, measured {actual:.2f} "
-              f"images/s (median of {spread}), error {100 * error:+.1f} %", flush=True)
+        predicted_spread = ", ".join(f"{p['images_per_s']:.2f}" for p in predicted_runs)
+        print(f"  {world} ranks, {name} {layout} (batch {batch}): predicted {predicted:.2f} (median of "
+              f"{predicted_spread}), measured {actual:.2f} images/s (median of {spread}), error {100 * error:+.1f} %",
+              flush=True)
 
     # 4. The table, and the summary per world size.
-    lines = ["| ranks | model | layout | global batch | predicted step ms | measured step ms | predicted images/s | "
-             f"measured images/s (median of {args.runs}) | error |", "|---|---|---|---|---|---|---|---|---|"]
+    predicted_from = f" (median of {args.runs} profiles)" if args.reprofile else ""
+    lines = ["| ranks | model | layout | global batch | predicted step ms | measured step ms | "
+             f"predicted images/s{predicted_from} | measured images/s (median of {args.runs}) | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['world_size']} | {r['model']} | `{r['layout']}` | {r['global_batch']} | "
                      f"{r['predicted_step_ms']:.1f} | {r['measured_step_ms']:.1f} | "
