@@ -136,7 +136,8 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
   }
   if (r.profile && (l.plugin == "gemini" || l.plugin == "low_level_zero")) {
     // Measured on one rank against torch_ddp (measure_plugin_overheads); the rank's chunks and
-    // flat buffers cover every parameter it holds whole, once a step (accumulation's passes share it).
+    // flat buffers cover every parameter it holds whole. Priced once a step: it was measured at one
+    // pass a step, and what accumulation's extra passes add is not measured.
     if (const auto* po = r.profile->overhead(plugin_overhead_key(l.plugin, l.zero_stage))) {
       b.plugin_work = po->per_element_s * params;
     }

@@ -2,10 +2,12 @@
 //
 // The layer profile times layers alone; a plugin's own per-step work around them (gemini's chunk
 // copies and hooks, ZeRO's flat gradient buffers and fp32 masters) is in none of them. On two CPU
-// ranks gemini static measured 11-17 ms a step slower than torch_ddp where the step model, from
-// the layers alone, priced the two alike (benchmarks/RESULTS.md, 2026-12-07). One rank shows the
-// same gap (its communication aside), so it is measured here without other ranks: the ViT cut to
-// a few blocks, a step of each plugin against torch_ddp's, in alternating rounds.
+// ranks gemini static measured 11-17 ms a step slower than torch_ddp, and 11-12 ms on one rank
+// alone, where the step model, from the layers alone, priced the two alike (benchmarks/RESULTS.md,
+// 2026-12-07). So it is measured without other ranks: the ViT cut to a few blocks, a step of each
+// plugin against torch_ddp's, in alternating rounds. At the development machine's ~5 % step-to-step
+// spread a few milliseconds of it are at the edge of what six steps resolve (RESULTS: 0-9 ms
+// for gemini, 2-21 ms for ZeRO-1 in six rounds).
 #include <colo/amp/precision.h>
 #include <colo/booster/booster.h>
 #include <colo/booster/plugin_registry.h>
