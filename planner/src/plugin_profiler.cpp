@@ -34,6 +34,14 @@ struct Measured {
   PluginOptions options;
 };
 
+// What is measured against torch_ddp, in order: the one list the profile reader checks keys against.
+const std::vector<Measured>& measured_plugins() {
+  static const std::vector<Measured> plugins = {{"gemini", "gemini", {{"placement_policy", "static"}}},
+                                                {"low_level_zero zero1", "low_level_zero", {{"stage", "1"}}},
+                                                {"low_level_zero zero2", "low_level_zero", {{"stage", "2"}}}};
+  return plugins;
+}
+
 // Seconds a step of `plugin` takes on one rank: `warmup` untimed steps, then the mean of `steps`.
 double step_seconds(const Measured& m, const nn::ViTConfig& config, const ProfileOptions& o, int64_t samples,
                     const PluginContext& context) {
@@ -69,6 +77,15 @@ double step_seconds(const Measured& m, const nn::ViTConfig& config, const Profil
 
 }  // namespace
 
+const std::vector<std::string>& plugin_overhead_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const auto& m : measured_plugins()) out.push_back(m.key);
+    return out;
+  }();
+  return keys;
+}
+
 std::string plugin_overhead_key(const std::string& plugin, int zero_stage) {
   if (plugin == "low_level_zero") return fmt::format("low_level_zero zero{}", zero_stage);
   return plugin;
@@ -96,9 +113,7 @@ std::vector<PluginOverhead> measure_plugin_overheads(const ProfileOptions& o,
     auto model = nn::make_vision_transformer(config);
     for (const auto& p : model->parameters()) elements += p.numel();
   }
-  const std::vector<Measured> plugins = {{"gemini", "gemini", {{"placement_policy", "static"}}},
-                                         {"low_level_zero zero1", "low_level_zero", {{"stage", "1"}}},
-                                         {"low_level_zero zero2", "low_level_zero", {{"stage", "2"}}}};
+  const auto& plugins = measured_plugins();
   const Measured baseline{"torch_ddp", "torch_ddp", {}};
   // The process's own world, which is one rank outside colo-run (a private store, no launcher).
   const auto world = PluginRegistry::global().default_context().world;

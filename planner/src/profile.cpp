@@ -151,7 +151,8 @@ CostProfile parse_profile(const std::string& text, const std::string& source) {
   for (auto& o : in.objects("plugin_overheads")) {
     PluginOverhead po;
     po.key = o.text("key");
-    if (po.key != "gemini" && po.key != "low_level_zero zero1" && po.key != "low_level_zero zero2") {
+    const auto& keys = plugin_overhead_keys();
+    if (std::find(keys.begin(), keys.end(), po.key) == keys.end()) {
       o.fail("key", fmt::format("expected gemini, low_level_zero zero1 or low_level_zero zero2, got \"{}\"", po.key));
     }
     po.depth = o.integer("depth");

@@ -58,6 +58,8 @@ struct PluginOverhead {
 
 // The key a layout's plugin overhead is found by: "low_level_zero zero<stage>", else the plugin.
 std::string plugin_overhead_key(const std::string& plugin, int zero_stage);
+// The keys measure_plugin_overheads measures, in its order (what a profile file may carry).
+const std::vector<std::string>& plugin_overhead_keys();
 
 // A profile file: per-layer costs of one model on one device in one precision. Portable: the
 // planner reads it on any machine.

@@ -70,7 +70,8 @@ CostProfile measure_profile(const ProfileOptions& options, const std::function<v
 // one rank of `options.device()` (no other ranks: the communication is the cluster model's), per
 // parameter: `repeats` rounds of a step of each on the ViT cut to overhead_depth blocks, the
 // medians' difference. measure_profile calls it when options.plugin_overheads() is on. Throws
-// std::invalid_argument for a depth, batch or step count below 1.
+// std::invalid_argument for a depth or step count below 1 or a negative batch (0: the largest of
+// `microbatches`), and outside colo-run's one-rank world.
 std::vector<PluginOverhead> measure_plugin_overheads(const ProfileOptions& options,
                                                      const std::function<void(const std::string&)>& progress = {});
 
