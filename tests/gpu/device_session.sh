@@ -1455,7 +1455,8 @@ PY
       # cpu on this machine's CPU cores with the GPUs hidden (Gloo ranks one core each; needs build-onegpu's
       # Gloo). COLO_PLANNER_ONLY limits the layouts (error_table.py --only); COLO_GPU_MEMORY_GIB the memory;
       # COLO_PLANNER_MARGINAL=1 profiles with colo-plan profile --marginal; COLO_PLANNER_RUNS measured runs per
-      # layout (default 3, the median counts); COLO_PLANNER_EXCEPT leaves out layouts (--except).
+      # layout (default 3, the median counts); COLO_PLANNER_EXCEPT leaves out layouts (--except);
+      # COLO_PLANNER_REPROFILE=1 profiles again before each round (--reprofile; on GPUs off by default).
       mem=${COLO_GPU_MEMORY_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')}
       for preset in ${COLO_PLANNER_PRESETS:-gpu2 gpu1}; do
         only=()
@@ -1463,6 +1464,7 @@ PY
         [ "${COLO_PLANNER_MARGINAL:-0}" = 1 ] && only+=(--marginal)
         only+=(--runs "${COLO_PLANNER_RUNS:-3}")
         [ -n "${COLO_PLANNER_EXCEPT:-}" ] && only+=(--except "$COLO_PLANNER_EXCEPT")
+        [ "${COLO_PLANNER_REPROFILE:-}" = 1 ] && only+=(--reprofile)
         extra=(--gpu-memory-gib "$mem")
         hide=()
         case $preset in cpu*) extra=(--world-sizes "${COLO_PLANNER_CPU_WORLDS:-2,4,8}"); hide=(env CUDA_VISIBLE_DEVICES=) ;; esac
