@@ -217,7 +217,8 @@ std::vector<MemoryPart> zero_engine_parts(const std::vector<int64_t>& numels, in
   return parts;
 }
 
-std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& e) {
+std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& e,
+                                             int64_t* num_chunks) {
   const auto& numels = parameters.trainable;
   const auto& layer_of = parameters.layer_of;
   const int64_t frozen = parameters.frozen;
@@ -228,6 +229,7 @@ std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, c
                            .chunk_size_mb(e.chunk_size_mb)
                            .offload_optim_frac(e.cpu_offload ? 1.0 : 0.0);
   const auto chunking = GeminiChunkOwner::plan(numels, parameters.names, options, e.device_is_gpu);
+  if (num_chunks) *num_chunks = static_cast<int64_t>(chunking.chunks.size());
   int64_t shards = 0, padded = 0, largest_padded = 0;
   std::map<std::size_t, std::set<std::size_t>> chunks_of_layer;
   for (std::size_t c = 0; c < chunking.chunks.size(); ++c) {

@@ -27,6 +27,15 @@ double exposed(const ClusterSpec& cluster, Collective collective, double bytes, 
   return std::max(all / buckets, all - overlap * beside);
 }
 
+// The most chunks a rank of the plan gathers (RankMemory::chunks); 0 without a plan or chunks.
+int64_t plan_chunks(const MemoryPlan* plan) {
+  int64_t most = 0;
+  if (plan) {
+    for (const auto& rank : plan->ranks) most = std::max(most, rank.chunks);
+  }
+  return most;
+}
+
 }  // namespace
 
 void fill_parameter_counts(const nn::ModelSummary& summary, StepModel::Caches& caches) {
@@ -119,12 +128,17 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
   if (l.plugin == "gemini" || l.zero_stage == 3) {
     // gemini, and hybrid_parallel's zero_stage 3 without a pipeline (its one pass goes layer by
     // layer): every pass gathers each chunk for its forward and again for its backward; the gradients
-    // are reduce-scattered once per step (kept whole under accumulation until the last pass).
-    const double gathers = 2.0 * passes * bucketed_seconds(cluster, Collective::kAllGather, bytes, kBucketBytes, dp);
-    const double scatter = bucketed_seconds(cluster, Collective::kReduceScatter, bytes, kBucketBytes, dp);
-    const double all = gathers + scatter;
-    const double buckets = std::max(1.0, std::ceil(bytes / kBucketBytes));
-    b.dp_comm = dp.size > 1 ? std::max(all / (buckets * (2.0 * passes + 1)), all - eta * b.compute) : 0.0;
+    // are reduce-scattered once per step (kept whole under accumulation until the last pass). One
+    // collective per chunk (the memory plan's count; a 25 MiB bucket's worth where it has none):
+    // where a collective's fixed cost is large (Gloo: ~0.7-1 ms) the chunk count decides it. Each
+    // pass's first gathers (forward and backward) and the last reduce-scatter have nothing to hide
+    // behind.
+    const double chunks = std::max(1.0, plan_chunks(plan) > 0 ? static_cast<double>(plan_chunks(plan))
+                                                              : std::ceil(bytes / kBucketBytes));
+    const double gather = collective_seconds(cluster, Collective::kAllGather, bytes / chunks, dp);
+    const double scatter = collective_seconds(cluster, Collective::kReduceScatter, bytes / chunks, dp);
+    const double all = chunks * (2.0 * passes * gather + scatter);
+    b.dp_comm = dp.size > 1 ? std::max(2.0 * passes * gather + scatter, all - eta * b.compute) : 0.0;
     elements = std::ceil(params / l.dp);
   } else if (l.zero_stage == 0) {
     b.dp_comm = exposed(cluster, Collective::kAllReduce, bytes, kBucketBytes, dp, backward, eta);

@@ -115,6 +115,7 @@ MemoryPlan GeminiPlugin::plan_memory(const PluginOptions& given, const MemoryPla
 
   RankMemory rank;
   rank.ranks = world == 1 ? "0" : fmt::format("0-{}", world - 1);
+  rank.chunks = static_cast<int64_t>(num_chunks);
   rank.parts = {
       {fmt::format("parameters ({} shards{})", c10::toString(compute), frozen ? ", frozen ones whole" : ""), params_device,
        false, false},

@@ -233,7 +233,7 @@ MemoryPlan HybridParallelPlugin::plan_memory(const PluginOptions& given, const M
       engine.device_is_gpu = in.device_is_gpu();
       engine.pipelined = o.pipelined();
       engine.chunk_size_mb = o.chunk_size_mb();
-      rank.parts = memory_planning::chunked_engine_parts(stage_params, engine);
+      rank.parts = memory_planning::chunked_engine_parts(stage_params, engine, &rank.chunks);
     } else {
       memory_planning::ZeroEngine engine;
       engine.stage = o.zero_stage();

@@ -165,6 +165,9 @@ TEST(MemoryPlan, GeminiHoldsWhatItPlansForEveryStaticPlacement) {
     EXPECT_EQ(plan_state_host, state_host);
     EXPECT_GT(state_device + state_host, 0);
     EXPECT_EQ(plan_params, gemini.chunks().resident_device_bytes() + gemini.chunks().resident_host_bytes());
+    // The collectives a step issues are the chunks' (the planner prices one per chunk).
+    EXPECT_GT(gemini.num_chunks(), 1u);
+    EXPECT_EQ(r.chunks, static_cast<int64_t>(gemini.num_chunks()));
   }
 }
 
@@ -192,6 +195,7 @@ TEST(MemoryPlan, HybridParallelHoldsWhatItPlansOnEveryStage) {
       EXPECT_EQ(r.bytes_of("optimizer state"), state);
       EXPECT_EQ(r.bytes_of("parameters"), owner.chunks().resident_device_bytes() + owner.chunks().resident_host_bytes());
       EXPECT_EQ(owner.chunks().gathered_bytes(), 0) << "a step leaves no chunk gathered";
+      EXPECT_EQ(r.chunks, static_cast<int64_t>(owner.num_chunks()));
       // A pipelined step gathers the stage's chunks at once; a plain pass, layer by layer (what
       // that saves on a deep model: HybridParallel.ZeroThreeGathersLayerByLayer...).
       EXPECT_GT(owner.chunks().peak_gathered_bytes(), 0);
@@ -201,6 +205,7 @@ TEST(MemoryPlan, HybridParallelHoldsWhatItPlansOnEveryStage) {
         EXPECT_LE(owner.chunks().peak_gathered_bytes(), r.bytes_of("buffers: gathered chunks"));
       }
     } else if (options.count("zero_stage")) {
+      EXPECT_EQ(r.chunks, 0) << "bucketed, not chunked";
       auto& zero = dynamic_cast<ZeroOptimizer&>(*b.optimizer);
       EXPECT_EQ(r.bytes_of("parameters (Float, gather buckets)"), storage_bytes(params_of(stage)));
       EXPECT_EQ(r.bytes_of("optimizer state"), zero.shard().held_bytes());

@@ -56,6 +56,10 @@ struct RankMemory {
   std::string ranks;     // "0", or "0-7" for ranks that hold the same
   std::string position;  // "dp 0, pp 1, tp 0" (empty for plain data parallelism)
   std::vector<MemoryPart> parts;
+  // The parameter chunks this rank gathers and reduce-scatters, one collective each (gemini, and
+  // hybrid_parallel at zero_stage 3): what a collective's fixed cost is paid for, where the
+  // bucketed engines pay it per bucket_cap_mb. 0: its parameters are not chunked.
+  int64_t chunks = 0;
   int64_t device_bytes() const;
   int64_t host_bytes() const;
   // The bytes of the parts whose `what` starts with `prefix` (device and host).
@@ -167,7 +171,9 @@ RankParameters rank_parameters(const nn::ModelSummary& model, std::size_t begin,
 
 // ChunkedEngine's parts for this rank's parameters (`parameters.trainable` in forward order, with
 // their layers and names).
-std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& engine);
+// `chunks`, when given, receives the number of chunks (RankMemory::chunks).
+std::vector<MemoryPart> chunked_engine_parts(const RankParameters& parameters, const ChunkedEngine& engine,
+                                             int64_t* chunks = nullptr);
 
 // "key=value key=value".
 std::string options_text(const std::map<std::string, std::string>& options);

@@ -16,7 +16,8 @@ namespace colo {
 
 // Bumped whenever Plugin, the wrappers or PluginInfo change in a way that breaks plugins
 // compiled against older headers.
-inline constexpr int kPluginApiVersion = 3;
+// 4: RankMemory::chunks (a MemoryPlan returned by plan_memory changed its layout).
+inline constexpr int kPluginApiVersion = 4;
 
 // The one entry a plugin exports (as the symbol `colo_plugin_info`, through Boost.DLL).
 // api_version comes first and is a plain int so that the loader can read it safely from a
