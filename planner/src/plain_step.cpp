@@ -18,13 +18,21 @@
 namespace colo::planner::detail {
 namespace {
 
+// What of `seconds` of communication `beside` seconds of computation leave on the step: the
+// overlap hides its share (overlap_efficiency: of the communication, as the collective profiler
+// measures it) of whichever is shorter. Computation longer than the communication hides that
+// share, never all of it.
+double unhidden(double seconds, double beside, double overlap) {
+  return seconds - overlap * std::min(seconds, std::max(beside, 0.0));
+}
+
 // A bucketed collective overlapped with `beside` seconds of computation.
 double exposed(const ClusterSpec& cluster, Collective collective, double bytes, double bucket_bytes,
                const GroupPlacement& group, double beside, double overlap) {
   if (group.size <= 1 || bytes <= 0) return 0.0;
   const double buckets = std::max(1.0, std::ceil(bytes / bucket_bytes));
   const double all = bucketed_seconds(cluster, collective, bytes, bucket_bytes, group);
-  return std::max(all / buckets, all - overlap * beside);
+  return std::max(all / buckets, unhidden(all, beside, overlap));
 }
 
 // The most chunks a rank of the plan gathers (RankMemory::chunks); 0 without a plan or chunks.
@@ -102,7 +110,7 @@ OptimizerTerms optimizer_terms(const PlanRequest& r, double elements, double hos
     // while the CPU steps the next chunk.
     const double down = host_elements * element_bytes / (to_host * 1e9);
     const double up = host_elements * element_bytes / (to_device * 1e9);
-    t.offload = down * (1 - r.cluster.overlap_efficiency) + std::max(0.0, up - r.cluster.overlap_efficiency * host_time);
+    t.offload = down * (1 - r.cluster.overlap_efficiency) + unhidden(up, host_time, r.cluster.overlap_efficiency);
   }
   return t;
 }
@@ -138,7 +146,7 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
     const double gather = collective_seconds(cluster, Collective::kAllGather, bytes / chunks, dp);
     const double scatter = collective_seconds(cluster, Collective::kReduceScatter, bytes / chunks, dp);
     const double all = chunks * (2.0 * passes * gather + scatter);
-    b.dp_comm = dp.size > 1 ? std::max(2.0 * passes * gather + scatter, all - eta * b.compute) : 0.0;
+    b.dp_comm = dp.size > 1 ? std::max(2.0 * passes * gather + scatter, unhidden(all, b.compute, eta)) : 0.0;
     elements = std::ceil(params / l.dp);
   } else if (l.zero_stage == 0) {
     b.dp_comm = exposed(cluster, Collective::kAllReduce, bytes, kBucketBytes, dp, backward, eta);
