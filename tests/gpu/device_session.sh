@@ -1475,6 +1475,9 @@ PY
         grep -E "ranks, .*error|median|target missed|failed" "$LOGS/planner_$preset.log" | tee -a "$LOGS/summary.txt" >>"$OUT/progress.txt"
         cp "$LOGS/planner_$preset/table.md" "$OUT/planner_${preset}_table.md" 2>/dev/null
         cp "$LOGS/planner_$preset/results.json" "$OUT/planner_${preset}_results.json" 2>/dev/null
+        # The inputs the predictions came from, so that repredict.py can price the rows again later.
+        mkdir -p "$OUT/planner_${preset}_inputs"
+        cp "$LOGS/planner_$preset"/{profile,cluster}_*.json "$OUT/planner_${preset}_inputs/" 2>/dev/null
       done
       ;;
     build-base)
