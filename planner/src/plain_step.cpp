@@ -141,8 +141,8 @@ Breakdown plain_step(const PlanRequest& r, const Layout& l, const LayerCosts& co
     // where a collective's fixed cost is large (Gloo: ~0.7-1 ms) the chunk count decides it. Each
     // pass's first gathers (forward and backward) and the last reduce-scatter have nothing to hide
     // behind.
-    const double chunks = std::max(1.0, plan_chunks(plan) > 0 ? static_cast<double>(plan_chunks(plan))
-                                                              : std::ceil(bytes / kBucketBytes));
+    const int64_t planned = plan_chunks(plan);
+    const double chunks = std::max(1.0, planned > 0 ? static_cast<double>(planned) : std::ceil(bytes / kBucketBytes));
     const double gather = collective_seconds(cluster, Collective::kAllGather, bytes / chunks, dp);
     const double scatter = collective_seconds(cluster, Collective::kReduceScatter, bytes / chunks, dp);
     const double all = chunks * (2.0 * passes * gather + scatter);
